@@ -1,0 +1,220 @@
+// Package bundle is the compiled output on disk: file names, the egress and
+// manifest documents, digests, and reading and writing a bundle directory.
+// The launcher depends on this package, never on CUE or the compiler.
+package bundle
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"paseo.dev/paseo-policy/grant"
+)
+
+// APIVersion of every document paseo-policy writes.
+const APIVersion = "paseo.dev/policy/v1alpha1"
+
+// File names inside a bundle directory.
+const (
+	ConfigFile   = "config.json"
+	EgressFile   = "egress.json"
+	ManifestFile = "manifest.json"
+	PinsFile     = "pins.json"
+	HostsFile    = "files/hosts"
+	ResolvFile   = "files/resolv.conf"
+)
+
+// Egress is egress.json: deny by default, one rule per allowed destination.
+type Egress struct {
+	APIVersion string       `json:"apiVersion"`
+	Kind       string       `json:"kind"`
+	Mode       string       `json:"mode"`    // none | sandbox
+	Default    string       `json:"default"` // always deny
+	DNS        string       `json:"dns"`     // pinned | resolver
+	Rules      []EgressRule `json:"rules"`
+	Routes     []Route      `json:"routes"`
+}
+
+// EgressRule allows one destination. Host is a name or an address; names are
+// resolved by the launcher on the trusted side and pinned in /etc/hosts.
+type EgressRule struct {
+	Proto   string `json:"proto"`
+	Host    string `json:"host"`
+	Port    int    `json:"port"`
+	Purpose string `json:"purpose"`
+	Fact    string `json:"fact"`
+}
+
+// Route is a private path the launcher proxies from the sandbox's gateway
+// address to a daemon endpoint the sandbox cannot reach itself.
+type Route struct {
+	Purpose       string `json:"purpose"`
+	Listen        string `json:"listen"` // "gateway": the peer side of the sandbox veth
+	Port          int    `json:"port"`
+	Method        string `json:"method"`
+	Path          string `json:"path"`
+	CallerAgentID string `json:"callerAgentId"`
+	Upstream      string `json:"upstream"`
+	TokenRef      string `json:"tokenRef"`
+	Fact          string `json:"fact"`
+}
+
+// Manifest is manifest.json: every grant with its reason and fact, and the
+// digests that tie the bundle to its inputs.
+type Manifest struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Compiler   string            `json:"compiler"`
+	Profile    string            `json:"profile"`
+	Deployment string            `json:"deployment"`
+	Topology   string            `json:"topology"`
+	Agent      string            `json:"agent"`
+	Image      ImageRef          `json:"image"`
+	Inputs     map[string]string `json:"inputs"`  // facts, registryEntry, profile -> sha256:…
+	Outputs    map[string]string `json:"outputs"` // bundle file -> sha256:…
+	Grants     []grant.Grant     `json:"grants"`
+}
+
+// ImageRef names the rootfs the bundle runs.
+type ImageRef struct {
+	Version string `json:"version"`
+	Digest  string `json:"digest"`
+	Rootfs  string `json:"rootfs"`
+}
+
+// Pin is one resolved bind source's identity at compile time (pins.json).
+// It describes host state, not policy, so it is kept out of the manifest:
+// the manifest stays a function of the inputs alone.
+type Pin struct {
+	Destination string `json:"destination"`
+	Source      string `json:"source"`
+	Dev         uint64 `json:"dev"`
+	Ino         uint64 `json:"ino"`
+	Kind        string `json:"kind"`
+}
+
+// Digest returns "sha256:<hex>" of data.
+func Digest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Marshal renders a document as indented JSON with a final newline; every
+// bundle file goes through it so formatting is one decision.
+func Marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// Files is a bundle in memory: relative name -> content.
+type Files map[string][]byte
+
+// Names returns the file names in sorted order.
+func (f Files) Names() []string {
+	names := make([]string, 0, len(f))
+	for n := range f {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Write writes the bundle into dir (created 0755 if missing); files are
+// written whole to a temporary name and renamed, so a reader never sees a
+// half-written bundle file.
+func (f Files) Write(dir string) error {
+	for _, n := range f.Names() {
+		p := filepath.Join(dir, filepath.FromSlash(n))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		tmp := p + ".tmp"
+		if err := os.WriteFile(tmp, f[n], 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Read loads the files a bundle is made of from dir. Missing optional files
+// (pins.json) are left out; a missing policy file is an error.
+func Read(dir string) (Files, error) {
+	f := Files{}
+	for _, n := range []string{ConfigFile, EgressFile, ManifestFile, PinsFile, HostsFile, ResolvFile} {
+		data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(n)))
+		if err != nil {
+			if os.IsNotExist(err) && n == PinsFile {
+				continue
+			}
+			return nil, fmt.Errorf("bundle %s: %w", dir, err)
+		}
+		f[n] = data
+	}
+	return f, nil
+}
+
+// Manifest decodes manifest.json strictly.
+func (f Files) Manifest() (*Manifest, error) {
+	var m Manifest
+	if err := strictDecode(f[ManifestFile], &m); err != nil {
+		return nil, fmt.Errorf("%s: %w", ManifestFile, err)
+	}
+	return &m, nil
+}
+
+// Egress decodes egress.json strictly.
+func (f Files) Egress() (*Egress, error) {
+	var e Egress
+	if err := strictDecode(f[EgressFile], &e); err != nil {
+		return nil, fmt.Errorf("%s: %w", EgressFile, err)
+	}
+	return &e, nil
+}
+
+// Verify checks that every output the manifest lists is present with the
+// recorded digest and that no policy file is present without one, so a
+// tampered or mixed bundle is refused.
+func (f Files) Verify() error {
+	m, err := f.Manifest()
+	if err != nil {
+		return err
+	}
+	for name, want := range m.Outputs {
+		data, ok := f[name]
+		if !ok {
+			return fmt.Errorf("bundle lacks %s listed in the manifest", name)
+		}
+		if got := Digest(data); got != want {
+			return fmt.Errorf("%s digest %s does not match the manifest's %s", name, got, want)
+		}
+	}
+	for _, name := range f.Names() {
+		if name == ManifestFile || name == PinsFile {
+			continue
+		}
+		if _, ok := m.Outputs[name]; !ok {
+			return fmt.Errorf("%s is not covered by the manifest", name)
+		}
+	}
+	return nil
+}
+
+func strictDecode(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}

@@ -1,0 +1,87 @@
+// Package compiler turns trusted facts, the operator registry and a reviewed
+// profile into a Plan of grants, and renders the plan into a bundle:
+// config.json (OCI), egress.json, manifest.json and the generated /etc files.
+//
+// It is pure apart from the path resolver: the same inputs on the same host
+// tree give the same bytes.
+package compiler
+
+import (
+	"io/fs"
+
+	"paseo.dev/paseo-policy/bundle"
+	"paseo.dev/paseo-policy/compiler/pathsafe"
+	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/grant"
+	"paseo.dev/paseo-policy/profiles"
+	"paseo.dev/paseo-policy/schema"
+)
+
+// Version is recorded in every manifest. It changes when compiled output
+// for the same inputs changes.
+const Version = "0.1.0"
+
+// Options are the compiler's seams.
+type Options struct {
+	// Resolver opens bind sources; the zero value resolves on the host.
+	Resolver pathsafe.Resolver
+	// Profiles to choose from; nil means the embedded, reviewed ones.
+	Profiles fs.FS
+}
+
+// Inputs are the three things a compile reads.
+type Inputs struct {
+	Facts    schema.Input
+	Registry schema.Input
+}
+
+// Result is a compiled launch.
+type Result struct {
+	Plan     *grant.Plan
+	Manifest *bundle.Manifest
+	Files    bundle.Files
+}
+
+// Compile checks the inputs and, when nothing is refused, returns the plan
+// and its rendered bundle. Every refusal is collected into the diag.List.
+func Compile(in Inputs, opts Options) (*Result, diag.List) {
+	facts, fd := schema.LoadFacts(in.Facts)
+	reg, rd := schema.LoadRegistry(in.Registry)
+	var l diag.List
+	for _, d := range rd {
+		// Registry paths are prefixed so they never read as fact paths.
+		d.Path = prefixed("registry", d.Path)
+		l = append(l, d)
+	}
+	l = append(l, fd...)
+	if facts == nil || reg == nil {
+		return nil, l.Sorted()
+	}
+	fsys := opts.Profiles
+	if fsys == nil {
+		fsys = profiles.FS
+	}
+	prof, pd := schema.LoadProfile(fsys, facts.Agent.Profile)
+	l = append(l, pd...)
+	if prof == nil {
+		return nil, l.Sorted()
+	}
+	c := &compilation{facts: facts, reg: reg, prof: prof, res: opts.Resolver, diags: &l}
+	plan := c.plan()
+	if len(l) > 0 {
+		return nil, l.Sorted()
+	}
+	files, manifest, err := render(c, plan)
+	if err != nil {
+		l.Addf(diag.Internal, "", "render: %v", err)
+		return nil, l
+	}
+	return &Result{Plan: plan, Manifest: manifest, Files: files}, nil
+}
+
+func prefixed(prefix, p string) string {
+	if p == "" {
+		return prefix
+	}
+	return prefix + "." + p
+}

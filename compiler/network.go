@@ -1,0 +1,150 @@
+package compiler
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/grant"
+)
+
+func parseIP(s string) net.IP { return net.ParseIP(s) }
+
+// network adds the runsc network flag and, in sandbox mode, one egress or
+// route grant per destination the profile's purposes and the facts require.
+func (c *compilation) network(p *grant.Plan) {
+	n := c.reg.Network
+	p.Add(grant.Grant{Kind: grant.Runtime, Subject: "network", Access: grant.Set, Value: n.Mode,
+		Reason: networkReason(n.Mode), Fact: "registry.network.mode"})
+	p.Add(grant.Grant{Kind: grant.Runtime, Subject: "directfs", Access: grant.Set, Value: "false",
+		Reason: "file access stays behind the gofer", Fact: "profile." + c.prof.Name})
+	if n.Mode != "sandbox" {
+		c.checkURLs() // still refuse bad URLs: facts must be valid whatever the registry says
+		return
+	}
+	purposes := c.prof.Egress
+	f := c.facts
+	if slices.Contains(purposes, "model") {
+		if host, port, scheme, ok := c.endpoint("model.baseURL", f.Model.BaseURL); ok {
+			c.hostsPinned = append(c.hostsPinned, host)
+			p.Add(grant.Grant{Kind: grant.Egress, Subject: host, Access: grant.Allow, Proto: "tcp", Port: port, Value: "model",
+				Reason: "the selected model endpoint (" + scheme + ")", Fact: "model.baseURL"})
+		}
+	} else {
+		c.endpoint("model.baseURL", f.Model.BaseURL)
+	}
+	if f.MCP != nil {
+		c.mcpRoute(p, slices.Contains(purposes, "mcp"))
+	}
+	for i, u := range f.Credential.RefreshURLs {
+		fact := fmt.Sprintf("credential.refreshURLs[%d]", i)
+		host, port, _, ok := c.endpoint(fact, u)
+		if ok && slices.Contains(purposes, "oauth-refresh") && f.Credential.Mode == "oauth-file" {
+			c.hostsPinned = append(c.hostsPinned, host)
+			p.Add(grant.Grant{Kind: grant.Egress, Subject: host, Access: grant.Allow, Proto: "tcp", Port: port, Value: "oauth-refresh",
+				Reason: "OAuth token refresh for the credential in auth.json", Fact: fact})
+		}
+	}
+	if n.DNS == "resolver" && slices.Contains(purposes, "dns") {
+		for _, proto := range []string{"udp", "tcp"} {
+			p.Add(grant.Grant{Kind: grant.Egress, Subject: n.Resolver, Access: grant.Allow, Proto: proto, Port: 53, Value: "dns",
+				Reason: "DNS to the configured resolver only", Fact: "registry.network.resolver"})
+		}
+	}
+}
+
+func networkReason(mode string) string {
+	if mode == "none" {
+		return "runsc --network=none: loopback only, no egress at all"
+	}
+	return "runsc --network=sandbox: gVisor's own stack in a fresh netns; the launcher filters egress on the veth peer"
+}
+
+func (c *compilation) checkURLs() {
+	f := c.facts
+	c.endpoint("model.baseURL", f.Model.BaseURL)
+	for i, u := range f.Credential.RefreshURLs {
+		c.endpoint(fmt.Sprintf("credential.refreshURLs[%d]", i), u)
+	}
+	if f.MCP != nil {
+		c.mcpUpstream()
+	}
+}
+
+// endpoint parses an egress URL into host and port. Loopback is refused:
+// inside the sandbox it is the sandbox's own, so such a grant could never
+// mean what the facts intend.
+func (c *compilation) endpoint(fact, raw string) (host string, port int, scheme string, ok bool) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || u.Opaque != "" {
+		c.diags.Addf(diag.URLInvalid, fact, "not an absolute URL with a host")
+		return "", 0, "", false
+	}
+	if u.User != nil {
+		c.diags.Addf(diag.SecretInFacts, fact, "URL carries user information")
+		return "", 0, "", false
+	}
+	host = strings.ToLower(u.Hostname())
+	port, ok = urlPort(u)
+	if !ok {
+		c.diags.Addf(diag.URLInvalid, fact, "port must be 1-65535")
+		return "", 0, "", false
+	}
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		c.diags.Addf(diag.URLInvalid, fact, "loopback names the sandbox itself; give a routable host")
+		return "", 0, "", false
+	}
+	if ip := net.ParseIP(host); ip != nil && (ip.IsLoopback() || ip.IsUnspecified() || ip.IsMulticast()) {
+		c.diags.Addf(diag.URLInvalid, fact, "loopback, unspecified and multicast addresses cannot be egress destinations")
+		return "", 0, "", false
+	}
+	return host, port, u.Scheme, true
+}
+
+func urlPort(u *url.URL) (int, bool) {
+	if ps := u.Port(); ps != "" {
+		n, err := strconv.Atoi(ps)
+		return n, err == nil && n > 0 && n < 65536
+	}
+	if u.Scheme == "https" {
+		return 443, true
+	}
+	return 80, true
+}
+
+// mcpUpstream checks the daemon MCP URL: it is the daemon's own listener,
+// usually loopback, reached only through the launcher's proxy.
+func (c *compilation) mcpUpstream() (*url.URL, int, bool) {
+	u, err := url.Parse(c.facts.MCP.AgentsURL)
+	if err != nil || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		c.diags.Addf(diag.URLInvalid, "mcp.agentsURL", "must be http://host:port/mcp/agents with no user information, query or fragment")
+		return nil, 0, false
+	}
+	port, ok := urlPort(u)
+	if !ok {
+		c.diags.Addf(diag.URLInvalid, "mcp.agentsURL", "port must be 1-65535")
+		return nil, 0, false
+	}
+	if u.Path != "/mcp/agents" {
+		c.diags.Addf(diag.URLInvalid, "mcp.agentsURL", "path must be /mcp/agents, the only route the proxy forwards")
+		return nil, 0, false
+	}
+	return u, port, true
+}
+
+// mcpRoute grants the private MCP route: the sandbox reaches the launcher's
+// proxy on its gateway, which forwards only POST /mcp/agents for this agent.
+func (c *compilation) mcpRoute(p *grant.Plan, allowed bool) {
+	u, port, ok := c.mcpUpstream()
+	if !ok || !allowed {
+		return
+	}
+	p.Add(grant.Grant{Kind: grant.Route, Subject: "mcp", Access: grant.Allow, Proto: "tcp", Port: port,
+		Value: "POST " + u.Path, Source: u.String(),
+		Options: []string{"callerAgentId=" + c.facts.Agent.ID, "tokenRef=" + c.facts.MCP.TokenRef},
+		Reason: "Paseo MCP tools via the launcher's per-sandbox proxy on the gateway; the daemon's listener itself stays unreachable", Fact: "mcp.agentsURL"})
+}

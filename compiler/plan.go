@@ -1,0 +1,291 @@
+package compiler
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+
+	"paseo.dev/paseo-policy/compiler/pathsafe"
+	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/grant"
+	"paseo.dev/paseo-policy/schema"
+)
+
+// Fixed sandbox layout. These are part of the contract with the image and
+// with Pi (see docs/grants.md).
+const (
+	sandboxHome   = "/home/sandbox"
+	sandboxTmp    = "/tmp"
+	sandboxLang   = "C.UTF-8"
+	hostname      = "paseo-sandbox"
+	secretPrefix  = "@@paseo-secret:"
+	secretSuffix  = "@@"
+	gatewayHost   = "gateway"
+	cpuPeriodUsec = 100000
+)
+
+// SecretPlaceholder is the value the compiler writes for a credential; the
+// launcher replaces it in its private copy of config.json.
+func SecretPlaceholder(ref string) string { return secretPrefix + ref + secretSuffix }
+
+type compilation struct {
+	facts *schema.Facts
+	reg   *schema.Registry
+	prof  *schema.Profile
+	res   pathsafe.Resolver
+	diags *diag.List
+
+	dep  schema.Deployment
+	src  *sources
+	pins []source
+	// set while planning, read by the renderers
+	limits      schema.Limits
+	hostsPinned []string
+}
+
+func (c *compilation) plan() *grant.Plan {
+	f := c.facts
+	dep, ok := c.reg.Deployments[f.Deployment.ID]
+	if !ok {
+		c.diags.Addf(diag.DeploymentUnknown, "deployment.id", "deployment %q is not in the registry", f.Deployment.ID)
+		return nil
+	}
+	c.dep = dep
+	checkDeployment(c.diags, f.Deployment.ID, dep, c.reg.Supervisor)
+	c.checkNetwork()
+	if len(*c.diags) > 0 {
+		return nil
+	}
+	c.src = &sources{diags: c.diags, depID: f.Deployment.ID, dep: dep, forbid: forbiddenFor(dep, c.reg.Supervisor), res: c.res}
+	c.limits = c.effectiveLimits()
+
+	p := &grant.Plan{}
+	c.rootfs(p)
+	c.process(p)
+	c.namespaces(p)
+	c.mounts(p)
+	c.env(p)
+	c.resources(p)
+	c.network(p)
+	return p
+}
+
+func (c *compilation) checkNetwork() {
+	n := c.reg.Network
+	switch {
+	case n.DNS == "resolver" && n.Resolver == "":
+		c.diags.Addf(diag.Registry, "registry.network.resolver", "dns mode resolver needs a resolver address")
+	case n.DNS == "pinned" && n.Resolver != "":
+		c.diags.Addf(diag.Registry, "registry.network.resolver", "dns mode pinned takes no resolver; names are pinned in /etc/hosts")
+	}
+	if n.Resolver != "" {
+		if ip := parseIP(n.Resolver); ip == nil || ip.IsLoopback() || ip.IsUnspecified() {
+			c.diags.Addf(diag.Registry, "registry.network.resolver", "resolver must be a routable IP address")
+		}
+	}
+}
+
+func (c *compilation) rootfs(p *grant.Plan) {
+	img := c.reg.Image
+	if code, msg := pathsafe.Lexical(img.Rootfs); code != "" {
+		c.diags.Addf(diag.Registry, "registry.image.rootfs", "%s", msg)
+	}
+	p.Add(grant.Grant{Kind: grant.Rootfs, Subject: "/", Access: grant.RO, Source: img.Rootfs, Value: img.Version + " " + img.Digest,
+		Reason: "pinned image with Pi, Node, bash, git, rg and fd; read-only so the agent cannot change its own tools", Fact: "registry.image"})
+}
+
+func (c *compilation) process(p *grant.Plan) {
+	f := c.facts
+	for i, w := range c.prof.Argv {
+		fact := fmt.Sprintf("profile.%s.argv[%d]", c.prof.Name, i)
+		if w.Lit != "" {
+			p.Add(grant.Grant{Kind: grant.Process, Subject: "argv", Access: grant.Set, Args: []string{w.Lit}, Reason: "fixed by profile " + c.prof.Name, Fact: fact})
+			continue
+		}
+		args, fact, reason := c.slot(w.Slot)
+		if len(args) > 0 {
+			p.Add(grant.Grant{Kind: grant.Process, Subject: "argv", Access: grant.Set, Args: args, Reason: reason, Fact: fact})
+		}
+	}
+	p.Add(grant.Grant{Kind: grant.Process, Subject: "cwd", Access: grant.Set, Value: f.Workspace.Cwd,
+		Reason: "Pi runs in the agent cwd, at the same absolute path the daemon records", Fact: "workspace.cwd"})
+	p.Add(grant.Grant{Kind: grant.Identity, Subject: "uid", Access: grant.Set, Value: strconv.Itoa(int(c.reg.Image.UID)),
+		Reason: "the image's unprivileged sandbox user", Fact: "registry.image.uid"})
+	p.Add(grant.Grant{Kind: grant.Identity, Subject: "gid", Access: grant.Set, Value: strconv.Itoa(int(c.reg.Image.GID)),
+		Reason: "the image's unprivileged sandbox group", Fact: "registry.image.gid"})
+	p.Add(grant.Grant{Kind: grant.Process, Subject: "capabilities", Access: grant.Set, Value: "none",
+		Reason: "no Linux capability in any set", Fact: "profile." + c.prof.Name + ".capabilities"})
+	p.Add(grant.Grant{Kind: grant.Process, Subject: "noNewPrivileges", Access: grant.Set, Value: "true",
+		Reason: "setuid binaries and file capabilities cannot raise privilege", Fact: "profile." + c.prof.Name})
+	p.Add(grant.Grant{Kind: grant.Process, Subject: "terminal", Access: grant.Set, Value: "false",
+		Reason: "Pi RPC speaks JSONL over pipes the launcher owns", Fact: "profile." + c.prof.Name})
+}
+
+// slot expands one argv slot from facts.
+func (c *compilation) slot(name string) (args []string, fact, reason string) {
+	f := c.facts
+	switch name {
+	case "model":
+		return []string{"--model", f.Model.Provider + "/" + f.Model.ID}, "model.provider,model.id", "the model the daemon selected"
+	case "thinking":
+		if f.Model.Thinking == "" {
+			return nil, "", ""
+		}
+		return []string{"--thinking", f.Model.Thinking}, "model.thinking", "the thinking level the daemon selected"
+	case "session":
+		switch f.Launch.Session {
+		case "":
+			return nil, "", ""
+		case "none":
+			return []string{"--no-session"}, "launch.session", "the daemon asked for no session log"
+		default:
+			return []string{"--session", f.Launch.Session}, "launch.session", "resume the session log the daemon recorded"
+		}
+	case "no-session":
+		return []string{"--no-session"}, "profile." + c.prof.Name, "probes write no session log"
+	case "mcp-config":
+		if f.Launch.MCPConfig == "" {
+			return nil, "", ""
+		}
+		return []string{"--mcp-config", f.Launch.MCPConfig}, "launch.mcpConfig", "Paseo's generated MCP config for pi-mcp-adapter"
+	case "extension":
+		return []string{"--extension", f.Launch.Extension}, "launch.extension", "Paseo's generated integration extension"
+	}
+	c.diags.Addf(diag.ProfileInvalid, "profile."+c.prof.Name+".argv", "unknown slot %q", name)
+	return nil, "", ""
+}
+
+func (c *compilation) namespaces(p *grant.Plan) {
+	for _, ns := range []string{"pid", "ipc", "uts", "mount", "network"} {
+		p.Add(grant.Grant{Kind: grant.Namespace, Subject: ns, Access: grant.New, Reason: "private " + ns + " namespace", Fact: "profile." + c.prof.Name})
+	}
+	p.Add(grant.Grant{Kind: grant.Hostname, Subject: "hostname", Access: grant.Set, Value: hostname, Reason: "a fixed name that reveals nothing about the host", Fact: "profile." + c.prof.Name})
+}
+
+// mounts adds kernel filesystems, private tmpfs, generated /etc files and
+// every bind the facts call for. Binds are sorted by destination so a parent
+// is always mounted before what nests in it.
+func (c *compilation) mounts(p *grant.Plan) {
+	for i, m := range c.prof.Mounts {
+		p.Add(grant.Grant{Kind: grant.Mount, Subject: m.Destination, Access: accessOf(m.Options), Type: m.Type, Source: m.Type,
+			Options: m.Options, Reason: m.Reason, Fact: fmt.Sprintf("profile.%s.mounts[%d]", c.prof.Name, i)})
+	}
+	size := "size=" + strconv.FormatInt(c.limits.TmpfsBytes, 10)
+	uid, gid := fmt.Sprintf("uid=%d", c.reg.Image.UID), fmt.Sprintf("gid=%d", c.reg.Image.GID)
+	p.Add(grant.Grant{Kind: grant.Mount, Subject: sandboxTmp, Access: grant.RW, Type: "tmpfs", Source: "tmpfs",
+		Options: []string{"nosuid", "nodev", "mode=1777", size}, Reason: "private temp, destroyed with the sandbox; never the daemon's /tmp", Fact: "registry.limits.tmpfsBytes"})
+	p.Add(grant.Grant{Kind: grant.Mount, Subject: sandboxHome, Access: grant.RW, Type: "tmpfs", Source: "tmpfs",
+		Options: []string{"nosuid", "nodev", "mode=0700", uid, gid, size}, Reason: "an empty HOME; the daemon user's home is never mounted", Fact: "registry.limits.tmpfsBytes"})
+	p.Add(grant.Grant{Kind: grant.Mount, Subject: "/etc/hosts", Access: grant.RO, Type: "bind", Source: "files/hosts",
+		Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}, Reason: "generated; the launcher pins egress host names here", Fact: "registry.network.dns"})
+	p.Add(grant.Grant{Kind: grant.Mount, Subject: "/etc/resolv.conf", Access: grant.RO, Type: "bind", Source: "files/resolv.conf",
+		Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}, Reason: "generated; names a resolver only when the DNS mode allows one", Fact: "registry.network.dns"})
+
+	binds := c.binds()
+	sort.SliceStable(binds, func(i, j int) bool { return binds[i].Subject < binds[j].Subject })
+	seen := map[string]string{}
+	for _, b := range binds {
+		if prev, dup := seen[b.Subject]; dup {
+			c.diags.Addf(diag.PathLayout, b.Fact, "mounts at the same path as %s", prev)
+			continue
+		}
+		seen[b.Subject] = b.Fact
+		p.Add(b)
+	}
+	for _, b := range binds {
+		c.checkDestination(b)
+	}
+}
+
+func accessOf(opts []string) grant.Access {
+	for _, o := range opts {
+		if o == "ro" {
+			return grant.RO
+		}
+	}
+	return grant.RW
+}
+
+// reservedDest are sandbox paths a fact-driven bind may not cover or sit in.
+var reservedDest = []string{"/proc", "/sys", "/dev", "/etc", sandboxHome}
+
+func (c *compilation) checkDestination(b grant.Grant) {
+	for _, r := range reservedDest {
+		if pathsafe.Beneath(r, b.Subject) || pathsafe.Beneath(b.Subject, r) {
+			c.diags.Addf(diag.PathLayout, b.Fact, "would mount over or inside the sandbox's own %s", r)
+			return
+		}
+	}
+	if b.Subject == sandboxTmp || b.Subject == "/" {
+		c.diags.Addf(diag.PathLayout, b.Fact, "would replace the sandbox's %s", b.Subject)
+	}
+}
+
+func bindOpts(a grant.Access) []string {
+	return []string{"bind", string(a), "nosuid", "nodev"}
+}
+
+// binds resolves every fact-driven bind mount.
+func (c *compilation) binds() []grant.Grant {
+	f := c.facts
+	roots := c.dep.Roots
+	var out []grant.Grant
+	add := func(s source, ok bool, a grant.Access, reason string) {
+		if !ok {
+			return
+		}
+		c.pins = append(c.pins, s)
+		out = append(out, grant.Grant{Kind: grant.Mount, Subject: s.dest, Access: a, Type: "bind", Source: s.host, Options: bindOpts(a), Reason: reason, Fact: s.fact})
+	}
+	cwd, ok := c.src.resolve("workspace.cwd", f.Workspace.Cwd, "workspace", roots.Workspace, pathsafe.Dir)
+	add(cwd, ok, grant.RW, "the agent's workspace, read-write at the path the daemon uses")
+
+	if g := f.Workspace.Git; g != nil {
+		a := grant.RO
+		why := "read-only: facts grant Git inspection only"
+		if g.Write {
+			a, why = grant.RW, "read-write: branch, index, object and ref updates"
+		}
+		s, ok := c.src.resolve("workspace.git.gitdir", g.Gitdir, "workspace", roots.Workspace, pathsafe.Dir)
+		add(s, ok, a, "linked worktree's Git dir, "+why)
+		if g.Commondir != "" {
+			s, ok := c.src.resolve("workspace.git.commondir", g.Commondir, "workspace", roots.Workspace, pathsafe.Dir)
+			add(s, ok, a, "the repository's common Git dir, "+why)
+		}
+		for i, alt := range g.Alternates {
+			fact := fmt.Sprintf("workspace.git.alternates[%d]", i)
+			s, ok := c.src.resolve(fact, alt, "workspace", roots.Workspace, pathsafe.Dir)
+			add(s, ok, grant.RO, "object alternate; read-only, new objects go to the repository's own store")
+		}
+	}
+
+	agent, ok := c.src.resolve("state.agentDir", f.State.AgentDir, "state", roots.State, pathsafe.Dir)
+	add(agent, ok, grant.Access(c.prof.State.AgentDir), "PI_CODING_AGENT_DIR: settings, models and the per-prompt lock Pi takes")
+	if c.prof.State.SessionDir != "none" {
+		s, ok := c.src.resolve("state.sessionDir", f.State.SessionDir, "state", roots.State, pathsafe.Dir)
+		add(s, ok, grant.Access(c.prof.State.SessionDir), "PI_CODING_AGENT_SESSION_DIR: session logs the daemon resumes and imports")
+	}
+	if sess := f.Launch.Session; sess != "" && sess != "none" {
+		if c.src.lexical("launch.session", sess) && !pathsafe.Beneath(f.State.SessionDir, sess) {
+			c.diags.Addf(diag.PathLayout, "launch.session", "the session log must lie in state.sessionDir, which is what the sandbox can see")
+		}
+	}
+
+	s, ok := c.src.resolve("launch.extension", f.Launch.Extension, "launch", roots.Launch, pathsafe.File)
+	add(s, ok, grant.RO, "Paseo's generated extension, read-only at its argv path")
+	if f.Launch.MCPConfig != "" && c.usesSlot("mcp-config") {
+		s, ok := c.src.resolve("launch.mcpConfig", f.Launch.MCPConfig, "launch", roots.Launch, pathsafe.File)
+		add(s, ok, grant.RO, "Paseo's generated MCP config (holds the per-run bearer token), read-only at its argv path")
+	}
+	out = append(out, c.credentialMount()...)
+	return out
+}
+
+func (c *compilation) usesSlot(name string) bool {
+	for _, w := range c.prof.Argv {
+		if w.Slot == name {
+			return true
+		}
+	}
+	return false
+}

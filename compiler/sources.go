@@ -1,0 +1,190 @@
+package compiler
+
+import (
+	"errors"
+	"fmt"
+
+	"paseo.dev/paseo-policy/compiler/pathsafe"
+	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/schema"
+)
+
+// source is one fact path turned into a bind source: where it appears in
+// the sandbox (the path the daemon uses) and the host object behind it.
+type source struct {
+	fact string
+	dest string
+	host string
+	id   pathsafe.Identity
+}
+
+// sources checks fact paths against one deployment's roots, mappings and
+// never-grant list, and resolves them on the host. Problems are collected.
+type sources struct {
+	diags  *diag.List
+	depID  string
+	dep    schema.Deployment
+	forbid []forbid
+	res    pathsafe.Resolver
+}
+
+// lexical reports a malformed fact path; ok is false when it was refused.
+func (s *sources) lexical(fact, p string) bool {
+	if code, msg := pathsafe.Lexical(p); code != "" {
+		s.diags.Addf(code, fact, "%s", msg)
+		return false
+	}
+	return true
+}
+
+// hostPath maps a fact path to the host: itself for host topology, through
+// the longest matching mapping for docker.
+func (s *sources) hostPath(fact, p string) (string, bool) {
+	if s.dep.Topology != "docker" {
+		return p, true
+	}
+	best := -1
+	for i, m := range s.dep.Mappings {
+		if pathsafe.Beneath(m.Container, p) && (best < 0 || len(m.Container) > len(s.dep.Mappings[best].Container)) {
+			best = i
+		}
+	}
+	if best < 0 {
+		s.diags.Addf(diag.PathUnmapped, fact, "docker deployment %s maps no container path above this one; facts speak in container paths and host paths are refused", s.depID)
+		return "", false
+	}
+	m := s.dep.Mappings[best]
+	rel := pathsafe.Rel(m.Container, p)
+	if rel == "." {
+		return m.Host, true
+	}
+	if m.Host == "/" {
+		return "/" + rel, true
+	}
+	return m.Host + "/" + rel, true
+}
+
+// check runs every lexical and policy check on a fact path and returns the
+// host path, without touching the filesystem.
+func (s *sources) check(fact, p, rootKind string, roots []string) (string, bool) {
+	if !s.lexical(fact, p) {
+		return "", false
+	}
+	if why := forbiddenReason(p, s.forbid); why != "" {
+		s.diags.Addf(diag.PathForbidden, fact, "never granted: %s", why)
+		return "", false
+	}
+	host, ok := s.hostPath(fact, p)
+	if !ok {
+		return "", false
+	}
+	if host != p {
+		if why := forbiddenReason(host, s.forbid); why != "" {
+			s.diags.Addf(diag.PathForbidden, fact, "maps to a host path that is never granted: %s", why)
+			return "", false
+		}
+	}
+	if rootOf(roots, host) == "" {
+		s.diags.Addf(diag.PathOutsideRoot, fact, "not beneath any %s root registered for deployment %s", rootKind, s.depID)
+		return "", false
+	}
+	return host, true
+}
+
+// resolve checks a fact path and opens it beneath its root, requiring kind.
+func (s *sources) resolve(fact, p, rootKind string, roots []string, kind pathsafe.Kind) (source, bool) {
+	host, ok := s.check(fact, p, rootKind, roots)
+	if !ok {
+		return source{}, false
+	}
+	id, err := s.res.Resolve(rootOf(roots, host), host)
+	if err != nil {
+		s.addResolveError(fact, err)
+		return source{}, false
+	}
+	if id.Kind != kind {
+		s.diags.Addf(diag.PathType, fact, "is a %s; a %s is required", id.Kind, kind)
+		return source{}, false
+	}
+	return source{fact: fact, dest: p, host: host, id: id}, true
+}
+
+// exists reports whether a checked path names an existing object; errors
+// other than absence are reported and count as present (fail closed).
+func (s *sources) exists(fact, p, rootKind string, roots []string) bool {
+	host, ok := s.check(fact, p, rootKind, roots)
+	if !ok {
+		return true
+	}
+	_, err := s.res.Resolve(rootOf(roots, host), host)
+	var pe *pathsafe.Error
+	if errors.As(err, &pe) && pe.Code == diag.PathMissing {
+		return false
+	}
+	if err != nil {
+		s.addResolveError(fact, err)
+	}
+	return true
+}
+
+func (s *sources) addResolveError(fact string, err error) {
+	var pe *pathsafe.Error
+	if errors.As(err, &pe) {
+		s.diags.Addf(pe.Code, fact, "%s", pe.Msg)
+		return
+	}
+	s.diags.Addf(diag.PathMissing, fact, "%v", err)
+}
+
+// rootOf returns the longest root that contains p, or "".
+func rootOf(roots []string, p string) string {
+	best := ""
+	for _, r := range roots {
+		if pathsafe.Beneath(r, p) && len(r) > len(best) {
+			best = r
+		}
+	}
+	return best
+}
+
+// checkDeployment validates the operator's entry for one deployment; a bad
+// registry is refused as a whole rather than half used.
+func checkDeployment(l *diag.List, id string, dep schema.Deployment, sup schema.Supervisor) {
+	base := "registry.deployments." + id
+	all := forbiddenFor(dep, sup)
+	for kind, roots := range map[string][]string{"workspace": dep.Roots.Workspace, "state": dep.Roots.State, "launch": dep.Roots.Launch} {
+		for i, r := range roots {
+			fact := fmt.Sprintf("%s.roots.%s[%d]", base, kind, i)
+			if code, msg := pathsafe.Lexical(r); code != "" {
+				l.Addf(diag.Registry, fact, "root %s", msg)
+				continue
+			}
+			if why := forbiddenReason(r, all); why != "" {
+				l.Addf(diag.Registry, fact, "root can never be granted: %s", why)
+			}
+		}
+	}
+	switch dep.Topology {
+	case "docker":
+		if len(dep.Mappings) == 0 {
+			l.Addf(diag.Registry, base+".mappings", "a docker deployment needs mappings from container paths to host paths")
+		}
+	case "host":
+		if len(dep.Mappings) > 0 {
+			l.Addf(diag.Registry, base+".mappings", "mappings are for docker deployments; host facts already speak in host paths")
+		}
+	}
+	seen := map[string]bool{}
+	for i, m := range dep.Mappings {
+		fact := fmt.Sprintf("%s.mappings[%d]", base, i)
+		for _, p := range []string{m.Container, m.Host} {
+			if code, msg := pathsafe.Lexical(p); code != "" {
+				l.Addf(diag.Registry, fact, "mapping %s", msg)
+			}
+		}
+		if seen[m.Container] {
+			l.Addf(diag.Registry, fact, "container path %s is mapped twice", m.Container)
+		}
+		seen[m.Container] = true
+	}
+}

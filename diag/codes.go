@@ -1,0 +1,44 @@
+package diag
+
+// The stable codes. Adding one is fine; renaming or reusing one breaks
+// callers and golden files, so don't.
+const (
+	// Input decoding and schema.
+	InputSyntax       Code = "PP-INPUT-SYNTAX"        // the file is not valid CUE or JSON
+	InputKind         Code = "PP-INPUT-KIND"          // apiVersion/kind do not name this input
+	SchemaUnknown     Code = "PP-SCHEMA-UNKNOWN-FIELD" // a field the contract does not define
+	SchemaInvalid     Code = "PP-SCHEMA-INVALID"       // a value of the wrong type or outside its constraint
+	SchemaIncomplete  Code = "PP-SCHEMA-INCOMPLETE"    // a required field is missing
+	SecretInFacts     Code = "PP-SECRET-IN-FACTS"      // something that looks like a secret value, not a reference
+	ProfileUnknown    Code = "PP-PROFILE-UNKNOWN"      // facts name a profile that is not embedded
+	ProfileInvalid    Code = "PP-PROFILE-INVALID"      // an embedded profile breaks the profile schema
+	DeploymentUnknown Code = "PP-DEPLOYMENT-UNKNOWN"   // deployment.id is not in the registry
+
+	// Paths.
+	PathRelative     Code = "PP-PATH-RELATIVE"     // not absolute
+	PathDotDot       Code = "PP-PATH-DOTDOT"       // contains a .. component
+	PathControl      Code = "PP-PATH-CONTROL"      // NUL, newline or another control character
+	PathNonCanonical Code = "PP-PATH-NONCANONICAL" // //, /./ or a trailing slash
+	PathSymlink      Code = "PP-PATH-SYMLINK"      // a component is a symlink (or a magic link)
+	PathOutsideRoot  Code = "PP-PATH-OUTSIDE-ROOT" // not beneath any registered root of its kind
+	PathForbidden    Code = "PP-PATH-FORBIDDEN"    // a source that may never be granted
+	PathMissing      Code = "PP-PATH-MISSING"      // the source does not exist
+	PathType         Code = "PP-PATH-TYPE"         // a file where a directory is needed, or the reverse
+	PathCrossMount   Code = "PP-PATH-XDEV"         // resolution crosses a mount point beneath the root
+	PathUnmapped     Code = "PP-PATH-UNMAPPED"     // docker topology: no mapping covers the container path
+	PathLayout       Code = "PP-PATH-LAYOUT"       // paths that must nest (session in sessionDir) do not
+
+	// Credentials.
+	CredentialShape   Code = "PP-CRED-SHAPE"          // fields that do not fit the credential mode
+	CredentialExposed Code = "PP-CRED-AUTHFILE-PRESENT" // an auth.json would be visible in a mode that must not see it
+
+	// Authority the compiler never grants.
+	HostNetwork Code = "PP-NET-HOST"      // network mode host
+	DirectFS    Code = "PP-DIRECTFS"      // runsc --directfs
+	RootUID     Code = "PP-UID-ROOT"      // uid or gid 0 for the agent
+	Capability  Code = "PP-CAPABILITY"    // any Linux capability
+	URLInvalid  Code = "PP-URL-INVALID"   // a URL the egress renderer cannot pin to host and port
+	Registry    Code = "PP-REGISTRY"      // the operator registry is inconsistent
+	EnvInvalid  Code = "PP-ENV-INVALID"   // an environment name the allowlist cannot carry
+	Internal    Code = "PP-INTERNAL"      // a bug: the compiler broke one of its own invariants
+)

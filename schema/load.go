@@ -1,0 +1,294 @@
+package schema
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"cuelang.org/go/cue"
+	"cuelang.org/go/cue/ast"
+	"cuelang.org/go/cue/cuecontext"
+	cueerrors "cuelang.org/go/cue/errors"
+	"cuelang.org/go/cue/parser"
+	cuejson "cuelang.org/go/encoding/json"
+
+	"paseo.dev/paseo-policy/diag"
+)
+
+// Input is one file the caller hands in: its name decides the format
+// (.json is JSON, anything else CUE) and appears in syntax errors.
+type Input struct {
+	Name string
+	Data []byte
+}
+
+// parsed schema files, parsed once; each load builds them into its own
+// cue.Context so concurrent compiles share nothing mutable.
+var (
+	schemaOnce  sync.Once
+	schemaFiles []*ast.File
+	schemaErr   error
+)
+
+func parsedSchema() ([]*ast.File, error) {
+	schemaOnce.Do(func() {
+		names, err := fs.Glob(files, "*.cue")
+		if err != nil {
+			schemaErr = err
+			return
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			src, err := files.ReadFile(n)
+			if err != nil {
+				schemaErr = err
+				return
+			}
+			f, err := parser.ParseFile("schema/"+n, src, parser.ParseComments)
+			if err != nil {
+				schemaErr = err
+				return
+			}
+			schemaFiles = append(schemaFiles, f)
+		}
+	})
+	return schemaFiles, schemaErr
+}
+
+// definition builds the embedded schema in ctx and returns one definition.
+func definition(ctx *cue.Context, name string) (cue.Value, error) {
+	fs, err := parsedSchema()
+	if err != nil {
+		return cue.Value{}, err
+	}
+	// The files form one package; merge their declarations into one file
+	// so a single BuildFile sees every definition.
+	merged := &ast.File{}
+	for i, f := range fs {
+		for _, d := range f.Decls {
+			if _, isPkg := d.(*ast.Package); isPkg && i > 0 {
+				continue
+			}
+			merged.Decls = append(merged.Decls, d)
+		}
+	}
+	v := ctx.BuildFile(merged)
+	if err := v.Err(); err != nil {
+		return cue.Value{}, err
+	}
+	def := v.LookupPath(cue.ParsePath(name))
+	if !def.Exists() {
+		return cue.Value{}, fmt.Errorf("schema has no %s", name)
+	}
+	return def, nil
+}
+
+// LoadFacts decodes and checks one Facts input.
+func LoadFacts(in Input) (*Facts, diag.List) {
+	var f Facts
+	ds := load(in, "#Facts", factsPrecheck, &f)
+	if len(ds) > 0 {
+		return nil, ds
+	}
+	return &f, nil
+}
+
+// LoadRegistry decodes and checks one Registry input.
+func LoadRegistry(in Input) (*Registry, diag.List) {
+	var r Registry
+	ds := load(in, "#Registry", authorityPrecheck, &r)
+	if len(ds) > 0 {
+		return nil, ds
+	}
+	return &r, nil
+}
+
+// LoadProfile decodes one profile file (name.cue) from fsys.
+func LoadProfile(fsys fs.FS, name string) (*Profile, diag.List) {
+	data, err := fs.ReadFile(fsys, name+".cue")
+	if err != nil {
+		var l diag.List
+		l.Addf(diag.ProfileUnknown, "agent.profile", "no embedded profile named %q", name)
+		return nil, l
+	}
+	var p Profile
+	ds := load(Input{Name: "profiles/" + name + ".cue", Data: data}, "#Profile", authorityPrecheck, &p)
+	if len(ds) > 0 {
+		// A broken profile is our bug, not the daemon's; say so distinctly.
+		var l diag.List
+		for _, d := range ds {
+			l.Addf(diag.ProfileInvalid, "profile."+name+pathSuffix(d.Path), "%s (%s)", d.Message, d.Code)
+		}
+		return nil, l
+	}
+	if p.Name != name {
+		var l diag.List
+		l.Addf(diag.ProfileInvalid, "profile."+name, "profile file declares name %q", p.Name)
+		return nil, l
+	}
+	return &p, nil
+}
+
+func pathSuffix(p string) string {
+	if p == "" {
+		return ""
+	}
+	return "." + p
+}
+
+type precheck func(raw any, l *diag.List)
+
+func load(in Input, defName string, pre precheck, out any) diag.List {
+	var l diag.List
+	ctx := cuecontext.New()
+	def, err := definition(ctx, defName)
+	if err != nil {
+		l.Addf(diag.Internal, "", "embedded schema: %v", err)
+		return l
+	}
+	raw, ok := parseInput(ctx, in, &l)
+	if !ok {
+		return l
+	}
+	// Prechecks run on the raw input, before the schema, so that dangerous
+	// requests get their own precise code even when the schema also fails.
+	var generic any
+	if err := raw.Decode(&generic); err == nil {
+		pre(generic, &l)
+	}
+	unified := def.Unify(raw)
+	if err := unified.Validate(cue.Concrete(true), cue.Final()); err != nil {
+		for _, d := range schemaDiagnostics(def, err) {
+			if !l.Has(d.Path) {
+				l = append(l, d)
+			}
+		}
+	}
+	if len(l) > 0 {
+		return l.Sorted()
+	}
+	// Round-trip through JSON with unknown fields refused: the schema is
+	// closed, so this only catches a Go type that drifted from the CUE.
+	data, err := unified.MarshalJSON()
+	if err != nil {
+		l.Addf(diag.Internal, "", "export: %v", err)
+		return l
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(out); err != nil {
+		l.Addf(diag.Internal, "", "decode: %v", err)
+	}
+	return l
+}
+
+func parseInput(ctx *cue.Context, in Input, l *diag.List) (cue.Value, bool) {
+	var v cue.Value
+	if strings.EqualFold(path.Ext(in.Name), ".json") {
+		expr, err := cuejson.Extract(in.Name, in.Data)
+		if err != nil {
+			l.Addf(diag.InputSyntax, "", "%s is not valid JSON: %s", in.Name, syntaxMessage(err))
+			return v, false
+		}
+		v = ctx.BuildExpr(expr)
+	} else {
+		f, err := parser.ParseFile(in.Name, in.Data)
+		if err != nil {
+			l.Addf(diag.InputSyntax, "", "%s is not valid CUE: %s", in.Name, syntaxMessage(err))
+			return v, false
+		}
+		hasImports := false
+		for range f.ImportSpecs() {
+			hasImports = true
+		}
+		if hasImports {
+			l.Addf(diag.InputSyntax, "", "%s imports packages; inputs must be plain data", in.Name)
+			return v, false
+		}
+		v = ctx.BuildFile(f)
+	}
+	if err := v.Err(); err != nil {
+		l.Addf(diag.InputSyntax, "", "%s does not evaluate: %s", in.Name, syntaxMessage(err))
+		return v, false
+	}
+	return v, true
+}
+
+// syntaxMessage keeps the position of a parse error but not the offending
+// token, which could be part of a secret pasted in the wrong place.
+func syntaxMessage(err error) string {
+	errs := cueerrors.Errors(err)
+	if len(errs) == 0 {
+		return "unreadable input"
+	}
+	return errs[0].Position().String() + ": syntax error"
+}
+
+// schemaDiagnostics turns CUE errors into diagnostics. CUE's own messages
+// quote the offending value, which may be a misplaced secret, so the message
+// is rebuilt from the schema's constraint instead.
+func schemaDiagnostics(def cue.Value, err error) diag.List {
+	var l diag.List
+	for _, e := range cueerrors.Errors(err) {
+		p := factPath(e.Path())
+		format, _ := e.Msg()
+		switch {
+		case p == "apiVersion" || p == "kind":
+			l.Addf(diag.InputKind, p, "must be %s", constraint(def, e.Path()))
+		case strings.Contains(format, "not allowed"):
+			l.Addf(diag.SchemaUnknown, p, "field is not part of the contract")
+		case strings.Contains(format, "incomplete") || strings.Contains(format, "non-concrete"):
+			l.Addf(diag.SchemaIncomplete, p, "required field is missing; expected %s", constraint(def, e.Path()))
+		default:
+			l.Addf(diag.SchemaInvalid, p, "value does not satisfy %s", constraint(def, e.Path()))
+		}
+	}
+	return l
+}
+
+func constraint(def cue.Value, p []string) string {
+	sel := make([]cue.Selector, 0, len(p))
+	for _, s := range p {
+		if n, err := strconv.Atoi(s); err == nil {
+			sel = append(sel, cue.Index(n))
+		} else {
+			sel = append(sel, cue.Str(s))
+		}
+	}
+	v := def.LookupPath(cue.MakePath(sel...))
+	if !v.Exists() {
+		if len(p) > 0 {
+			// A list element or pattern field: describe the parent.
+			return constraint(def, p[:len(p)-1]) + " element"
+		}
+		return "the schema"
+	}
+	s := fmt.Sprint(v)
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 160 {
+		s = s[:157] + "..."
+	}
+	return s
+}
+
+// factPath renders CUE path elements as workspace.git.alternates[0].
+func factPath(p []string) string {
+	var b strings.Builder
+	for _, s := range p {
+		if _, err := strconv.Atoi(s); err == nil {
+			b.WriteString("[" + s + "]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(s)
+	}
+	return b.String()
+}

@@ -1,0 +1,167 @@
+package schema
+
+// The Go shapes of the CUE definitions. JSON names match the CUE fields; the
+// CUE is the contract, these only carry decoded values.
+
+// Facts is what the daemon knows about one agent launch.
+type Facts struct {
+	APIVersion string     `json:"apiVersion"`
+	Kind       string     `json:"kind"`
+	Deployment struct {
+		ID string `json:"id"`
+	} `json:"deployment"`
+	Agent struct {
+		ID      string `json:"id"`
+		Profile string `json:"profile"`
+	} `json:"agent"`
+	Workspace  Workspace  `json:"workspace"`
+	Model      Model      `json:"model"`
+	Credential Credential `json:"credential"`
+	MCP        *MCP       `json:"mcp,omitempty"`
+	State      State      `json:"state"`
+	Launch     Launch     `json:"launch"`
+}
+
+type Workspace struct {
+	ID  string `json:"id"`
+	Cwd string `json:"cwd"`
+	Git *Git   `json:"git,omitempty"`
+}
+
+type Git struct {
+	Gitdir     string   `json:"gitdir"`
+	Commondir  string   `json:"commondir,omitempty"`
+	Alternates []string `json:"alternates,omitempty"`
+	Write      bool     `json:"write"`
+}
+
+type Model struct {
+	Provider string `json:"provider"`
+	ID       string `json:"id"`
+	BaseURL  string `json:"baseURL"`
+	Thinking string `json:"thinking,omitempty"`
+}
+
+type Credential struct {
+	Mode        string   `json:"mode"`
+	Env         string   `json:"env,omitempty"`
+	SecretRef   string   `json:"secretRef,omitempty"`
+	AuthFile    string   `json:"authFile,omitempty"`
+	RefreshURLs []string `json:"refreshURLs,omitempty"`
+}
+
+type MCP struct {
+	AgentsURL string `json:"agentsURL"`
+	TokenRef  string `json:"tokenRef"`
+}
+
+type State struct {
+	AgentDir   string `json:"agentDir"`
+	SessionDir string `json:"sessionDir"`
+}
+
+type Launch struct {
+	Extension string `json:"extension"`
+	MCPConfig string `json:"mcpConfig,omitempty"`
+	Session   string `json:"session,omitempty"`
+}
+
+// Registry is the operator's root-owned configuration.
+type Registry struct {
+	APIVersion  string                `json:"apiVersion"`
+	Kind        string                `json:"kind"`
+	Deployments map[string]Deployment `json:"deployments"`
+	Image       Image                 `json:"image"`
+	Network     Network               `json:"network"`
+	Limits      Limits                `json:"limits"`
+	Supervisor  Supervisor            `json:"supervisor"`
+}
+
+type Deployment struct {
+	Topology string    `json:"topology"`
+	Peers    *Peers    `json:"peers,omitempty"`
+	Roots    Roots     `json:"roots"`
+	Mappings []Mapping `json:"mappings,omitempty"`
+	Daemon   *Daemon   `json:"daemon,omitempty"`
+}
+
+type Peers struct {
+	UIDs []int `json:"uids"`
+	GIDs []int `json:"gids"`
+}
+
+type Roots struct {
+	Workspace []string `json:"workspace"`
+	State     []string `json:"state"`
+	Launch    []string `json:"launch"`
+}
+
+type Mapping struct {
+	Container string `json:"container"`
+	Host      string `json:"host"`
+}
+
+type Daemon struct {
+	Home      string `json:"home,omitempty"`
+	PaseoHome string `json:"paseoHome,omitempty"`
+}
+
+type Image struct {
+	Version string `json:"version"`
+	Rootfs  string `json:"rootfs"`
+	Digest  string `json:"digest"`
+	UID     uint32 `json:"uid"`
+	GID     uint32 `json:"gid"`
+	Path    string `json:"path"`
+}
+
+type Network struct {
+	Mode     string `json:"mode"`
+	DNS      string `json:"dns"`
+	Resolver string `json:"resolver,omitempty"`
+}
+
+type Limits struct {
+	MemoryBytes int64   `json:"memoryBytes"`
+	Pids        int64   `json:"pids"`
+	Nproc       uint64  `json:"nproc"`
+	Nofile      uint64  `json:"nofile"`
+	CPUs        float64 `json:"cpus"`
+	TmpfsBytes  int64   `json:"tmpfsBytes"`
+	OutputBytes int64   `json:"outputBytes"`
+	WallSeconds int64   `json:"wallSeconds"`
+}
+
+type Supervisor struct {
+	Socket    string `json:"socket"`
+	RunscRoot string `json:"runscRoot"`
+	StateDir  string `json:"stateDir"`
+}
+
+// Profile is a reviewed launch profile.
+type Profile struct {
+	Name    string            `json:"name"`
+	Summary string            `json:"summary"`
+	Argv    []Word            `json:"argv"`
+	Env     map[string]string `json:"env"`
+	Mounts  []FixedMount      `json:"mounts"`
+	State   struct {
+		AgentDir   string `json:"agentDir"`
+		SessionDir string `json:"sessionDir"`
+	} `json:"state"`
+	Limits       map[string]float64 `json:"limits"`
+	Egress       []string           `json:"egress"`
+	Capabilities []string           `json:"capabilities"`
+}
+
+type Word struct {
+	Lit  string `json:"lit,omitempty"`
+	Slot string `json:"slot,omitempty"`
+}
+
+type FixedMount struct {
+	Destination string   `json:"destination"`
+	Type        string   `json:"type"`
+	Options     []string `json:"options"`
+	Reason      string   `json:"reason"`
+}
