@@ -1,0 +1,40 @@
+# paseo-policy. `make demo` compiles and explains the reference facts;
+# `make test` runs every test (some need root: CI runs as root).
+GO ?= go
+BIN := bin
+
+.PHONY: all build demo test vet unit fuzz bench golden clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/paseo-policy ./cmd/paseo-policy
+
+demo: build
+	./scripts/demo.sh
+
+test: vet unit fuzz
+
+vet:
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -count=1 ./...
+
+# Each fuzz target runs briefly; a finding fails the build and leaves its
+# input under testdata/fuzz for the regression run in `unit`.
+FUZZTIME ?= 10s
+fuzz:
+	$(GO) test -run=^$$ -fuzz=^FuzzLoadFacts$$ -fuzztime=$(FUZZTIME) ./schema
+	$(GO) test -run=^$$ -fuzz=^FuzzLexical$$ -fuzztime=$(FUZZTIME) ./compiler/pathsafe
+	$(GO) test -run=^$$ -fuzz=^FuzzResolve$$ -fuzztime=$(FUZZTIME) ./compiler/pathsafe
+
+bench: build
+	./scripts/bench.sh
+
+# Rewrite golden files after an intended change; review the diff.
+golden:
+	PASEO_UPDATE=1 $(GO) test -count=1 ./compiler/ ./cli/
+
+clean:
+	rm -rf $(BIN) .demo

@@ -1,0 +1,220 @@
+// Package ocicheck validates a compiled bundle on its own terms: its digests
+// match its manifest, config.json passes the OCI runtime-tools checks (the
+// local ones; the tools' JSON-schema check downloads its schema, so the
+// schema that ships inside the runtime-spec module is used instead, when
+// given), and it keeps the invariants runsc and this project rely on,
+// re-checked on the artifact rather than trusted from the compiler.
+package ocicheck
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/opencontainers/runtime-tools/validate"
+
+	"github.com/sirupsen/logrus"
+
+	"paseo.dev/paseo-policy/bundle"
+)
+
+// runtime-tools logs warnings through logrus (for example that mount types
+// are only checked host-specifically); findings are returned, not logged.
+func init() { logrus.SetLevel(logrus.ErrorLevel) }
+
+// Finding is one failed check.
+type Finding struct {
+	Check  string `json:"check"`
+	Detail string `json:"detail"`
+}
+
+// Options tune a validation run.
+type Options struct {
+	// SchemaDir holds config-schema.json from the runtime-spec module; when
+	// empty the JSON-schema check is reported as not run.
+	SchemaDir string
+}
+
+// Result lists what ran and what failed.
+type Result struct {
+	Ran      []string  `json:"ran"`
+	Findings []Finding `json:"findings"`
+}
+
+// OK reports whether nothing failed.
+func (r Result) OK() bool { return len(r.Findings) == 0 }
+
+func (r *Result) run(name string, err error) {
+	r.Ran = append(r.Ran, name)
+	if err == nil {
+		return
+	}
+	for _, line := range strings.Split(strings.TrimSpace(err.Error()), "\n") {
+		line = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "*"))
+		if line == "" || strings.HasSuffix(line, "errors occurred:") || strings.HasSuffix(line, "error occurred:") {
+			continue
+		}
+		r.Findings = append(r.Findings, Finding{Check: name, Detail: line})
+	}
+}
+
+// Dir validates the bundle in dir.
+func Dir(dir string, opts Options) (Result, error) {
+	files, err := bundle.Read(dir)
+	if err != nil {
+		return Result{}, err
+	}
+	return Files(files, dir, opts), nil
+}
+
+// Files validates an in-memory bundle; dir is where relative bind sources
+// live (the bundle directory).
+func Files(files bundle.Files, dir string, opts Options) Result {
+	var r Result
+	r.run("digests", files.Verify())
+	var spec specs.Spec
+	dec := json.NewDecoder(bytes.NewReader(files[bundle.ConfigFile]))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		r.run("decode", err)
+		return r
+	}
+	r.run("decode", nil)
+	v, err := validate.NewValidator(&spec, dir, false, "linux")
+	if err != nil {
+		r.run("runtime-tools", err)
+		return r
+	}
+	r.run("runtime-tools/mandatory", v.CheckMandatoryFields())
+	r.run("runtime-tools/semver", v.CheckSemVer())
+	r.run("runtime-tools/platform", v.CheckPlatform())
+	// CheckRoot is not run: it insists root.path is a child of the bundle
+	// dir (bundle.md's container format), while config.md allows an
+	// absolute path. The image rootfs is shared, versioned and read-only,
+	// so it lives outside per-launch bundles; invariant/readonly-root
+	// checks root instead.
+	r.run("runtime-tools/mounts", v.CheckMounts())
+	r.run("runtime-tools/process", v.CheckProcess())
+	r.run("runtime-tools/linux", v.CheckLinux())
+	r.run("runtime-tools/annotations", v.CheckAnnotations())
+	r.run("runtime-tools/hooks", v.CheckHooks())
+	if opts.SchemaDir != "" {
+		r.run("json-schema", Schema(opts.SchemaDir, files[bundle.ConfigFile]))
+	}
+	for _, c := range invariants {
+		r.run("invariant/"+c.name, c.check(&spec, dir))
+	}
+	return r
+}
+
+// invariant is a property every paseo-policy bundle must have, whatever
+// the compiler's version: these are what makes it a sandbox.
+type invariant struct {
+	name  string
+	check func(s *specs.Spec, dir string) error
+}
+
+var invariants = []invariant{
+	{"no-hooks", func(s *specs.Spec, _ string) error {
+		if s.Hooks != nil {
+			return fmt.Errorf("hooks run on the host as root; a bundle may have none")
+		}
+		return nil
+	}},
+	{"readonly-root", func(s *specs.Spec, _ string) error {
+		if s.Root == nil || !s.Root.Readonly || !filepath.IsAbs(s.Root.Path) {
+			return fmt.Errorf("root must be an absolute, read-only image rootfs")
+		}
+		return nil
+	}},
+	{"unprivileged", func(s *specs.Spec, _ string) error {
+		p := s.Process
+		switch {
+		case p == nil:
+			return fmt.Errorf("process is missing")
+		case p.User.UID == 0 || p.User.GID == 0:
+			return fmt.Errorf("process runs as uid or gid 0")
+		case !p.NoNewPrivileges:
+			return fmt.Errorf("noNewPrivileges must be true")
+		case p.Capabilities != nil && (len(p.Capabilities.Bounding)+len(p.Capabilities.Effective)+len(p.Capabilities.Permitted)+len(p.Capabilities.Inheritable)+len(p.Capabilities.Ambient)) > 0:
+			return fmt.Errorf("capability sets must be empty")
+		case len(p.User.AdditionalGids) > 0:
+			return fmt.Errorf("no supplementary groups")
+		}
+		return nil
+	}},
+	{"namespaces", func(s *specs.Spec, _ string) error {
+		if s.Linux == nil {
+			return fmt.Errorf("linux section is missing")
+		}
+		want := map[specs.LinuxNamespaceType]bool{specs.PIDNamespace: false, specs.IPCNamespace: false, specs.UTSNamespace: false, specs.MountNamespace: false, specs.NetworkNamespace: false}
+		for _, ns := range s.Linux.Namespaces {
+			if ns.Path != "" {
+				return fmt.Errorf("namespace %s joins an existing namespace (%s); every namespace must be new", ns.Type, ns.Path)
+			}
+			want[ns.Type] = true
+		}
+		for t, seen := range want {
+			if !seen {
+				return fmt.Errorf("namespace %s is missing", t)
+			}
+		}
+		return nil
+	}},
+	{"no-devices-sysctl", func(s *specs.Spec, _ string) error {
+		if s.Linux != nil && (len(s.Linux.Devices) > 0 || len(s.Linux.Sysctl) > 0 || s.Linux.Resources != nil && len(s.Linux.Resources.Devices) > 0) {
+			return fmt.Errorf("no host devices, device rules or sysctls")
+		}
+		return nil
+	}},
+	{"limits", func(s *specs.Spec, _ string) error {
+		r := s.Linux.Resources
+		if r == nil || r.Memory == nil || r.Memory.Limit == nil || r.Pids == nil || r.CPU == nil || r.CPU.Quota == nil {
+			return fmt.Errorf("memory, pids and cpu limits are required")
+		}
+		return nil
+	}},
+	{"no-gvisor-annotations", func(s *specs.Spec, _ string) error {
+		for k := range s.Annotations {
+			if strings.HasPrefix(k, "dev.gvisor.") {
+				return fmt.Errorf("annotation %s changes runsc behaviour; bundles carry none", k)
+			}
+		}
+		return nil
+	}},
+	{"mounts", checkMounts},
+}
+
+var mountTypes = map[string]bool{"bind": true, "tmpfs": true, "proc": true, "sysfs": true, "devpts": true, "mqueue": true}
+
+func checkMounts(s *specs.Spec, dir string) error {
+	var problems []string
+	for _, m := range s.Mounts {
+		if !mountTypes[m.Type] {
+			problems = append(problems, fmt.Sprintf("%s: type %q is not one runsc supports here", m.Destination, m.Type))
+		}
+		if m.Type != "bind" {
+			continue
+		}
+		has := map[string]bool{}
+		for _, o := range m.Options {
+			has[o] = true
+		}
+		if !has["bind"] || has["rbind"] || !(has["ro"] || has["rw"]) || !has["nosuid"] || !has["nodev"] {
+			problems = append(problems, fmt.Sprintf("%s: binds must be non-recursive, nosuid, nodev, with explicit ro or rw", m.Destination))
+		}
+		if !filepath.IsAbs(m.Source) {
+			if _, err := os.Stat(filepath.Join(dir, m.Source)); err != nil || strings.Contains(m.Source, "..") {
+				problems = append(problems, fmt.Sprintf("%s: bundle-relative source %s is missing", m.Destination, m.Source))
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%s", strings.Join(problems, "\n"))
+	}
+	return nil
+}
