@@ -7,6 +7,7 @@ import (
 	"paseo.dev/paseo-policy/compiler/pathsafe"
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/grant"
+	"paseo.dev/paseo-policy/internal/pathform"
 )
 
 // credentialEnvName is what a provider credential variable may be called:
@@ -78,9 +79,9 @@ func (c *compilation) credentialMount() []grant.Grant {
 		return []grant.Grant{{Kind: grant.Mount, Subject: s.dest, Access: grant.RW, Type: "bind", Source: s.host, Options: bindOpts(grant.RW),
 			Reason: "OAuth credential; read-write because Pi rewrites refreshed tokens", Fact: "credential.authFile"}}
 	}
-	if code, _ := pathsafe.Lexical(f.State.AgentDir); code == "" {
+	if code, _ := pathform.Check(f.State.AgentDir); code == "" {
 		authFile := f.State.AgentDir + "/auth.json"
-		if c.src.exists("state.agentDir", authFile, "state", roots) {
+		if c.src.exists(authFile, "state", roots) {
 			c.diags.Addf(diag.CredentialExposed, "state.agentDir", "auth.json exists in the agent dir and would be readable in credential mode %s; remove it or use oauth-file", f.Credential.Mode)
 		}
 	}

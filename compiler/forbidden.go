@@ -4,7 +4,7 @@ import (
 	"path"
 	"strings"
 
-	"paseo.dev/paseo-policy/compiler/pathsafe"
+	"paseo.dev/paseo-policy/internal/pathform"
 	"paseo.dev/paseo-policy/schema"
 )
 
@@ -65,9 +65,9 @@ func forbiddenReason(p string, list []forbid) string {
 		switch {
 		case p == f.path:
 			return f.why + " (" + f.path + ")"
-		case f.beneath && pathsafe.Beneath(f.path, p):
+		case f.beneath && pathform.Beneath(f.path, p):
 			return "lies inside " + f.why + " (" + f.path + ")"
-		case p != "/" && pathsafe.Beneath(p, f.path), p == "/":
+		case p != "/" && pathform.Beneath(p, f.path), p == "/":
 			return "contains " + f.why + " (" + f.path + ")"
 		}
 	}

@@ -146,5 +146,5 @@ func (c *compilation) mcpRoute(p *grant.Plan, allowed bool) {
 	p.Add(grant.Grant{Kind: grant.Route, Subject: "mcp", Access: grant.Allow, Proto: "tcp", Port: port,
 		Value: "POST " + u.Path, Source: u.String(),
 		Options: []string{"callerAgentId=" + c.facts.Agent.ID, "tokenRef=" + c.facts.MCP.TokenRef},
-		Reason: "Paseo MCP tools via the launcher's per-sandbox proxy on the gateway; the daemon's listener itself stays unreachable", Fact: "mcp.agentsURL"})
+		Reason:  "Paseo MCP tools via the launcher's per-sandbox proxy on the gateway; the daemon's listener itself stays unreachable", Fact: "mcp.agentsURL"})
 }

@@ -8,6 +8,7 @@ import (
 	"paseo.dev/paseo-policy/compiler/pathsafe"
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/grant"
+	"paseo.dev/paseo-policy/internal/pathform"
 	"paseo.dev/paseo-policy/schema"
 )
 
@@ -87,7 +88,7 @@ func (c *compilation) checkNetwork() {
 
 func (c *compilation) rootfs(p *grant.Plan) {
 	img := c.reg.Image
-	if code, msg := pathsafe.Lexical(img.Rootfs); code != "" {
+	if code, msg := pathform.Check(img.Rootfs); code != "" {
 		c.diags.Addf(diag.Registry, "registry.image.rootfs", "%s", msg)
 	}
 	p.Add(grant.Grant{Kind: grant.Rootfs, Subject: "/", Access: grant.RO, Source: img.Rootfs, Value: img.Version + " " + img.Digest,
@@ -211,7 +212,7 @@ var reservedDest = []string{"/proc", "/sys", "/dev", "/etc", sandboxHome}
 
 func (c *compilation) checkDestination(b grant.Grant) {
 	for _, r := range reservedDest {
-		if pathsafe.Beneath(r, b.Subject) || pathsafe.Beneath(b.Subject, r) {
+		if pathform.Beneath(r, b.Subject) || pathform.Beneath(b.Subject, r) {
 			c.diags.Addf(diag.PathLayout, b.Fact, "would mount over or inside the sandbox's own %s", r)
 			return
 		}
@@ -266,7 +267,7 @@ func (c *compilation) binds() []grant.Grant {
 		add(s, ok, grant.Access(c.prof.State.SessionDir), "PI_CODING_AGENT_SESSION_DIR: session logs the daemon resumes and imports")
 	}
 	if sess := f.Launch.Session; sess != "" && sess != "none" {
-		if c.src.lexical("launch.session", sess) && !pathsafe.Beneath(f.State.SessionDir, sess) {
+		if c.src.lexical("launch.session", sess) && !pathform.Beneath(f.State.SessionDir, sess) {
 			c.diags.Addf(diag.PathLayout, "launch.session", "the session log must lie in state.sessionDir, which is what the sandbox can see")
 		}
 	}

@@ -6,6 +6,7 @@ import (
 
 	"paseo.dev/paseo-policy/compiler/pathsafe"
 	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/internal/pathform"
 	"paseo.dev/paseo-policy/schema"
 )
 
@@ -30,7 +31,7 @@ type sources struct {
 
 // lexical reports a malformed fact path; ok is false when it was refused.
 func (s *sources) lexical(fact, p string) bool {
-	if code, msg := pathsafe.Lexical(p); code != "" {
+	if code, msg := pathform.Check(p); code != "" {
 		s.diags.Addf(code, fact, "%s", msg)
 		return false
 	}
@@ -45,7 +46,7 @@ func (s *sources) hostPath(fact, p string) (string, bool) {
 	}
 	best := -1
 	for i, m := range s.dep.Mappings {
-		if pathsafe.Beneath(m.Container, p) && (best < 0 || len(m.Container) > len(s.dep.Mappings[best].Container)) {
+		if pathform.Beneath(m.Container, p) && (best < 0 || len(m.Container) > len(s.dep.Mappings[best].Container)) {
 			best = i
 		}
 	}
@@ -54,7 +55,7 @@ func (s *sources) hostPath(fact, p string) (string, bool) {
 		return "", false
 	}
 	m := s.dep.Mappings[best]
-	rel := pathsafe.Rel(m.Container, p)
+	rel := pathform.Rel(m.Container, p)
 	if rel == "." {
 		return m.Host, true
 	}
@@ -109,22 +110,25 @@ func (s *sources) resolve(fact, p, rootKind string, roots []string, kind pathsaf
 	return source{fact: fact, dest: p, host: host, id: id}, true
 }
 
-// exists reports whether a checked path names an existing object; errors
-// other than absence are reported and count as present (fail closed).
-func (s *sources) exists(fact, p, rootKind string, roots []string) bool {
-	host, ok := s.check(fact, p, rootKind, roots)
-	if !ok {
-		return true
+// exists reports whether a path names an existing object. A path that fails
+// its checks is reported as not existing: the failure is already reported
+// for the fact that named its parent.
+func (s *sources) exists(p, rootKind string, roots []string) bool {
+	host, ok := s.hostPathQuiet(p)
+	if !ok || rootOf(roots, host) == "" {
+		return false
 	}
 	_, err := s.res.Resolve(rootOf(roots, host), host)
 	var pe *pathsafe.Error
-	if errors.As(err, &pe) && pe.Code == diag.PathMissing {
-		return false
-	}
-	if err != nil {
-		s.addResolveError(fact, err)
-	}
-	return true
+	return !(errors.As(err, &pe) && pe.Code == diag.PathMissing)
+}
+
+// hostPathQuiet maps like hostPath but reports nothing.
+func (s *sources) hostPathQuiet(p string) (string, bool) {
+	saved := *s.diags
+	host, ok := s.hostPath("", p)
+	*s.diags = saved
+	return host, ok
 }
 
 func (s *sources) addResolveError(fact string, err error) {
@@ -140,7 +144,7 @@ func (s *sources) addResolveError(fact string, err error) {
 func rootOf(roots []string, p string) string {
 	best := ""
 	for _, r := range roots {
-		if pathsafe.Beneath(r, p) && len(r) > len(best) {
+		if pathform.Beneath(r, p) && len(r) > len(best) {
 			best = r
 		}
 	}
@@ -155,7 +159,7 @@ func checkDeployment(l *diag.List, id string, dep schema.Deployment, sup schema.
 	for kind, roots := range map[string][]string{"workspace": dep.Roots.Workspace, "state": dep.Roots.State, "launch": dep.Roots.Launch} {
 		for i, r := range roots {
 			fact := fmt.Sprintf("%s.roots.%s[%d]", base, kind, i)
-			if code, msg := pathsafe.Lexical(r); code != "" {
+			if code, msg := pathform.Check(r); code != "" {
 				l.Addf(diag.Registry, fact, "root %s", msg)
 				continue
 			}
@@ -178,7 +182,7 @@ func checkDeployment(l *diag.List, id string, dep schema.Deployment, sup schema.
 	for i, m := range dep.Mappings {
 		fact := fmt.Sprintf("%s.mappings[%d]", base, i)
 		for _, p := range []string{m.Container, m.Host} {
-			if code, msg := pathsafe.Lexical(p); code != "" {
+			if code, msg := pathform.Check(p); code != "" {
 				l.Addf(diag.Registry, fact, "mapping %s", msg)
 			}
 		}

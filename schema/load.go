@@ -161,6 +161,7 @@ func load(in Input, defName string, pre precheck, out any) diag.List {
 	var generic any
 	if err := raw.Decode(&generic); err == nil {
 		pre(generic, &l)
+		unknownFields(def, generic, "", &l)
 	}
 	unified := def.Unify(raw)
 	if err := unified.Validate(cue.Concrete(true), cue.Final()); err != nil {
@@ -186,6 +187,48 @@ func load(in Input, defName string, pre precheck, out any) diag.List {
 		l.Addf(diag.Internal, "", "decode: %v", err)
 	}
 	return l
+}
+
+// unknownFields reports every input field the schema does not define. CUE
+// reports closedness errors too, but not at the top level of a unified
+// definition and not alongside some other errors; this walk makes the
+// report complete and independent of what else is wrong.
+func unknownFields(def cue.Value, raw any, path string, l *diag.List) {
+	switch x := raw.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			p := k
+			if path != "" {
+				p = path + "." + k
+			}
+			if !def.Allows(cue.Str(k)) {
+				if !l.Has(p) {
+					l.Addf(diag.SchemaUnknown, p, "field is not part of the contract")
+				}
+				continue
+			}
+			child := def.LookupPath(cue.MakePath(cue.Str(k)))
+			if !child.Exists() {
+				child = def.LookupPath(cue.MakePath(cue.AnyString))
+			}
+			if child.Exists() {
+				unknownFields(child, x[k], p, l)
+			}
+		}
+	case []any:
+		elem := def.LookupPath(cue.MakePath(cue.AnyIndex))
+		if !elem.Exists() {
+			return
+		}
+		for i, e := range x {
+			unknownFields(elem, e, path+"["+strconv.Itoa(i)+"]", l)
+		}
+	}
 }
 
 func parseInput(ctx *cue.Context, in Input, l *diag.List) (cue.Value, bool) {
@@ -236,17 +279,18 @@ func syntaxMessage(err error) string {
 func schemaDiagnostics(def cue.Value, err error) diag.List {
 	var l diag.List
 	for _, e := range cueerrors.Errors(err) {
-		p := factPath(e.Path())
+		sel := trimDefinition(e.Path())
+		p := factPath(sel)
 		format, _ := e.Msg()
 		switch {
 		case p == "apiVersion" || p == "kind":
-			l.Addf(diag.InputKind, p, "must be %s", constraint(def, e.Path()))
+			l.Addf(diag.InputKind, p, "must be %s", constraint(def, sel))
 		case strings.Contains(format, "not allowed"):
 			l.Addf(diag.SchemaUnknown, p, "field is not part of the contract")
 		case strings.Contains(format, "incomplete") || strings.Contains(format, "non-concrete"):
-			l.Addf(diag.SchemaIncomplete, p, "required field is missing; expected %s", constraint(def, e.Path()))
+			l.Addf(diag.SchemaIncomplete, p, "required field is missing; expected %s", constraint(def, sel))
 		default:
-			l.Addf(diag.SchemaInvalid, p, "value does not satisfy %s", constraint(def, e.Path()))
+			l.Addf(diag.SchemaInvalid, p, "value does not satisfy %s", constraint(def, sel))
 		}
 	}
 	return l
@@ -275,6 +319,15 @@ func constraint(def cue.Value, p []string) string {
 		s = s[:157] + "..."
 	}
 	return s
+}
+
+// trimDefinition drops the leading #Facts/#Registry selector CUE puts on
+// paths of a unified definition, leaving the path as the input spells it.
+func trimDefinition(p []string) []string {
+	for len(p) > 0 && strings.HasPrefix(p[0], "#") {
+		p = p[1:]
+	}
+	return p
 }
 
 // factPath renders CUE path elements as workspace.git.alternates[0].

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/internal/pathform"
 )
 
 // factsPrecheck looks at raw facts for things the schema would only call
@@ -20,10 +21,31 @@ func factsPrecheck(raw any, l *diag.List) {
 		if !ok {
 			return
 		}
+		if isPathField(p) && !(p == "launch.session" && s == "none") {
+			if code, msg := pathform.Check(s); code != "" {
+				l.Addf(code, p, "%s", msg)
+				return
+			}
+		}
 		if reason := secretLike(key, s); reason != "" {
 			l.Addf(diag.SecretInFacts, p, "looks like a secret value (%s); facts carry only references such as secretRef", reason)
 		}
 	})
+}
+
+// pathFields are the facts that name paths; their form is checked here,
+// before the schema, so each problem gets its PP-PATH-* code.
+var pathFields = map[string]bool{
+	"workspace.cwd": true, "workspace.git.gitdir": true, "workspace.git.commondir": true,
+	"credential.authFile": true, "state.agentDir": true, "state.sessionDir": true,
+	"launch.extension": true, "launch.mcpConfig": true, "launch.session": true,
+}
+
+func isPathField(p string) bool {
+	if strings.HasPrefix(p, "workspace.git.alternates[") {
+		return true
+	}
+	return pathFields[p]
 }
 
 // authorityPrecheck refuses, with precise codes, requests for authority no

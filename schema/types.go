@@ -5,8 +5,8 @@ package schema
 
 // Facts is what the daemon knows about one agent launch.
 type Facts struct {
-	APIVersion string     `json:"apiVersion"`
-	Kind       string     `json:"kind"`
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
 	Deployment struct {
 		ID string `json:"id"`
 	} `json:"deployment"`

@@ -1,3 +1,7 @@
+// Package pathsafe is the compiler's one seam to the host filesystem. It
+// resolves paths beneath registered roots with openat2, refusing symlinks,
+// magic links and mount crossings, so that what the compiler grants is
+// exactly the object the operator registered.
 package pathsafe
 
 import (
@@ -9,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/internal/pathform"
 )
 
 // Kind is the type of a resolved object.
@@ -50,7 +55,7 @@ const beneathFlags = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESO
 // its identity. The root itself is opened without following symlinks; below
 // the root no mount point may be crossed either.
 func (r Resolver) Resolve(root, p string) (Identity, error) {
-	if !Beneath(root, p) {
+	if !pathform.Beneath(root, p) {
 		return Identity{}, &Error{diag.PathOutsideRoot, fmt.Sprintf("not beneath root %s", root)}
 	}
 	rootFD, err := r.openRoot(root)
@@ -58,11 +63,13 @@ func (r Resolver) Resolve(root, p string) (Identity, error) {
 		return Identity{}, err
 	}
 	defer unix.Close(rootFD)
-	rel := Rel(root, p)
+	rel := pathform.Rel(root, p)
 	fd := rootFD
 	if rel != "." {
 		fd, err = unix.Openat2(rootFD, rel, &unix.OpenHow{
-			Flags:   unix.O_PATH | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+			// No O_NOFOLLOW: with it a trailing symlink would be opened
+			// itself; without it RESOLVE_NO_SYMLINKS refuses it (ELOOP).
+			Flags:   unix.O_PATH | unix.O_CLOEXEC,
 			Resolve: beneathFlags | unix.RESOLVE_NO_XDEV,
 		})
 		if err != nil {
@@ -73,6 +80,9 @@ func (r Resolver) Resolve(root, p string) (Identity, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return Identity{}, &Error{diag.PathMissing, "stat: " + err.Error()}
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return Identity{}, &Error{diag.PathSymlink, "is a symlink"}
 	}
 	return Identity{Dev: st.Dev, Ino: st.Ino, Kind: kindOf(st.Mode)}, nil
 }

@@ -1,8 +1,6 @@
-// Package pathsafe is the compiler's one seam to the host filesystem. It
-// checks paths lexically and resolves them beneath registered roots with
-// openat2, refusing symlinks, magic links and mount crossings, so that what
-// the compiler grants is exactly the object the operator registered.
-package pathsafe
+// Package pathform checks the written form of absolute paths: the lexical
+// half of path safety, shared by the schema's prechecks and the resolver.
+package pathform
 
 import (
 	"path"
@@ -14,9 +12,9 @@ import (
 // MaxLen bounds a path; longer ones are refused rather than truncated.
 const MaxLen = 4096
 
-// Lexical checks the form of an absolute path and returns the first
+// Check checks the form of an absolute path and returns the first
 // problem's code and a message, or "" when the path is canonical.
-func Lexical(p string) (diag.Code, string) {
+func Check(p string) (diag.Code, string) {
 	if len(p) > MaxLen {
 		return diag.PathNonCanonical, "path is longer than 4096 bytes"
 	}
