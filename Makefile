@@ -26,7 +26,7 @@ unit:
 FUZZTIME ?= 10s
 fuzz:
 	$(GO) test -run=^$$ -fuzz=^FuzzLoadFacts$$ -fuzztime=$(FUZZTIME) ./schema
-	$(GO) test -run=^$$ -fuzz=^FuzzLexical$$ -fuzztime=$(FUZZTIME) ./compiler/pathsafe
+	$(GO) test -run=^$$ -fuzz=^FuzzCheck$$ -fuzztime=$(FUZZTIME) ./internal/pathform
 	$(GO) test -run=^$$ -fuzz=^FuzzResolve$$ -fuzztime=$(FUZZTIME) ./compiler/pathsafe
 
 bench: build

@@ -1,0 +1,135 @@
+package preflight
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Kernel 5.6 is the first with openat2, which pin re-resolution and the
+// compiler's path resolution rely on.
+const (
+	minKernelMajor = 5
+	minKernelMinor = 6
+)
+
+// cgroupRoot is where the launcher expects the unified hierarchy.
+const cgroupRoot = "/sys/fs/cgroup"
+
+// requiredControllers must be available at cgroupRoot for the bundle's
+// limits (cpu, memory, pids) to be enforced.
+var requiredControllers = []string{"cpu", "memory", "pids"}
+
+func checkRoot(euid int) error {
+	if euid != 0 {
+		return fmt.Errorf("running as euid %d; the launcher must run as root (euid 0) to create namespaces, cgroups and nftables rules", euid)
+	}
+	return nil
+}
+
+func kernelRelease() (string, error) {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "", fmt.Errorf("uname: %w", err)
+	}
+	return unix.ByteSliceToString(u.Release[:]), nil
+}
+
+// parseKernelRelease reads major.minor from a uname release such as
+// "6.1.0-18-amd64" or "5.15.153.1-microsoft-standard-WSL2".
+func parseKernelRelease(release string) (major, minor int, err error) {
+	bad := fmt.Errorf("cannot parse kernel release %q as major.minor", release)
+	majStr, rest, ok := strings.Cut(release, ".")
+	if !ok {
+		return 0, 0, bad
+	}
+	end := 0
+	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
+		end++
+	}
+	if major, err = strconv.Atoi(majStr); err != nil || major < 0 {
+		return 0, 0, bad
+	}
+	if end == 0 {
+		return 0, 0, bad
+	}
+	if minor, err = strconv.Atoi(rest[:end]); err != nil {
+		return 0, 0, bad
+	}
+	return major, minor, nil
+}
+
+func checkKernel(release string) error {
+	major, minor, err := parseKernelRelease(release)
+	if err != nil {
+		return err
+	}
+	if major < minKernelMajor || (major == minKernelMajor && minor < minKernelMinor) {
+		return fmt.Errorf("kernel %s is older than %d.%d; openat2 (needed to re-resolve pinned bind sources without following links) is missing", release, minKernelMajor, minKernelMinor)
+	}
+	return nil
+}
+
+// checkCgroup requires root to be a cgroup2 mount whose cgroup.controllers
+// lists every required controller, and returns the controllers it found.
+func checkCgroup(root string) (string, error) {
+	if err := isCgroup2(root); err != nil {
+		return "", err
+	}
+	data, err := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
+	if err != nil {
+		return "", fmt.Errorf("reading cgroup.controllers: %w", err)
+	}
+	have := strings.Join(strings.Fields(string(data)), " ")
+	if missing := missingControllers(string(data)); len(missing) > 0 {
+		return "", fmt.Errorf("cgroup2 at %s lacks controller(s) %s (available: %q); they may be bound to a cgroup v1 hierarchy", root, strings.Join(missing, ", "), have)
+	}
+	return have, nil
+}
+
+func isCgroup2(root string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(root, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("%s does not exist; cgroup v2 is not mounted", root)
+		}
+		return fmt.Errorf("statfs %s: %w", root, err)
+	}
+	if int64(st.Type) != unix.CGROUP2_SUPER_MAGIC {
+		return fmt.Errorf("%s is %s, not a cgroup2 mount; the launcher needs the unified hierarchy (cgroup v1 and hybrid layouts are refused)", root, fsTypeName(int64(st.Type)))
+	}
+	return nil
+}
+
+func fsTypeName(magic int64) string {
+	switch magic {
+	case unix.TMPFS_MAGIC:
+		return "tmpfs (a cgroup v1 or hybrid layout)"
+	case unix.CGROUP_SUPER_MAGIC:
+		return "a cgroup v1 mount"
+	case unix.SYSFS_MAGIC:
+		return "sysfs (nothing mounted there)"
+	}
+	return fmt.Sprintf("filesystem type %#x", magic)
+}
+
+// missingControllers returns the required controllers absent from the
+// contents of a cgroup.controllers file.
+func missingControllers(controllers string) []string {
+	have := map[string]bool{}
+	for _, c := range strings.Fields(controllers) {
+		have[c] = true
+	}
+	var missing []string
+	for _, c := range requiredControllers {
+		if !have[c] {
+			missing = append(missing, c)
+		}
+	}
+	return missing
+}

@@ -1,0 +1,56 @@
+package schema
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"paseo.dev/paseo-policy/internal/pathform"
+)
+
+// FuzzLoadFacts: decoding never panics; what it accepts has canonical
+// absolute paths and round-trips through JSON to the same facts.
+func FuzzLoadFacts(f *testing.F) {
+	base, err := os.ReadFile(filepath.Join("..", "testdata", "base", "facts.json"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(base)
+	f.Add([]byte(`{"apiVersion":"paseo.dev/policy/v1alpha1","kind":"Facts"}`))
+	f.Add([]byte(`{"workspace":{"cwd":"/a/../b"}}`))
+	f.Add([]byte(`[1,2,{"a":null}]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		facts, diags := LoadFacts(Input{Name: "facts.json", Data: data})
+		if facts == nil {
+			if len(diags) == 0 {
+				t.Fatal("refused without a diagnostic")
+			}
+			return
+		}
+		for _, p := range []string{facts.Workspace.Cwd, facts.State.AgentDir, facts.State.SessionDir, facts.Launch.Extension} {
+			if code, _ := pathform.Check(p); code != "" {
+				t.Fatalf("accepted bad path %q (%s)", p, code)
+			}
+		}
+		again, err := json.Marshal(facts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		facts2, diags2 := LoadFacts(Input{Name: "facts.json", Data: again})
+		if facts2 == nil {
+			t.Fatalf("re-encoded facts refused: %v", diags2)
+		}
+		if a, b := mustJSON(t, facts), mustJSON(t, facts2); a != b {
+			t.Fatalf("round trip changed facts:\n%s\n%s", a, b)
+		}
+	})
+}
+
+func mustJSON(t *testing.T, v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

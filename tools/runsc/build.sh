@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Build the pinned runsc (gVisor) as a static binary.
+#
+#   tools/runsc/build.sh [OUTPUT]        default OUTPUT: <repo>/bin/runsc
+#
+# The gVisor version is pinned in tools/runsc/go.mod and its checksums in
+# tools/runsc/go.sum (tools.go imports gvisor.dev/gvisor/runsc so go.sum
+# covers everything runsc links). The build is CGO_ENABLED=0 and -trimpath,
+# so the result is a static ELF that does not depend on the build directory.
+#
+# After a build, "<sha256>  runsc" is written to <outdir>/runsc.sha256 and the
+# digest is printed on stdout (build chatter goes to stderr). The launcher
+# preflight compares the binary against that file.
+#
+# Idempotent: when OUTPUT exists, its sha256 matches runsc.sha256, and
+# `OUTPUT --version` runs and reports the pinned version, nothing is rebuilt
+# and the recorded digest is printed again.
+set -euo pipefail
+
+script_dir=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
+repo_dir=$(cd -- "$script_dir/../.." && pwd -P)
+
+out=${1:-$repo_dir/bin/runsc}
+out_dir=$(dirname -- "$out")
+mkdir -p -- "$out_dir"
+out_dir=$(cd -- "$out_dir" && pwd -P)
+out_name=$(basename -- "$out")
+out=$out_dir/$out_name
+digest_file=$out_dir/$out_name.sha256
+
+# Build only from this module, never from a workspace or the vendor tree of
+# whatever directory the caller happens to be in. -mod=readonly: go.mod and
+# go.sum must already pin everything; a missing checksum is an error, not a
+# silent download of something new.
+export GOWORK=off
+export GOFLAGS="-mod=readonly -buildvcs=false"
+export CGO_ENABLED=0
+
+cd -- "$script_dir"
+
+version=$(go list -m -f '{{.Version}}' gvisor.dev/gvisor)
+want_version_line="runsc version $version"
+
+# up_to_date succeeds when the existing binary is the one the digest file
+# records and it runs and reports the pinned version.
+up_to_date() {
+	[[ -f $out && -x $out && -f $digest_file ]] || return 1
+	local recorded actual first
+	recorded=$(awk 'NR==1 {print $1}' "$digest_file")
+	actual=$(sha256sum -- "$out" | awk '{print $1}')
+	[[ -n $recorded && $recorded == "$actual" ]] || return 1
+	first=$("$out" --version 2>/dev/null | head -n 1) || return 1
+	[[ $first == "$want_version_line" ]] || return 1
+	return 0
+}
+
+if up_to_date; then
+	echo "runsc $version is up to date at $out" >&2
+	awk 'NR==1 {print $1}' "$digest_file"
+	exit 0
+fi
+
+echo "building runsc $version -> $out" >&2
+start=$(date +%s)
+
+tmp=$(mktemp -- "$out_dir/.$out_name.XXXXXX")
+trap 'rm -f -- "$tmp"' EXIT
+
+go build -trimpath \
+	-ldflags "-X gvisor.dev/gvisor/runsc/version.version=$version" \
+	-o "$tmp" gvisor.dev/gvisor/runsc
+
+# Refuse anything that is not what the launcher will accept.
+if ! "$tmp" --version >/dev/null 2>&1; then
+	echo "built runsc does not run --version" >&2
+	exit 1
+fi
+if command -v file >/dev/null 2>&1; then
+	desc=$(file -b -- "$tmp")
+	case $desc in
+	*"statically linked"* | *"static-pie linked"*) ;;
+	*)
+		echo "built runsc is not statically linked: $desc" >&2
+		exit 1
+		;;
+	esac
+fi
+
+chmod 0755 "$tmp"
+digest=$(sha256sum -- "$tmp" | awk '{print $1}')
+mv -f -- "$tmp" "$out"
+trap - EXIT
+printf '%s  %s\n' "$digest" "$out_name" >"$digest_file.tmp"
+mv -f -- "$digest_file.tmp" "$digest_file"
+
+echo "built in $(($(date +%s) - start))s" >&2
+echo "$digest"
