@@ -13,7 +13,7 @@ build:
 demo: build
 	./scripts/demo.sh
 
-test: vet unit fuzz
+test: vet fuzz unit
 
 vet:
 	$(GO) vet ./...
