@@ -64,7 +64,6 @@ func (c *compilation) checkCredential() {
 // other mode an existing <agentDir>/auth.json would be visible through the
 // agent dir mount, so it is refused rather than silently exposed.
 func (c *compilation) credentialMount() []grant.Grant {
-	c.checkCredential()
 	f := c.facts
 	roots := c.dep.Roots.State
 	if f.Credential.Mode == "oauth-file" {

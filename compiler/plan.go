@@ -59,6 +59,7 @@ func (c *compilation) plan() *grant.Plan {
 	}
 	c.src = &sources{diags: c.diags, depID: f.Deployment.ID, dep: dep, forbid: forbiddenFor(dep, c.reg.Supervisor), res: c.res}
 	c.limits = c.effectiveLimits()
+	c.checkCredential()
 
 	p := &grant.Plan{}
 	c.rootfs(p)
