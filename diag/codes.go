@@ -4,8 +4,8 @@ package diag
 // callers and golden files, so don't.
 const (
 	// Input decoding and schema.
-	InputSyntax       Code = "PP-INPUT-SYNTAX"        // the file is not valid CUE or JSON
-	InputKind         Code = "PP-INPUT-KIND"          // apiVersion/kind do not name this input
+	InputSyntax       Code = "PP-INPUT-SYNTAX"         // the file is not valid CUE or JSON
+	InputKind         Code = "PP-INPUT-KIND"           // apiVersion/kind do not name this input
 	SchemaUnknown     Code = "PP-SCHEMA-UNKNOWN-FIELD" // a field the contract does not define
 	SchemaInvalid     Code = "PP-SCHEMA-INVALID"       // a value of the wrong type or outside its constraint
 	SchemaIncomplete  Code = "PP-SCHEMA-INCOMPLETE"    // a required field is missing
@@ -29,16 +29,16 @@ const (
 	PathLayout       Code = "PP-PATH-LAYOUT"       // paths that must nest (session in sessionDir) do not
 
 	// Credentials.
-	CredentialShape   Code = "PP-CRED-SHAPE"          // fields that do not fit the credential mode
+	CredentialShape   Code = "PP-CRED-SHAPE"            // fields that do not fit the credential mode
 	CredentialExposed Code = "PP-CRED-AUTHFILE-PRESENT" // an auth.json would be visible in a mode that must not see it
 
 	// Authority the compiler never grants.
-	HostNetwork Code = "PP-NET-HOST"      // network mode host
-	DirectFS    Code = "PP-DIRECTFS"      // runsc --directfs
-	RootUID     Code = "PP-UID-ROOT"      // uid or gid 0 for the agent
-	Capability  Code = "PP-CAPABILITY"    // any Linux capability
-	URLInvalid  Code = "PP-URL-INVALID"   // a URL the egress renderer cannot pin to host and port
-	Registry    Code = "PP-REGISTRY"      // the operator registry is inconsistent
-	EnvInvalid  Code = "PP-ENV-INVALID"   // an environment name the allowlist cannot carry
-	Internal    Code = "PP-INTERNAL"      // a bug: the compiler broke one of its own invariants
+	HostNetwork Code = "PP-NET-HOST"    // network mode host
+	DirectFS    Code = "PP-DIRECTFS"    // runsc --directfs
+	RootUID     Code = "PP-UID-ROOT"    // uid or gid 0 for the agent
+	Capability  Code = "PP-CAPABILITY"  // any Linux capability
+	URLInvalid  Code = "PP-URL-INVALID" // a URL the egress renderer cannot pin to host and port
+	Registry    Code = "PP-REGISTRY"    // the operator registry is inconsistent
+	EnvInvalid  Code = "PP-ENV-INVALID" // an environment name the allowlist cannot carry
+	Internal    Code = "PP-INTERNAL"    // a bug: the compiler broke one of its own invariants
 )
