@@ -75,21 +75,40 @@ func checkKernel(release string) error {
 	return nil
 }
 
-// checkCgroup requires root to be a cgroup2 mount whose cgroup.controllers
-// lists every required controller, and returns the controllers it found.
+// checkCgroup accepts the unified hierarchy (cgroup2 at root whose
+// cgroup.controllers lists every required controller) or a cgroup v1
+// layout with each required controller mounted at root/<controller>;
+// runsc enforces the bundle's limits through either. It returns what it
+// found.
 func checkCgroup(root string) (string, error) {
-	if err := isCgroup2(root); err != nil {
-		return "", err
+	err2 := isCgroup2(root)
+	if err2 == nil {
+		data, err := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
+		if err != nil {
+			return "", fmt.Errorf("reading cgroup.controllers: %w", err)
+		}
+		have := strings.Join(strings.Fields(string(data)), " ")
+		if missing := missingControllers(string(data)); len(missing) > 0 {
+			return "", fmt.Errorf("cgroup2 at %s lacks controller(s) %s (available: %q); they may be bound to a cgroup v1 hierarchy", root, strings.Join(missing, ", "), have)
+		}
+		return "cgroup2 at " + root + " with controllers " + have, nil
 	}
-	data, err := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
-	if err != nil {
-		return "", fmt.Errorf("reading cgroup.controllers: %w", err)
+	if err1 := checkCgroupV1(root); err1 != nil {
+		return "", fmt.Errorf("%v; nor is there a cgroup v1 layout: %v", err2, err1)
 	}
-	have := strings.Join(strings.Fields(string(data)), " ")
-	if missing := missingControllers(string(data)); len(missing) > 0 {
-		return "", fmt.Errorf("cgroup2 at %s lacks controller(s) %s (available: %q); they may be bound to a cgroup v1 hierarchy", root, strings.Join(missing, ", "), have)
+	return "cgroup v1 at " + root + " with controllers " + strings.Join(requiredControllers, " "), nil
+}
+
+// checkCgroupV1 requires a cgroup v1 mount for every required controller.
+func checkCgroupV1(root string) error {
+	for _, c := range requiredControllers {
+		var st unix.Statfs_t
+		p := filepath.Join(root, c)
+		if err := unix.Statfs(p, &st); err != nil || int64(st.Type) != unix.CGROUP_SUPER_MAGIC {
+			return fmt.Errorf("controller %s is not mounted at %s", c, p)
+		}
 	}
-	return have, nil
+	return nil
 }
 
 func isCgroup2(root string) error {

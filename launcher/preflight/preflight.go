@@ -1,6 +1,6 @@
 // Package preflight checks, before the launcher starts anything, that the
 // host can run a bundle safely: root, a kernel with openat2, a pinned static
-// runsc, cgroup v2 with the controllers the limits need, working nftables,
+// runsc, cgroups (v2, or v1 controllers) with the controllers the limits need, working nftables,
 // and (given a bundle) that the bundle is intact, hook-free and that every
 // bind source it pinned at compile time is still the same object.
 //
@@ -24,7 +24,7 @@ const (
 	CheckKernel        = "kernel"
 	CheckRunscStatic   = "runsc-static"
 	CheckRunscDigest   = "runsc-digest"
-	CheckCgroup        = "cgroup-v2"
+	CheckCgroup        = "cgroup"
 	CheckNftables      = "nftables"
 	CheckBundleDigests = "bundle-digests"
 	CheckBundleHooks   = "bundle-no-hooks"
@@ -139,7 +139,7 @@ func Run(opts Options) Report {
 	add(CheckRunscDigest, rs.digestErr(digestFile), fmt.Sprintf("%s sha256 %s matches %s", opts.RunscPath, rs.sha256, digestFile))
 
 	controllers, err := checkCgroup(cgroupRoot)
-	add(CheckCgroup, err, fmt.Sprintf("cgroup2 at %s with controllers %s", cgroupRoot, controllers))
+	add(CheckCgroup, err, controllers)
 
 	detail, err := checkNftables()
 	add(CheckNftables, err, detail)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -323,6 +324,30 @@ func TestCgroup2Detection(t *testing.T) {
 	} else {
 		wantErr(t, err, "lacks controller(s) "+strings.Join(missing, ", "))
 	}
+}
+
+// cgroupV1Controllers reads /proc/self/mountinfo to learn whether cpu,
+// memory and pids are each mounted as cgroup v1 under /sys/fs/cgroup.
+func cgroupV1Controllers(t *testing.T) bool {
+	t.Helper()
+	info := mustRead(t, "/proc/self/mountinfo")
+	found := map[string]bool{}
+	for _, line := range strings.Split(string(info), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 9 {
+			continue
+		}
+		sep := slices.Index(fields, "-")
+		if sep < 0 || sep+1 >= len(fields) || fields[sep+1] != "cgroup" {
+			continue
+		}
+		for _, c := range requiredControllers {
+			if fields[4] == cgroupRoot+"/"+c {
+				found[c] = true
+			}
+		}
+	}
+	return len(found) == len(requiredControllers)
 }
 
 // cgroup2AtRoot reads /proc/self/mountinfo to learn, independently of
@@ -680,7 +705,9 @@ func TestRunPasses(t *testing.T) {
 		if c.Name == CheckCgroup {
 			// Host-dependent; must agree with /proc/self/mountinfo.
 			switch mounted := cgroup2AtRoot(t); {
-			case !mounted && (c.OK || !strings.Contains(c.Detail, "not a cgroup2 mount")):
+			case !mounted && cgroupV1Controllers(t) && !c.OK:
+				t.Errorf("mountinfo has v1 cpu, memory and pids under %s, but the check failed: %s", cgroupRoot, c.Detail)
+			case !mounted && !cgroupV1Controllers(t) && (c.OK || !strings.Contains(c.Detail, "not a cgroup2 mount")):
 				t.Errorf("mountinfo has no cgroup2 at %s, but the check says OK=%v: %s", cgroupRoot, c.OK, c.Detail)
 			case mounted && !c.OK && !strings.Contains(c.Detail, "lacks controller"):
 				t.Errorf("mountinfo has cgroup2 at %s, but the check failed: %s", cgroupRoot, c.Detail)
