@@ -3,17 +3,22 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build demo test vet unit fuzz bench golden clean
+.PHONY: all build runsc demo test vet unit fuzz bench golden clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/paseo-policy ./cmd/paseo-policy
 
+# The pinned runsc (tools/runsc/go.mod), built static from the Go module
+# proxy; its digest goes to bin/runsc.sha256 for the launcher's preflight.
+runsc:
+	tools/runsc/build.sh $(CURDIR)/$(BIN)/runsc
+
 demo: build
 	./scripts/demo.sh
 
-test: vet fuzz unit
+test: runsc vet fuzz unit
 
 vet:
 	$(GO) vet ./...

@@ -1,8 +1,10 @@
 package compiler
 
 import (
+	"slices"
 	"sort"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/grant"
 )
 
@@ -35,6 +37,10 @@ func (c *compilation) env(p *grant.Plan) {
 	}
 	sort.Strings(names)
 	for _, k := range names {
+		if slices.ContainsFunc(p.Grants, func(g grant.Grant) bool { return g.Kind == grant.Env && g.Subject == k }) {
+			c.diags.Addf(diag.ProfileInvalid, prof+".env."+k, "the profile may not override the fixed environment")
+			continue
+		}
 		add(k, c.prof.Env[k], "set by profile", prof+".env."+k)
 	}
 }

@@ -110,7 +110,7 @@ var (
 	}
 	jwtLike       = regexp.MustCompile(`^eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}`)
 	secretParams  = []string{"key", "api_key", "apikey", "api-key", "token", "access_token", "secret", "password", "sig", "signature"}
-	tokenAlphabet = regexp.MustCompile(`^[A-Za-z0-9_\-+=.]{32,}$`)
+	tokenAlphabet = regexp.MustCompile(`^[A-Za-z0-9_+=]{32,}$`)
 )
 
 // secretLike returns why s looks like a credential value, or "". It never
@@ -139,8 +139,9 @@ func secretLike(key, s string) string {
 		}
 		return ""
 	}
-	// Long mixed-case random-looking tokens: identifiers and paths in facts
-	// are lower-case, short or contain slashes.
+	// Long mixed-case runs with no word separators (base64- or hex-like):
+	// identifiers, model ids and paths in facts are short or contain '-',
+	// '.' or '/'.
 	if tokenAlphabet.MatchString(s) && hasClasses(s) {
 		return "long random-looking token"
 	}

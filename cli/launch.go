@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"paseo.dev/paseo-policy/launcher"
+	"paseo.dev/paseo-policy/launcher/preflight"
+)
+
+// defaultRunsc is the pinned binary next to the paseo-policy executable
+// (make runsc puts both in bin/).
+func defaultRunsc() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "runsc"
+	}
+	return filepath.Join(filepath.Dir(exe), "runsc")
+}
+
+func newLaunch(g *globals) *cobra.Command {
+	var o launcher.Options
+	var secretsDir string
+	cmd := &cobra.Command{
+		Use:   "launch DIR",
+		Short: "Run a compiled bundle under the pinned runsc (root)",
+		Long: `Launch runs preflight checks, copies the bundle into a private run dir with
+its secret placeholders replaced (from --secrets-dir, one root-owned 0600
+file per secretRef), runs it under runsc with fixed flags while owning its
+stdio, enforces wall time and output limits, and tears everything down.
+When the sandbox cannot be enforced it exits 4 (sandbox-unavailable) and
+nothing runs. The agent's own exit code is returned otherwise.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			o.BundleDir = args[0]
+			o.Stdin, o.Stdout, o.Stderr = os.Stdin, g.stdout, g.stderr
+			if secretsDir != "" {
+				o.Secrets = launcher.SecretsDir(secretsDir)
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			res, err := launcher.Launch(ctx, o)
+			var ue *launcher.UnavailableError
+			if errors.As(err, &ue) {
+				return exitWith(ExitUnavailable, err)
+			}
+			if err != nil {
+				return exitWith(ExitInternal, err)
+			}
+			if res.Reason != "" {
+				fmt.Fprintf(g.stderr, "paseo-policy: sandbox %s ended: %s\n", res.ID, res.Reason)
+			}
+			if res.ExitCode != 0 {
+				return exitWith(res.ExitCode&0xff, nil)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.ID, "id", "", "container id (default: a fresh random id)")
+	f.StringVar(&o.StateRoot, "state-root", launcher.DefaultStateRoot, "private state: run dirs and the runsc root")
+	f.StringVar(&o.RunscPath, "runsc", defaultRunsc(), "the pinned runsc binary (with <path>.sha256 beside it)")
+	f.StringVar(&secretsDir, "secrets-dir", "", "root-only directory holding one file per secretRef")
+	return cmd
+}
+
+func newDoctor(g *globals) *cobra.Command {
+	var o preflight.Options
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Check that this host can run sandboxes (and, with --bundle, that a bundle is launchable)",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			r := preflight.Run(o)
+			if g.json() {
+				if err := g.printJSON(r); err != nil {
+					return err
+				}
+			} else {
+				for _, c := range r.Checks {
+					mark := "ok  "
+					if !c.OK {
+						mark = "FAIL"
+					}
+					fmt.Fprintf(g.stdout, "%s %-16s %s\n", mark, c.Name, c.Detail)
+				}
+			}
+			if !r.OK() {
+				return exitWith(ExitUnavailable, nil)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&o.RunscPath, "runsc", defaultRunsc(), "the pinned runsc binary")
+	cmd.Flags().StringVar(&o.BundleDir, "bundle", "", "also check this bundle")
+	return cmd
+}

@@ -1,0 +1,347 @@
+// Package launcher runs a compiled bundle under the pinned runsc with fixed
+// flags, injects secrets into a private copy of the bundle, owns the
+// agent's stdio, enforces wall time and output limits, and tears everything
+// down. It never runs the agent outside runsc: when something cannot be
+// enforced it returns an *UnavailableError and nothing runs.
+package launcher
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"paseo.dev/paseo-policy/bundle"
+	"paseo.dev/paseo-policy/grant"
+	"paseo.dev/paseo-policy/launcher/preflight"
+)
+
+// DefaultStateRoot is where the launcher keeps run dirs and runsc state.
+const DefaultStateRoot = "/run/paseo-sandbox"
+
+// UnavailableError means the sandbox cannot run here. The agent was not
+// started; running it locally instead is the caller's explicit choice.
+type UnavailableError struct{ Reason string }
+
+func (e *UnavailableError) Error() string {
+	return "sandbox-unavailable: " + e.Reason + " (the agent was not started; a local retry is the caller's explicit choice)"
+}
+
+// Options configure one launch.
+type Options struct {
+	BundleDir string
+	// ID is the runsc container id; empty means a fresh random one. runsc
+	// deletes the first container's state when create reuses an id, so ids
+	// are never reused while a container exists.
+	ID        string
+	StateRoot string
+	RunscPath string
+	// Secrets resolves a secretRef to its value.
+	Secrets SecretSource
+	Stdin   io.Reader
+	Stdout  io.Writer
+	Stderr  io.Writer
+	// Grace is how long a container gets between SIGTERM and SIGKILL.
+	Grace time.Duration
+}
+
+// Result is how a launch ended.
+type Result struct {
+	ID       string
+	ExitCode int
+	// Reason is set when the launcher ended the sandbox (wall time, output).
+	Reason string
+}
+
+// Launch runs the bundle to completion.
+func Launch(ctx context.Context, opts Options) (Result, error) {
+	if opts.StateRoot == "" {
+		opts.StateRoot = DefaultStateRoot
+	}
+	if opts.ID == "" {
+		opts.ID = newID()
+	}
+	if opts.Grace == 0 {
+		opts.Grace = 2 * time.Second
+	}
+	res := Result{ID: opts.ID}
+	report := preflight.Run(preflight.Options{RunscPath: opts.RunscPath, BundleDir: opts.BundleDir})
+	if !report.OK() {
+		return res, &UnavailableError{Reason: report.Err().Error()}
+	}
+	files, err := bundle.Read(opts.BundleDir)
+	if err != nil {
+		return res, &UnavailableError{Reason: err.Error()}
+	}
+	m, err := files.Manifest()
+	if err != nil {
+		return res, &UnavailableError{Reason: err.Error()}
+	}
+	eg, err := files.Egress()
+	if err != nil {
+		return res, &UnavailableError{Reason: err.Error()}
+	}
+	if eg.Mode != "none" {
+		// Fail closed until the veth, netns and nftables path is in place.
+		return res, &UnavailableError{Reason: fmt.Sprintf("network mode %q is not enforced by this launcher yet; only none is", eg.Mode)}
+	}
+	limits := launcherLimits(m.Grants)
+
+	run, err := newRunDir(opts.StateRoot, opts.ID)
+	if err != nil {
+		return res, &UnavailableError{Reason: err.Error()}
+	}
+	defer run.remove()
+	if err := run.materialize(files, opts.Secrets); err != nil {
+		return res, &UnavailableError{Reason: err.Error()}
+	}
+
+	rs := &runsc{path: opts.RunscPath, root: filepath.Join(opts.StateRoot, "runsc"), network: eg.Mode}
+	if err := os.MkdirAll(rs.root, 0o700); err != nil {
+		return res, &UnavailableError{Reason: err.Error()}
+	}
+	defer rs.cleanup(opts.ID)
+
+	wall := ctx
+	if limits.wall > 0 {
+		var cancel context.CancelFunc
+		wall, cancel = context.WithTimeout(ctx, limits.wall)
+		defer cancel()
+	}
+	out := &limitWriter{w: orDiscard(opts.Stdout), limit: limits.output}
+	errw := &limitWriter{w: orDiscard(opts.Stderr), limit: limits.output, shared: out}
+	stop := make(chan string, 2)
+	out.onLimit = func() { stop <- "output limit exceeded" }
+	errw.onLimit = out.onLimit
+
+	cmd := rs.command(opts.ID, run.dir)
+	cmd.Stdin = opts.Stdin
+	cmd.Stdout = out
+	cmd.Stderr = errw
+	if err := cmd.Start(); err != nil {
+		return res, &UnavailableError{Reason: "starting runsc: " + err.Error()}
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+
+	var waitErr error
+	select {
+	case waitErr = <-done:
+	case <-wall.Done():
+		res.Reason = "wall time exceeded"
+		if ctx.Err() != nil {
+			res.Reason = "cancelled"
+		}
+		waitErr = rs.stop(opts.ID, cmd, done, opts.Grace)
+	case why := <-stop:
+		res.Reason = why
+		waitErr = rs.stop(opts.ID, cmd, done, opts.Grace)
+	}
+	res.ExitCode = exitCode(waitErr)
+	return res, nil
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "pp-" + hex.EncodeToString(b[:])
+}
+
+type limits struct {
+	wall   time.Duration
+	output int64
+}
+
+// launcherLimits reads the limits the launcher enforces from the grants.
+func launcherLimits(gs []grant.Grant) limits {
+	var l limits
+	for _, g := range gs {
+		if g.Kind != grant.Limit {
+			continue
+		}
+		n, _ := strconv.ParseInt(g.Value, 10, 64)
+		switch g.Subject {
+		case "wallSeconds":
+			l.wall = time.Duration(n) * time.Second
+		case "outputBytes":
+			l.output = n
+		}
+	}
+	return l
+}
+
+// limitWriter passes output through and calls onLimit once when the total
+// across it and shared passes limit; output past the limit is dropped.
+type limitWriter struct {
+	w       io.Writer
+	limit   int64
+	n       int64
+	shared  *limitWriter
+	onLimit func()
+	fired   bool
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	total := l
+	if l.shared != nil {
+		total = l.shared
+	}
+	if total.limit > 0 && total.n+int64(len(p)) > total.limit {
+		if !total.fired {
+			total.fired = true
+			if l.onLimit != nil {
+				l.onLimit()
+			}
+		}
+		return len(p), nil
+	}
+	total.n += int64(len(p))
+	_, err := l.w.Write(p)
+	return len(p), err
+}
+
+// runDir is the private, root-only copy of a bundle a launch runs from.
+type runDir struct{ dir string }
+
+func newRunDir(stateRoot, id string) (*runDir, error) {
+	if strings.ContainsAny(id, "/\x00") || id == "" || id == "." || id == ".." {
+		return nil, fmt.Errorf("invalid container id")
+	}
+	base := filepath.Join(stateRoot, "run")
+	if err := os.MkdirAll(base, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(stateRoot, 0o700); err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(base, id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("run dir for %s: %w (is the id in use?)", id, err)
+	}
+	return &runDir{dir: dir}, nil
+}
+
+// materialize writes the bundle into the run dir with secret placeholders
+// replaced; the reviewed bundle itself is never modified.
+func (r *runDir) materialize(files bundle.Files, secrets SecretSource) error {
+	cfg, err := injectSecrets(files[bundle.ConfigFile], secrets)
+	if err != nil {
+		return err
+	}
+	for _, name := range []string{bundle.HostsFile, bundle.ResolvFile} {
+		p := filepath.Join(r.dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return err
+		}
+		// Readable by the sandbox user through the gofer.
+		if err := os.WriteFile(p, files[name], 0o644); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(filepath.Join(r.dir, bundle.ConfigFile), cfg, 0o600)
+}
+
+func (r *runDir) remove() { _ = os.RemoveAll(r.dir) }
+
+// runsc drives the pinned binary with fixed flags only.
+type runsc struct {
+	path    string
+	root    string
+	network string
+}
+
+func (r *runsc) flags() []string {
+	// Fixed, reviewed flags: private state root, the bundle's network mode,
+	// default platform, no directfs.
+	return []string{"--root", r.root, "--network=" + r.network, "--directfs=false"}
+}
+
+func (r *runsc) command(id, bundleDir string) *exec.Cmd {
+	args := append(r.flags(), "run", "--bundle", bundleDir, id)
+	cmd := exec.Command(r.path, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	return cmd
+}
+
+func (r *runsc) run(args ...string) error {
+	cmd := exec.Command(r.path, append(r.flags(), args...)...)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("runsc %s: %v: %s", args[0], err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// stop asks the container to end, then kills runsc's process group, which
+// takes the sandbox and gofer with it.
+func (r *runsc) stop(id string, cmd *exec.Cmd, done <-chan error, grace time.Duration) error {
+	_ = r.run("kill", id, "SIGTERM")
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(grace):
+	}
+	_ = r.run("kill", "--all", id, "SIGKILL")
+	_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
+	return <-done
+}
+
+// cleanup deletes the container state and unmounts what runsc leaves
+// behind under its root (it leaves an nsfs mount at <root>/null-netns).
+func (r *runsc) cleanup(id string) {
+	_ = r.run("delete", "--force", id)
+	unmountBeneath(r.root)
+}
+
+func unmountBeneath(root string) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var targets []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == root || strings.HasPrefix(f[4], root+"/")) {
+			targets = append(targets, f[4])
+		}
+	}
+	for i := len(targets) - 1; i >= 0; i-- {
+		_ = unix.Unmount(targets[i], unix.MNT_DETACH)
+	}
+}
