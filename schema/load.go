@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -196,16 +198,8 @@ func load(in Input, defName string, pre precheck, out any) diag.List {
 func unknownFields(def cue.Value, raw any, path string, l *diag.List) {
 	switch x := raw.(type) {
 	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			p := k
-			if path != "" {
-				p = path + "." + k
-			}
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			p := joinPath(path, k)
 			if !def.Allows(cue.Str(k)) {
 				if !l.Has(p) {
 					l.Addf(diag.SchemaUnknown, p, "field is not part of the contract")

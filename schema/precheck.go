@@ -1,9 +1,10 @@
 package schema
 
 import (
+	"maps"
 	"net/url"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -76,20 +77,20 @@ func authorityPrecheck(raw any, l *diag.List) {
 	})
 }
 
+// joinPath appends a field name to a fact path.
+func joinPath(parent, field string) string {
+	if parent == "" {
+		return field
+	}
+	return parent + "." + field
+}
+
 // walk visits every field of a decoded JSON-like value in sorted order.
 func walk(v any, p string, visit func(path, key string, v any)) {
 	switch x := v.(type) {
 	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			child := k
-			if p != "" {
-				child = p + "." + k
-			}
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			child := joinPath(p, k)
 			visit(child, k, x[k])
 			walk(x[k], child, visit)
 		}
