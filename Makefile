@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build runsc demo test vet unit fuzz bench golden clean
+.PHONY: all build runsc demo test vet race unit fuzz bench golden clean
 
 all: build
 
@@ -18,10 +18,14 @@ runsc:
 demo: build
 	./scripts/demo.sh
 
-test: runsc vet fuzz unit
+test: runsc vet fuzz race unit
 
 vet:
 	$(GO) vet ./...
+
+# The compiler promises that concurrent compiles share nothing mutable.
+race:
+	$(GO) test -race -count=1 -run 'Concurrent|Golden' ./compiler ./schema
 
 unit:
 	$(GO) test -count=1 ./...

@@ -8,6 +8,7 @@ package compiler
 
 import (
 	"io/fs"
+	"sync"
 
 	"paseo.dev/paseo-policy/bundle"
 	"paseo.dev/paseo-policy/compiler/pathsafe"
@@ -45,8 +46,9 @@ type Result struct {
 // Compile checks the inputs and, when nothing is refused, returns the plan
 // and its rendered bundle. Every refusal is collected into the diag.List.
 func Compile(in Inputs, opts Options) (*Result, diag.List) {
-	facts, fd := schema.LoadFacts(in.Facts)
-	reg, rd := schema.LoadRegistry(in.Registry)
+	ld := schema.NewLoader()
+	facts, fd := ld.Facts(in.Facts)
+	reg, rd := ld.Registry(in.Registry)
 	var l diag.List
 	for _, d := range rd {
 		// Registry paths are prefixed so they never read as fact paths.
@@ -57,11 +59,13 @@ func Compile(in Inputs, opts Options) (*Result, diag.List) {
 	if facts == nil || reg == nil {
 		return nil, l.Sorted()
 	}
-	fsys := opts.Profiles
-	if fsys == nil {
-		fsys = profiles.FS
+	var prof *schema.Profile
+	var pd diag.List
+	if opts.Profiles == nil {
+		prof, pd = embeddedProfile(facts.Agent.Profile)
+	} else {
+		prof, pd = ld.Profile(opts.Profiles, facts.Agent.Profile)
 	}
-	prof, pd := schema.LoadProfile(fsys, facts.Agent.Profile)
 	l = append(l, pd...)
 	if prof == nil {
 		return nil, l.Sorted()
@@ -77,6 +81,29 @@ func Compile(in Inputs, opts Options) (*Result, diag.List) {
 		return nil, l
 	}
 	return &Result{Plan: plan, Manifest: manifest, Files: files}, nil
+}
+
+// The embedded profiles never change at run time, so each is decoded once
+// per process; the compiler only reads them.
+var (
+	profileMu    sync.Mutex
+	profileCache = map[string]profileEntry{}
+)
+
+type profileEntry struct {
+	p *schema.Profile
+	d diag.List
+}
+
+func embeddedProfile(name string) (*schema.Profile, diag.List) {
+	profileMu.Lock()
+	defer profileMu.Unlock()
+	e, ok := profileCache[name]
+	if !ok {
+		e.p, e.d = schema.LoadProfile(profiles.FS, name)
+		profileCache[name] = e
+	}
+	return e.p, e.d
 }
 
 func prefixed(prefix, p string) string {

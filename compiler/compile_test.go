@@ -131,3 +131,32 @@ func TestOnlyPlaceholderForSecrets(t *testing.T) {
 		}
 	}
 }
+
+// Compiles on separate goroutines share nothing mutable (make test runs
+// this under the race detector).
+func TestConcurrentCompiles(t *testing.T) {
+	_, in, res := caseInputs(t, "host-pi-session-api-key")
+	want, diags := Compile(in, Options{Resolver: res})
+	if len(diags) > 0 {
+		t.Fatal(diags)
+	}
+	errs := make(chan string, 8)
+	for range 8 {
+		go func() {
+			got, diags := Compile(in, Options{Resolver: res})
+			switch {
+			case len(diags) > 0:
+				errs <- diags.Error()
+			case !bytes.Equal(got.Files[bundle.ManifestFile], want.Files[bundle.ManifestFile]):
+				errs <- "a concurrent compile gave different bytes"
+			default:
+				errs <- ""
+			}
+		}()
+	}
+	for range 8 {
+		if e := <-errs; e != "" {
+			t.Error(e)
+		}
+	}
+}

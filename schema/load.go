@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 
 	"cuelang.org/go/cue"
 	"cuelang.org/go/cue/ast"
@@ -30,49 +29,40 @@ type Input struct {
 	Data []byte
 }
 
-// parsed schema files, parsed once; each load builds them into its own
-// cue.Context so concurrent compiles share nothing mutable.
-var (
-	schemaOnce  sync.Once
-	schemaFiles []*ast.File
-	schemaErr   error
-)
-
-func parsedSchema() ([]*ast.File, error) {
-	schemaOnce.Do(func() {
-		names, err := fs.Glob(files, "*.cue")
-		if err != nil {
-			schemaErr = err
-			return
-		}
-		sort.Strings(names)
-		for _, n := range names {
-			src, err := files.ReadFile(n)
-			if err != nil {
-				schemaErr = err
-				return
-			}
-			f, err := parser.ParseFile("schema/"+n, src, parser.ParseComments)
-			if err != nil {
-				schemaErr = err
-				return
-			}
-			schemaFiles = append(schemaFiles, f)
-		}
-	})
-	return schemaFiles, schemaErr
+// Loader checks inputs against the embedded schema. It holds one
+// cue.Context and one build of the schema, so the inputs of one compile
+// share them; a Loader is not safe for concurrent use, and separate
+// Loaders share nothing (CUE writes into the syntax trees it builds, so
+// the schema is parsed afresh for each Loader).
+type Loader struct {
+	ctx    *cue.Context
+	schema cue.Value
+	err    error
 }
 
-// definition builds the embedded schema in ctx and returns one definition.
-func definition(ctx *cue.Context, name string) (cue.Value, error) {
-	fs, err := parsedSchema()
+// NewLoader parses and builds the embedded schema.
+func NewLoader() *Loader {
+	ld := &Loader{ctx: cuecontext.New()}
+	names, err := fs.Glob(files, "*.cue")
 	if err != nil {
-		return cue.Value{}, err
+		ld.err = err
+		return ld
 	}
-	// The files form one package; merge their declarations into one file
-	// so a single BuildFile sees every definition.
+	sort.Strings(names)
+	// The files form one package; their declarations go into one file so
+	// a single BuildFile sees every definition.
 	merged := &ast.File{}
-	for i, f := range fs {
+	for i, n := range names {
+		src, err := files.ReadFile(n)
+		if err != nil {
+			ld.err = err
+			return ld
+		}
+		f, err := parser.ParseFile("schema/"+n, src, parser.ParseComments)
+		if err != nil {
+			ld.err = err
+			return ld
+		}
 		for _, d := range f.Decls {
 			if _, isPkg := d.(*ast.Package); isPkg && i > 0 {
 				continue
@@ -80,39 +70,56 @@ func definition(ctx *cue.Context, name string) (cue.Value, error) {
 			merged.Decls = append(merged.Decls, d)
 		}
 	}
-	v := ctx.BuildFile(merged)
-	if err := v.Err(); err != nil {
-		return cue.Value{}, err
+	ld.schema = ld.ctx.BuildFile(merged)
+	ld.err = ld.schema.Err()
+	return ld
+}
+
+// definition returns one definition of the built schema.
+func (ld *Loader) definition(name string) (cue.Value, error) {
+	if ld.err != nil {
+		return cue.Value{}, ld.err
 	}
-	def := v.LookupPath(cue.ParsePath(name))
+	def := ld.schema.LookupPath(cue.ParsePath(name))
 	if !def.Exists() {
 		return cue.Value{}, fmt.Errorf("schema has no %s", name)
 	}
 	return def, nil
 }
 
-// LoadFacts decodes and checks one Facts input.
-func LoadFacts(in Input) (*Facts, diag.List) {
+// LoadFacts decodes and checks one Facts input with a fresh Loader.
+func LoadFacts(in Input) (*Facts, diag.List) { return NewLoader().Facts(in) }
+
+// LoadRegistry decodes and checks one Registry input with a fresh Loader.
+func LoadRegistry(in Input) (*Registry, diag.List) { return NewLoader().Registry(in) }
+
+// LoadProfile decodes one profile with a fresh Loader.
+func LoadProfile(fsys fs.FS, name string) (*Profile, diag.List) {
+	return NewLoader().Profile(fsys, name)
+}
+
+// Facts decodes and checks one Facts input.
+func (ld *Loader) Facts(in Input) (*Facts, diag.List) {
 	var f Facts
-	ds := load(in, "#Facts", factsPrecheck, &f)
+	ds := ld.load(in, "#Facts", factsPrecheck, &f)
 	if len(ds) > 0 {
 		return nil, ds
 	}
 	return &f, nil
 }
 
-// LoadRegistry decodes and checks one Registry input.
-func LoadRegistry(in Input) (*Registry, diag.List) {
+// Registry decodes and checks one Registry input.
+func (ld *Loader) Registry(in Input) (*Registry, diag.List) {
 	var r Registry
-	ds := load(in, "#Registry", authorityPrecheck, &r)
+	ds := ld.load(in, "#Registry", authorityPrecheck, &r)
 	if len(ds) > 0 {
 		return nil, ds
 	}
 	return &r, nil
 }
 
-// LoadProfile decodes one profile file (name.cue) from fsys.
-func LoadProfile(fsys fs.FS, name string) (*Profile, diag.List) {
+// Profile decodes one profile file (name.cue) from fsys.
+func (ld *Loader) Profile(fsys fs.FS, name string) (*Profile, diag.List) {
 	data, err := fs.ReadFile(fsys, name+".cue")
 	if err != nil {
 		var l diag.List
@@ -120,7 +127,7 @@ func LoadProfile(fsys fs.FS, name string) (*Profile, diag.List) {
 		return nil, l
 	}
 	var p Profile
-	ds := load(Input{Name: "profiles/" + name + ".cue", Data: data}, "#Profile", authorityPrecheck, &p)
+	ds := ld.load(Input{Name: "profiles/" + name + ".cue", Data: data}, "#Profile", authorityPrecheck, &p)
 	if len(ds) > 0 {
 		// A broken profile is our bug, not the daemon's; say so distinctly.
 		var l diag.List
@@ -146,10 +153,10 @@ func pathSuffix(p string) string {
 
 type precheck func(raw any, l *diag.List)
 
-func load(in Input, defName string, pre precheck, out any) diag.List {
+func (ld *Loader) load(in Input, defName string, pre precheck, out any) diag.List {
 	var l diag.List
-	ctx := cuecontext.New()
-	def, err := definition(ctx, defName)
+	ctx := ld.ctx
+	def, err := ld.definition(defName)
 	if err != nil {
 		l.Addf(diag.Internal, "", "embedded schema: %v", err)
 		return l
@@ -160,8 +167,7 @@ func load(in Input, defName string, pre precheck, out any) diag.List {
 	}
 	// Prechecks run on the raw input, before the schema, so that dangerous
 	// requests get their own precise code even when the schema also fails.
-	var generic any
-	if err := raw.Decode(&generic); err == nil {
+	if generic, err := rawData(in, raw); err == nil {
 		pre(generic, &l)
 		unknownFields(def, generic, "", &l)
 	}
@@ -223,6 +229,16 @@ func unknownFields(def cue.Value, raw any, path string, l *diag.List) {
 			unknownFields(elem, e, path+"["+strconv.Itoa(i)+"]", l)
 		}
 	}
+}
+
+// rawData is the input as plain data for the prechecks. JSON is decoded
+// directly (cheaper than a walk through CUE); CUE input through CUE.
+func rawData(in Input, raw cue.Value) (any, error) {
+	var generic any
+	if strings.EqualFold(path.Ext(in.Name), ".json") {
+		return generic, json.Unmarshal(in.Data, &generic)
+	}
+	return generic, raw.Decode(&generic)
 }
 
 func parseInput(ctx *cue.Context, in Input, l *diag.List) (cue.Value, bool) {
