@@ -239,7 +239,6 @@ func (s *sandbox) assertClean(t *testing.T) {
 // A missing secret, a tampered bundle and an unenforced network mode all
 // refuse to start anything.
 func TestLaunchFailsClosed(t *testing.T) {
-	marker := "/tmp/never-started"
 	script := "echo started > $PASEO_AGENT_CWD/started"
 	t.Run("missing secret", func(t *testing.T) {
 		s := compileScript(t, script, "")
@@ -277,7 +276,6 @@ func TestLaunchFailsClosed(t *testing.T) {
 		wantUnavailable(t, err, "network mode")
 		s.assertNotStarted(t)
 	})
-	_ = marker
 }
 
 func (s *sandbox) assertNotStarted(t *testing.T) {
