@@ -30,7 +30,6 @@ func (c *compilation) network(p *grant.Plan) {
 	f := c.facts
 	if slices.Contains(purposes, "model") {
 		if host, port, scheme, ok := c.endpoint("model.baseURL", f.Model.BaseURL); ok {
-			c.hostsPinned = append(c.hostsPinned, host)
 			p.Add(grant.Grant{Kind: grant.Egress, Subject: host, Access: grant.Allow, Proto: "tcp", Port: port, Value: "model",
 				Reason: "the selected model endpoint (" + scheme + ")", Fact: "model.baseURL"})
 		}
@@ -44,7 +43,6 @@ func (c *compilation) network(p *grant.Plan) {
 		fact := fmt.Sprintf("credential.refreshURLs[%d]", i)
 		host, port, _, ok := c.endpoint(fact, u)
 		if ok && slices.Contains(purposes, "oauth-refresh") && f.Credential.Mode == "oauth-file" {
-			c.hostsPinned = append(c.hostsPinned, host)
 			p.Add(grant.Grant{Kind: grant.Egress, Subject: host, Access: grant.Allow, Proto: "tcp", Port: port, Value: "oauth-refresh",
 				Reason: "OAuth token refresh for the credential in auth.json", Fact: fact})
 		}

@@ -40,8 +40,7 @@ type compilation struct {
 	src  *sources
 	pins []source
 	// set while planning, read by the renderers
-	limits      schema.Limits
-	hostsPinned []string
+	limits schema.Limits
 }
 
 func (c *compilation) plan() *grant.Plan {

@@ -84,10 +84,12 @@ func (r Resolver) Resolve(root, p string) (Identity, error) {
 	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
 		return Identity{}, &Error{diag.PathSymlink, "is a symlink"}
 	}
-	return Identity{Dev: st.Dev, Ino: st.Ino, Kind: kindOf(st.Mode)}, nil
+	return Identity{Dev: st.Dev, Ino: st.Ino, Kind: KindOf(st.Mode)}, nil
 }
 
-func kindOf(mode uint32) Kind {
+// KindOf classifies a stat mode; the launcher's pin check uses it too, so
+// compile and launch agree on what a source is.
+func KindOf(mode uint32) Kind {
 	switch mode & unix.S_IFMT {
 	case unix.S_IFDIR:
 		return Dir

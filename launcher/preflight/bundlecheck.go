@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/bundle"
+	"paseo.dev/paseo-policy/compiler/pathsafe"
 )
 
 const bundleConfigName = bundle.ConfigFile
@@ -118,7 +119,7 @@ func checkPin(p bundle.Pin) error {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fmt.Errorf("%s: stat: %v", where, err)
 	}
-	kind := kindOf(st.Mode)
+	kind := string(pathsafe.KindOf(st.Mode))
 	if st.Dev != p.Dev || st.Ino != p.Ino || kind != p.Kind {
 		return fmt.Errorf("%s: now dev %d inode %d kind %s, compiled as dev %d inode %d kind %s; the path was replaced", where, st.Dev, st.Ino, kind, p.Dev, p.Ino, p.Kind)
 	}
@@ -139,15 +140,4 @@ func openat2Reason(err error) string {
 		return "permission denied while resolving"
 	}
 	return "openat2: " + err.Error()
-}
-
-// kindOf matches the kinds the compiler records in pins.json.
-func kindOf(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		return "dir"
-	case unix.S_IFREG:
-		return "file"
-	}
-	return "other"
 }

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/bundle"
+	"paseo.dev/paseo-policy/compiler/pathsafe"
 )
 
 // staticBin is a static executable built once by TestMain with the Go
@@ -507,7 +508,7 @@ func pinOf(t *testing.T, dest, source string) bundle.Pin {
 	if err := unix.Lstat(source, &st); err != nil {
 		t.Fatal(err)
 	}
-	return bundle.Pin{Destination: dest, Source: source, Dev: st.Dev, Ino: st.Ino, Kind: kindOf(st.Mode)}
+	return bundle.Pin{Destination: dest, Source: source, Dev: st.Dev, Ino: st.Ino, Kind: string(pathsafe.KindOf(st.Mode))}
 }
 
 func TestIntactBundlePasses(t *testing.T) {
