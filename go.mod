@@ -11,6 +11,8 @@ require (
 	github.com/rogpeppe/go-internal v1.16.0
 	github.com/sirupsen/logrus v1.8.1
 	github.com/spf13/cobra v1.10.2
+	github.com/vishvananda/netlink v1.3.1
+	github.com/vishvananda/netns v0.0.5
 	github.com/xeipuuv/gojsonschema v1.2.0
 	golang.org/x/sys v0.46.0
 )

@@ -1,0 +1,250 @@
+// Package testnet builds small private networks for tests: an uplink
+// namespace that stands in for the host's network (the launcher puts the
+// sandbox's veth peer there) and test hosts in namespaces of their own,
+// each linked to the uplink on addresses the test assigns. Tests send
+// traffic only to servers they start on these hosts; nothing here touches
+// the host's own namespace, routes or sysctls.
+package testnet
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"paseo.dev/paseo-policy/internal/nsutil"
+)
+
+// World is an uplink namespace with forwarding on and test hosts around it.
+type World struct {
+	t      testing.TB
+	dir    string
+	Uplink string // pinned namespace path of the uplink
+	fd     int
+	hosts  []*Host
+	prefix string
+}
+
+// Host is one test host: its own namespace, one address, servers on it.
+type Host struct {
+	Name string
+	Addr netip.Addr
+	// Gateway is the uplink's address on this host's link: an address of
+	// "the host itself" from the sandbox's point of view.
+	Gateway netip.Addr
+	ns      string
+	fd      int
+}
+
+// New creates a world. Its host links use 10.77.<n>.0/30; sandbox links
+// come from the launcher's own pool, which does not overlap.
+func New(t testing.TB) *World {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "paseo-testnet-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &World{t: t, dir: dir, Uplink: filepath.Join(dir, "uplink")}
+	w.prefix = fmt.Sprintf("pt%04x", os.Getpid()&0xffff)
+	if w.fd, err = nsutil.Create(w.Uplink); err != nil {
+		t.Fatalf("test world uplink namespace: %v", err)
+	}
+	t.Cleanup(w.close)
+	if err := nsutil.Sysctl(w.fd, "ipv4/ip_forward", "1"); err != nil {
+		t.Fatal(err)
+	}
+	w.up(w.fd, "lo")
+	return w
+}
+
+func (w *World) up(fd int, name string) {
+	h := w.handle(fd)
+	defer h.Close()
+	l, err := h.LinkByName(name)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if err := h.LinkSetUp(l); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func (w *World) handle(fd int) *netlink.Handle {
+	h, err := netlink.NewHandleAt(netns.NsHandle(fd))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return h
+}
+
+// Host adds a test host linked to the uplink.
+func (w *World) Host(name string) *Host {
+	w.t.Helper()
+	k := len(w.hosts) + 1
+	h := &Host{Name: name, ns: filepath.Join(w.dir, "host-"+name),
+		Gateway: netip.AddrFrom4([4]byte{10, 77, byte(k), 1}),
+		Addr:    netip.AddrFrom4([4]byte{10, 77, byte(k), 2})}
+	var err error
+	if h.fd, err = nsutil.Create(h.ns); err != nil {
+		w.t.Fatal(err)
+	}
+	w.hosts = append(w.hosts, h)
+	upName, hostName := fmt.Sprintf("%s%du", w.prefix, k), fmt.Sprintf("%s%dh", w.prefix, k)
+	uh := w.handle(w.fd)
+	defer uh.Close()
+	if err := uh.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: upName}, PeerName: hostName, PeerNamespace: netlink.NsFd(h.fd)}); err != nil {
+		w.t.Fatalf("test host %s link: %v", name, err)
+	}
+	w.addr(uh, upName, h.Gateway)
+	hh := w.handle(h.fd)
+	defer hh.Close()
+	w.addr(hh, hostName, h.Addr)
+	w.up(h.fd, "lo")
+	l, _ := hh.LinkByName(hostName)
+	if err := hh.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: net.IP(h.Gateway.AsSlice()),
+		Dst: &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)}}); err != nil {
+		w.t.Fatal(err)
+	}
+	return h
+}
+
+func (w *World) addr(h *netlink.Handle, name string, a netip.Addr) {
+	l, err := h.LinkByName(name)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if err := h.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(30, 32)}}); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := h.LinkSetUp(l); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// Server is a TCP server on a test host that writes a banner to every
+// connection and counts them.
+type Server struct {
+	Addr   netip.AddrPort
+	Banner string
+	mu     sync.Mutex
+	conns  int
+	l      net.Listener
+}
+
+// Conns is how many connections the server accepted.
+func (s *Server) Conns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns
+}
+
+// Serve starts a banner server on the host at port.
+func (h *Host) Serve(t testing.TB, port int, banner string) *Server {
+	t.Helper()
+	s := &Server{Addr: netip.AddrPortFrom(h.Addr, uint16(port)), Banner: banner}
+	l, err := h.Listen("tcp4", s.Addr.String())
+	if err != nil {
+		t.Fatalf("test server on %s: %v", s.Addr, err)
+	}
+	s.l = l
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.conns++
+			s.mu.Unlock()
+			go func() {
+				defer c.Close()
+				fmt.Fprintln(c, banner)
+				_, _ = bufio.NewReader(c).ReadString('\n')
+			}()
+		}
+	}()
+	return s
+}
+
+// Listen opens a listener inside the host's namespace.
+func (h *Host) Listen(network, addr string) (net.Listener, error) {
+	var l net.Listener
+	err := nsutil.Do(h.fd, func() error {
+		var err error
+		l, err = net.Listen(network, addr)
+		return err
+	})
+	return l, err
+}
+
+// ListenPacket opens a packet listener inside the host's namespace.
+func (h *Host) ListenPacket(network, addr string) (net.PacketConn, error) {
+	var c net.PacketConn
+	err := nsutil.Do(h.fd, func() error {
+		var err error
+		c, err = net.ListenPacket(network, addr)
+		return err
+	})
+	return c, err
+}
+
+// Dial dials addr from inside the host's namespace.
+func (h *Host) Dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	return dialIn(h.fd, network, addr, timeout)
+}
+
+// ListenUplink opens a listener in the uplink namespace: a service of "the
+// host itself" as the sandbox sees it.
+func (w *World) ListenUplink(network, addr string) (net.Listener, error) {
+	var l net.Listener
+	err := nsutil.Do(w.fd, func() error {
+		var err error
+		l, err = net.Listen(network, addr)
+		return err
+	})
+	return l, err
+}
+
+// DialFrom dials addr from inside the namespace at nsPath.
+func DialFrom(nsPath, network, addr string, timeout time.Duration) (net.Conn, error) {
+	fd, err := nsutil.Open(nsPath)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	return dialIn(fd, network, addr, timeout)
+}
+
+func dialIn(fd int, network, addr string, timeout time.Duration) (net.Conn, error) {
+	var c net.Conn
+	err := nsutil.Do(fd, func() error {
+		d := net.Dialer{Timeout: timeout}
+		var err error
+		c, err = d.Dial(network, addr)
+		return err
+	})
+	return c, err
+}
+
+func (w *World) close() {
+	_ = nsutil.Remove(w.Uplink)
+	unix.Close(w.fd)
+	for _, h := range w.hosts {
+		unix.Close(h.fd)
+	}
+	ents, _ := os.ReadDir(w.dir)
+	for _, e := range ents {
+		_ = nsutil.Remove(filepath.Join(w.dir, e.Name()))
+	}
+	_ = os.RemoveAll(w.dir)
+}
