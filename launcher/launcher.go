@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +27,7 @@ import (
 	"paseo.dev/paseo-policy/bundle"
 	"paseo.dev/paseo-policy/grant"
 	"paseo.dev/paseo-policy/launcher/preflight"
+	"paseo.dev/paseo-policy/launcher/sandboxnet"
 )
 
 // DefaultStateRoot is where the launcher keeps run dirs and runsc state.
@@ -55,6 +57,16 @@ type Options struct {
 	Stderr  io.Writer
 	// Grace is how long a container gets between SIGTERM and SIGKILL.
 	Grace time.Duration
+	// Uplink is the network namespace sandbox veth peers live in (network
+	// mode sandbox); empty means the launcher's own. Pool is the address
+	// range for sandbox links (zero: sandboxnet.DefaultPool). Resolve
+	// resolves egress host names on the trusted side (nil: the system's).
+	Uplink  string
+	Pool    netip.Prefix
+	Resolve sandboxnet.Resolver
+	// OnNetwork, when set, is called once the sandbox network exists and
+	// before runsc starts (tests read counters and addresses from it).
+	OnNetwork func(*sandboxnet.Network)
 }
 
 // Result is how a launch ended.
@@ -63,10 +75,13 @@ type Result struct {
 	ExitCode int
 	// Reason is set when the launcher ended the sandbox (wall time, output).
 	Reason string
+	// Packets counts, per rule tag, what the sandbox's packet filter saw
+	// (sandbox mode): evidence of blocked attempts for the operator.
+	Packets map[string]uint64 `json:"packets,omitempty"`
 }
 
 // Launch runs the bundle to completion.
-func Launch(ctx context.Context, opts Options) (Result, error) {
+func Launch(ctx context.Context, opts Options) (res Result, err error) {
 	if opts.StateRoot == "" {
 		opts.StateRoot = DefaultStateRoot
 	}
@@ -76,7 +91,7 @@ func Launch(ctx context.Context, opts Options) (Result, error) {
 	if opts.Grace == 0 {
 		opts.Grace = 2 * time.Second
 	}
-	res := Result{ID: opts.ID}
+	res = Result{ID: opts.ID}
 	report := preflight.Run(preflight.Options{RunscPath: opts.RunscPath, BundleDir: opts.BundleDir})
 	if !report.OK() {
 		return res, &UnavailableError{Reason: report.Err().Error()}
@@ -93,9 +108,8 @@ func Launch(ctx context.Context, opts Options) (Result, error) {
 	if err != nil {
 		return res, &UnavailableError{Reason: err.Error()}
 	}
-	if eg.Mode != "none" {
-		// Fail closed until the veth, netns and nftables path is in place.
-		return res, &UnavailableError{Reason: fmt.Sprintf("network mode %q is not enforced by this launcher yet; only none is", eg.Mode)}
+	if eg.Mode != "none" && eg.Mode != "sandbox" {
+		return res, &UnavailableError{Reason: fmt.Sprintf("network mode %q is not one this launcher enforces", eg.Mode)}
 	}
 	limits := launcherLimits(m.Grants)
 
@@ -105,6 +119,32 @@ func Launch(ctx context.Context, opts Options) (Result, error) {
 	}
 	defer run.remove()
 	if err := run.materialize(files, opts.Secrets); err != nil {
+		return res, &UnavailableError{Reason: err.Error()}
+	}
+	spec := runtimeState{cgroupsPath: CgroupsPath(opts.ID)}
+	if eg.Mode == "sandbox" {
+		net, err := sandboxnet.Setup(ctx, sandboxnet.Config{ID: opts.ID, Egress: *eg, StateDir: filepath.Join(opts.StateRoot, "net"),
+			Uplink: opts.Uplink, Pool: opts.Pool, Resolve: opts.Resolve})
+		if err != nil {
+			return res, &UnavailableError{Reason: "sandbox network: " + err.Error()}
+		}
+		defer func() {
+			res.Packets, _ = net.Counters()
+			_ = net.Teardown()
+		}()
+		hosts, err := net.Hosts(files[bundle.HostsFile])
+		if err != nil {
+			return res, &UnavailableError{Reason: "pinning egress hosts: " + err.Error()}
+		}
+		if err := run.writeFile(bundle.HostsFile, hosts, 0o644); err != nil {
+			return res, &UnavailableError{Reason: err.Error()}
+		}
+		spec.netnsPath = net.NetnsPath
+		if opts.OnNetwork != nil {
+			opts.OnNetwork(net)
+		}
+	}
+	if err := run.patchSpec(spec); err != nil {
 		return res, &UnavailableError{Reason: err.Error()}
 	}
 
@@ -262,16 +302,20 @@ func (r *runDir) materialize(files bundle.Files, secrets SecretSource) error {
 		return err
 	}
 	for _, name := range []string{bundle.HostsFile, bundle.ResolvFile} {
-		p := filepath.Join(r.dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-			return err
-		}
 		// Readable by the sandbox user through the gofer.
-		if err := os.WriteFile(p, files[name], 0o644); err != nil {
+		if err := r.writeFile(name, files[name], 0o644); err != nil {
 			return err
 		}
 	}
-	return os.WriteFile(filepath.Join(r.dir, bundle.ConfigFile), cfg, 0o600)
+	return r.writeFile(bundle.ConfigFile, cfg, 0o600)
+}
+
+func (r *runDir) writeFile(name string, data []byte, mode os.FileMode) error {
+	p := filepath.Join(r.dir, filepath.FromSlash(name))
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(p, data, mode)
 }
 
 func (r *runDir) remove() { _ = os.RemoveAll(r.dir) }

@@ -13,7 +13,9 @@ import (
 
 	"paseo.dev/paseo-policy/bundle"
 	"paseo.dev/paseo-policy/compiler"
+	"paseo.dev/paseo-policy/internal/testnet"
 	"paseo.dev/paseo-policy/internal/testtree"
+	"paseo.dev/paseo-policy/launcher/sandboxnet"
 	"paseo.dev/paseo-policy/profiles"
 	"paseo.dev/paseo-policy/schema"
 )
@@ -51,6 +53,10 @@ type sandbox struct {
 	bundle string
 	state  string
 	runsc  string
+	// Sandbox mode: the test world's uplink and its name resolution.
+	uplink    string
+	resolve   sandboxnet.Resolver
+	onNetwork func(*sandboxnet.Network)
 }
 
 // compileScript compiles the reference facts with every path moved under a
@@ -161,6 +167,7 @@ func (s *sandbox) launch(t *testing.T, secrets SecretSource) (Result, string, st
 	res, err := Launch(context.Background(), Options{
 		BundleDir: s.bundle, StateRoot: s.state, RunscPath: s.runsc,
 		Secrets: secrets, Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb,
+		Uplink: s.uplink, Resolve: s.resolve, OnNetwork: s.onNetwork,
 	})
 	return res, out.String(), errb.String(), err
 }
@@ -234,6 +241,11 @@ func (s *sandbox) assertClean(t *testing.T) {
 	if strings.Contains(string(mi), s.state) {
 		t.Errorf("mounts left under %s", s.state)
 	}
+	for _, dir := range []string{"net/netns", "net/leases"} {
+		if entries, _ := os.ReadDir(filepath.Join(s.state, dir)); len(entries) > 0 {
+			t.Errorf("%s left behind: %v", dir, entries)
+		}
+	}
 }
 
 // A missing secret, a tampered bundle and an unenforced network mode all
@@ -270,10 +282,11 @@ func TestLaunchFailsClosed(t *testing.T) {
 		wantUnavailable(t, err, "pin")
 		s.assertNotStarted(t)
 	})
-	t.Run("network sandbox not yet enforced", func(t *testing.T) {
+	t.Run("egress name that cannot be resolved", func(t *testing.T) {
 		s := compileScript(t, script, `{"network":{"mode":"sandbox"}}`)
+		s.uplink = testnet.New(t).Uplink
 		_, _, _, err := s.launch(t, staticSecret("v"))
-		wantUnavailable(t, err, "network mode")
+		wantUnavailable(t, err, "resolving egress host")
 		s.assertNotStarted(t)
 	})
 }

@@ -1,0 +1,106 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"paseo.dev/paseo-policy/internal/testnet"
+	"paseo.dev/paseo-policy/launcher/sandboxnet"
+)
+
+// In sandbox mode runsc's netstack reaches exactly the compiled egress: the
+// model host by its pinned name, nothing else on the model host, no decoy,
+// no service of the uplink host, not the launcher's loopback, and nothing
+// outside can connect in. The servers are the test's own, in its own
+// namespaces, on addresses it assigns.
+func TestLaunchSandboxNetwork(t *testing.T) {
+	world := testnet.New(t)
+	model, decoy := world.Host("model"), world.Host("decoy")
+	allowed := model.Serve(t, 8443, "model-banner")
+	otherPort := model.Serve(t, 9000, "model-other-port")
+	decoySrv := decoy.Serve(t, 8443, "decoy-banner")
+	hostSvc, err := world.ListenUplink("tcp4", netip.AddrPortFrom(model.Gateway, 2222).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hostSvc.Close()
+	loop, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loop.Close()
+	var loopConns atomic.Int32
+	go func() {
+		for {
+			c, err := loop.Accept()
+			if err != nil {
+				return
+			}
+			loopConns.Add(1)
+			fmt.Fprintln(c, "launcher-loopback")
+			c.Close()
+		}
+	}()
+
+	nc := func(name, addr string, port int) string {
+		return fmt.Sprintf("echo hi | /bin/busybox timeout 4 /bin/busybox nc -w 2 %s %d | /bin/busybox grep -q . && echo %s=reached || echo %s=blocked\n", addr, port, name, name)
+	}
+	script := "/bin/busybox grep -q '^" + model.Addr.String() + "\tllm.example.test$' /etc/hosts && echo pinned=yes\n" +
+		"(echo inside | /bin/busybox nc -l -p 7000 >/dev/null 2>&1 &)\n" +
+		"echo hi | /bin/busybox timeout 4 /bin/busybox nc -w 2 llm.example.test 8443\n" +
+		nc("other-port", model.Addr.String(), 9000) +
+		nc("decoy", decoy.Addr.String(), 8443) +
+		nc("uplink-host", model.Gateway.String(), 2222) +
+		nc("loopback", "127.0.0.1", loop.Addr().(*net.TCPAddr).Port) +
+		"/bin/busybox sleep 3\n"
+	s := compileScript(t, script, `{"network":{"mode":"sandbox"}}`)
+	s.uplink = world.Uplink
+	s.resolve = func(_ context.Context, host string) ([]netip.Addr, error) {
+		if host == "llm.example.test" {
+			return []netip.Addr{model.Addr}, nil
+		}
+		return nil, fmt.Errorf("unknown host %s", host)
+	}
+	var inbound atomic.Bool
+	s.onNetwork = func(n *sandboxnet.Network) {
+		target := netip.AddrPortFrom(n.Address, 7000).String()
+		go func() {
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
+				if c, err := model.Dial("tcp4", target, 300*time.Millisecond); err == nil {
+					c.Close()
+					inbound.Store(true)
+				}
+			}
+		}()
+	}
+	res, out, stderr, err := s.launch(t, staticSecret("v"))
+	if err != nil {
+		t.Fatalf("launch: %v\nstderr: %s", err, stderr)
+	}
+	for _, want := range []string{"pinned=yes", "model-banner", "other-port=blocked", "decoy=blocked", "uplink-host=blocked", "loopback=blocked"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s\nstderr: %s", want, out, stderr)
+		}
+	}
+	if allowed.Conns() == 0 {
+		t.Error("the model host saw no connection")
+	}
+	if otherPort.Conns()+decoySrv.Conns() != 0 || loopConns.Load() != 0 {
+		t.Errorf("blocked servers saw connections: other-port %d decoy %d loopback %d", otherPort.Conns(), decoySrv.Conns(), loopConns.Load())
+	}
+	if inbound.Load() {
+		t.Error("a test host opened a connection into the sandbox")
+	}
+	for _, tag := range []string{sandboxnet.TagAllowPrefix + "model", sandboxnet.TagEgressDrop, sandboxnet.TagGatewayDrop, sandboxnet.TagInboundDrop} {
+		if res.Packets[tag] == 0 {
+			t.Errorf("packet counter %s is 0: %v", tag, res.Packets)
+		}
+	}
+	s.assertClean(t)
+}

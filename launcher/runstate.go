@@ -1,0 +1,64 @@
+package launcher
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	rspec "github.com/opencontainers/runtime-spec/specs-go"
+
+	"paseo.dev/paseo-policy/bundle"
+)
+
+// What the launcher adds to the run copy of config.json
+//
+// The compiled bundle is a function of its inputs and cannot know what only
+// exists at launch: the container's cgroup and, in sandbox mode, the
+// network namespace built for it. The launcher fills in exactly these two
+// fields in its private copy (besides secret placeholders) and nothing
+// else; everything a reviewer approved stays as compiled.
+
+// CgroupsPath is the cgroup of container id. runsc applies the spec's
+// resources only when a cgroups path is set, so every launch sets one.
+func CgroupsPath(id string) string { return "/paseo-sandbox/" + id }
+
+type runtimeState struct {
+	cgroupsPath string
+	netnsPath   string
+}
+
+func (r *runDir) patchSpec(st runtimeState) error {
+	p := filepath.Join(r.dir, bundle.ConfigFile)
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return err
+	}
+	var spec rspec.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return fmt.Errorf("run copy of config.json: %w", err)
+	}
+	if spec.Linux == nil {
+		return fmt.Errorf("run copy of config.json has no linux section")
+	}
+	spec.Linux.CgroupsPath = st.cgroupsPath
+	found := false
+	for i, ns := range spec.Linux.Namespaces {
+		if ns.Type != rspec.NetworkNamespace {
+			continue
+		}
+		found = true
+		if ns.Path != "" {
+			return fmt.Errorf("compiled network namespace names a path; only the launcher may")
+		}
+		spec.Linux.Namespaces[i].Path = st.netnsPath
+	}
+	if !found {
+		return fmt.Errorf("compiled spec has no network namespace")
+	}
+	out, err := bundle.Marshal(&spec)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(p, out, 0o600)
+}
