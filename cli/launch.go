@@ -68,6 +68,7 @@ nothing runs. The agent's own exit code is returned otherwise.`,
 	f.StringVar(&o.StateRoot, "state-root", launcher.DefaultStateRoot, "private state: run dirs and the runsc root")
 	f.StringVar(&o.RunscPath, "runsc", defaultRunsc(), "the pinned runsc binary (with <path>.sha256 beside it)")
 	f.StringVar(&secretsDir, "secrets-dir", "", "root-only directory holding one file per secretRef")
+	f.StringVar(&o.Uplink, "uplink-netns", "", "network namespace (path) the sandbox veth peers live in, for network mode sandbox (default: this process's)")
 	return cmd
 }
 

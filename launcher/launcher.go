@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -113,10 +114,32 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 	}
 	limits := launcherLimits(m.Grants)
 
+	rs := &runsc{path: opts.RunscPath, root: filepath.Join(opts.StateRoot, "runsc"), network: eg.Mode}
+	if err := os.MkdirAll(rs.root, 0o700); err != nil {
+		return res, &UnavailableError{Reason: err.Error()}
+	}
 	run, err := newRunDir(opts.StateRoot, opts.ID)
 	if err != nil {
 		return res, &UnavailableError{Reason: err.Error()}
 	}
+	// runsc's create with an id it already knows deletes the first
+	// container's state and orphans it, so an id runsc knows is refused
+	// even when this launcher has no record of it.
+	if known, err := rs.knows(opts.ID); err != nil || known {
+		run.remove()
+		if err == nil {
+			err = fmt.Errorf("container id %s already exists in the runsc root", opts.ID)
+		}
+		return res, &UnavailableError{Reason: err.Error()}
+	}
+	rec := Record{ID: opts.ID, Bundle: opts.BundleDir, Profile: m.Profile, Agent: m.Agent, Deployment: m.Deployment,
+		Network: eg.Mode, Uplink: opts.Uplink, Started: time.Now().UTC(),
+		LauncherPID: os.Getpid(), LauncherStart: processStart(os.Getpid())}
+	if err := writeRecord(opts.StateRoot, rec); err != nil {
+		run.remove()
+		return res, &UnavailableError{Reason: err.Error()}
+	}
+	defer removeRecord(opts.StateRoot, opts.ID)
 	defer run.remove()
 	if err := run.materialize(files, opts.Secrets); err != nil {
 		return res, &UnavailableError{Reason: err.Error()}
@@ -148,10 +171,6 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 		return res, &UnavailableError{Reason: err.Error()}
 	}
 
-	rs := &runsc{path: opts.RunscPath, root: filepath.Join(opts.StateRoot, "runsc"), network: eg.Mode}
-	if err := os.MkdirAll(rs.root, 0o700); err != nil {
-		return res, &UnavailableError{Reason: err.Error()}
-	}
 	defer rs.cleanup(opts.ID)
 
 	wall := ctx
@@ -350,6 +369,26 @@ func (r *runsc) run(args ...string) error {
 		return fmt.Errorf("runsc %s: %v: %s", args[0], err, strings.TrimSpace(stderr.String()))
 	}
 	return nil
+}
+
+// knows reports whether the runsc root has a container with this id.
+func (r *runsc) knows(id string) (bool, error) {
+	ids, err := r.list()
+	if err != nil {
+		return false, err
+	}
+	return slices.Contains(ids, id), nil
+}
+
+// list returns the container ids in the runsc root.
+func (r *runsc) list() ([]string, error) {
+	cmd := exec.Command(r.path, "--root", r.root, "list", "-quiet")
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("runsc list: %w", err)
+	}
+	return strings.Fields(string(out)), nil
 }
 
 // stop asks the container to end, then kills runsc's process group, which

@@ -21,7 +21,7 @@ import (
 
 // CgroupsPath is the cgroup of container id. runsc applies the spec's
 // resources only when a cgroups path is set, so every launch sets one.
-func CgroupsPath(id string) string { return "/paseo-sandbox/" + id }
+func CgroupsPath(id string) string { return "/" + cgroupParent + "/" + id }
 
 type runtimeState struct {
 	cgroupsPath string

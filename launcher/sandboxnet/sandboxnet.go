@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -428,6 +429,28 @@ func (n *Network) Teardown() error {
 	if n.lease != nil {
 		if err := n.lease.release(); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Remove deletes whatever a sandbox network of id left in the uplink and
+// the state dir: its table, peer veth, pinned namespace and leases. gc
+// uses it for launches whose launcher is gone; missing pieces are fine.
+func Remove(stateDir, id, uplink string) error {
+	n := &Network{uplinkFD: -1, NetnsPath: NetnsPath(stateDir, id), ownNetns: true, ownLink: true, ownTable: true}
+	n.Peer, n.Inner, n.Table = Names(id)
+	fd, err := nsutil.Open(uplink)
+	if err != nil {
+		return err
+	}
+	n.uplinkFD = fd
+	errs := []error{n.Teardown()}
+	leases, err := Leases(LeaseDir(stateDir))
+	errs = append(errs, err)
+	for idx, owner := range leases {
+		if owner == id {
+			errs = append(errs, os.Remove(filepath.Join(LeaseDir(stateDir), idx)))
 		}
 	}
 	return errors.Join(errs...)

@@ -1,0 +1,117 @@
+package launcher
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Record is what the launcher writes about one sandbox before it creates
+// anything for it, and removes after teardown. Every object a launch makes
+// is named from the id (run dir, netns file, veth, nftables table, lease,
+// cgroup), so a record is enough for gc to remove what a crashed launcher
+// left, and `ps` can tell a live sandbox from an orphan.
+type Record struct {
+	ID         string    `json:"id"`
+	Bundle     string    `json:"bundle"`
+	Profile    string    `json:"profile"`
+	Agent      string    `json:"agent"`
+	Deployment string    `json:"deployment"`
+	Network    string    `json:"network"`
+	Uplink     string    `json:"uplink,omitempty"`
+	Started    time.Time `json:"started"`
+	// Launcher identifies the owning launcher process; the start time
+	// guards against pid reuse.
+	LauncherPID   int    `json:"launcherPid"`
+	LauncherStart uint64 `json:"launcherStart"`
+}
+
+func recordsDir(stateRoot string) string { return filepath.Join(stateRoot, "records") }
+
+func recordPath(stateRoot, id string) string {
+	return filepath.Join(recordsDir(stateRoot), id+".json")
+}
+
+func writeRecord(stateRoot string, r Record) error {
+	if err := os.MkdirAll(recordsDir(stateRoot), 0o700); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(recordPath(stateRoot, r.ID), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("record for %s: %w (is the id in use?)", r.ID, err)
+	}
+	_, werr := f.Write(append(data, '\n'))
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	return werr
+}
+
+func removeRecord(stateRoot, id string) {
+	_ = os.Remove(recordPath(stateRoot, id))
+}
+
+// Records lists the launcher's records, sorted by id.
+func Records(stateRoot string) ([]Record, error) {
+	ents, err := os.ReadDir(recordsDir(stateRoot))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []Record
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(recordsDir(stateRoot), e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		var r Record
+		if err := json.Unmarshal(data, &r); err != nil {
+			return nil, fmt.Errorf("record %s: %w", e.Name(), err)
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// processStart is the start time of pid in clock ticks since boot (field
+// 22 of /proc/<pid>/stat), or 0 if the process does not exist.
+func processStart(pid int) uint64 {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may contain spaces; fields after the last
+	// ')' are space separated, starting with field 3.
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0
+	}
+	n, _ := strconv.ParseUint(f[19], 10, 64)
+	return n
+}
+
+// LauncherAlive reports whether the launcher that wrote r still runs.
+func (r Record) LauncherAlive() bool {
+	return r.LauncherPID > 0 && r.LauncherStart != 0 && processStart(r.LauncherPID) == r.LauncherStart
+}
