@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build runsc demo test vet race unit fuzz bench golden clean
+.PHONY: all build runsc demo test vet race unit fuzz acceptance bench bench-launch golden clean
 
 all: build
 
@@ -18,7 +18,7 @@ runsc:
 demo: build
 	./scripts/demo.sh
 
-test: runsc vet fuzz race unit
+test: runsc vet fuzz race unit acceptance
 
 vet:
 	$(GO) vet ./...
@@ -27,8 +27,16 @@ vet:
 race:
 	$(GO) test -race -count=1 -run 'Concurrent|Golden' ./compiler ./schema
 
+# Every package but the acceptance proof, which has its own target.
 unit:
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v '/acceptance$$')
+
+# The escape probe as a plain host process (control: every escape must
+# succeed) and under the launcher (contained: none may), plus one sandbox
+# per resource limit; writes out/acceptance.json and fails unless it is a
+# pass. Root, like the launcher tests.
+acceptance: runsc
+	$(GO) test -count=1 -v -run '^TestAcceptance$$' ./acceptance
 
 # Each fuzz target runs briefly; a finding fails the build and leaves its
 # input under testdata/fuzz for the regression run in `unit`.
@@ -47,3 +55,8 @@ golden:
 
 clean:
 	rm -rf $(BIN) .demo
+
+# Launcher start-up against bare runsc, and sandbox network setup time
+# (root; see scripts/bench-launch.sh and docs/benchmarks.md).
+bench-launch: runsc
+	./scripts/bench-launch.sh

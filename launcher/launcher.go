@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -72,10 +73,11 @@ type Options struct {
 
 // Result is how a launch ended.
 type Result struct {
-	ID       string
-	ExitCode int
-	// Reason is set when the launcher ended the sandbox (wall time, output).
-	Reason string
+	ID       string `json:"id"`
+	ExitCode int    `json:"exitCode"`
+	// Reason is set when the launcher ended the sandbox (wall time,
+	// output, memory).
+	Reason string `json:"reason,omitempty"`
 	// Packets counts, per rule tag, what the sandbox's packet filter saw
 	// (sandbox mode): evidence of blocked attempts for the operator.
 	Packets map[string]uint64 `json:"packets,omitempty"`
@@ -167,8 +169,16 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 			opts.OnNetwork(net)
 		}
 	}
-	if err := run.patchSpec(spec); err != nil {
+	memLimit, err := run.patchSpec(spec)
+	if err != nil {
 		return res, &UnavailableError{Reason: err.Error()}
+	}
+	memcg, err := prepareMemoryCgroup(opts.ID, memLimit)
+	if err != nil {
+		return res, &UnavailableError{Reason: err.Error()}
+	}
+	if memcg != nil {
+		defer memcg.remove() // after runsc delete (deferred below) has ended every process
 	}
 
 	defer rs.cleanup(opts.ID)
@@ -192,8 +202,16 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 	if err := cmd.Start(); err != nil {
 		return res, &UnavailableError{Reason: "starting runsc: " + err.Error()}
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	done, exited := make(chan error, 1), make(chan struct{})
+	go func() {
+		err := cmd.Wait()
+		close(exited)
+		done <- err
+	}()
+	var polledOOM atomic.Uint64
+	if memcg == nil {
+		go pollOOM(opts.ID, exited, &polledOOM)
+	}
 
 	var waitErr error
 	select {
@@ -209,6 +227,9 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 		waitErr = rs.stop(opts.ID, cmd, done, opts.Grace)
 	}
 	res.ExitCode = exitCode(waitErr)
+	if res.Reason == "" && ((memcg != nil && memcg.oomKills() > 0) || polledOOM.Load() > 0) {
+		res.Reason = "memory limit exceeded: the kernel killed the sandbox"
+	}
 	return res, nil
 }
 
@@ -389,6 +410,23 @@ func (r *runsc) list() ([]string, error) {
 		return nil, fmt.Errorf("runsc list: %w", err)
 	}
 	return strings.Fields(string(out)), nil
+}
+
+// pollOOM records the container's OOM kill count while it runs, for hosts
+// where runsc owns (and on exit removes) the memory cgroup.
+func pollOOM(id string, exited <-chan struct{}, n *atomic.Uint64) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if k := oomKills(id); k > n.Load() {
+			n.Store(k)
+		}
+		select {
+		case <-t.C:
+		case <-exited:
+			return
+		}
+	}
 }
 
 // stop asks the container to end, then kills runsc's process group, which

@@ -3,50 +3,24 @@ package launcher
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"testing/fstest"
 
 	"paseo.dev/paseo-policy/bundle"
-	"paseo.dev/paseo-policy/compiler"
+	"paseo.dev/paseo-policy/internal/testbundle"
 	"paseo.dev/paseo-policy/internal/testnet"
-	"paseo.dev/paseo-policy/internal/testtree"
 	"paseo.dev/paseo-policy/launcher/sandboxnet"
-	"paseo.dev/paseo-policy/profiles"
-	"paseo.dev/paseo-policy/schema"
 )
 
 // These tests run real bundles under the pinned runsc as root, in a
-// busybox rootfs: they need root, bin/runsc (make runsc) and a static
-// busybox (Debian's busybox-static). Missing prerequisites fail the test.
-
-func repoFile(t *testing.T, rel string) string {
-	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func prerequisites(t *testing.T) (runscPath string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("launcher tests run runsc and need root; run them as root (CI does)")
-	}
-	runscPath = repoFile(t, "bin/runsc")
-	if _, err := os.Stat(runscPath); err != nil {
-		t.Fatalf("pinned runsc missing at %s: run `make runsc` (%v)", runscPath, err)
-	}
-	if _, err := os.Stat("/bin/busybox"); err != nil {
-		t.Fatal("static busybox missing at /bin/busybox: apt-get install busybox-static")
-	}
-	return runscPath
-}
+// busybox rootfs (internal/testbundle): they need root, bin/runsc (make
+// runsc) and a static busybox (Debian's busybox-static). Missing
+// prerequisites fail the test.
 
 type sandbox struct {
 	host   string // stands for / on the host side: every fact path lives under it
@@ -59,106 +33,12 @@ type sandbox struct {
 	onNetwork func(*sandboxnet.Network)
 }
 
-// compileScript compiles the reference facts with every path moved under a
-// fresh temp dir and the pi-session argv replaced by a busybox shell script;
-// everything else (mounts, env, limits, checks) is the real profile.
+// compileScript compiles the reference facts with the pi-session argv
+// replaced by a busybox shell script.
 func compileScript(t *testing.T, script string, registryPatch string) *sandbox {
 	t.Helper()
-	s := &sandbox{runsc: prerequisites(t)}
-	tmp := t.TempDir()
-	s.host, s.bundle, s.state = filepath.Join(tmp, "host"), filepath.Join(tmp, "bundle"), filepath.Join(tmp, "state")
-
-	rootfs := filepath.Join(tmp, "rootfs")
-	for _, d := range []string{"bin", "proc", "dev", "sys", "tmp", "etc", "home/sandbox"} {
-		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bb, err := os.ReadFile("/bin/busybox")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(rootfs, "bin/busybox"), bb, 0o755); err != nil {
-		t.Fatal(err)
-	}
-
-	prefix := func(b []byte) []byte { return bytes.ReplaceAll(b, []byte(`"/srv/`), []byte(`"`+s.host+`/srv/`)) }
-	facts := prefix(readRepo(t, "testdata/base/facts.json"))
-	reg := prefix(readRepo(t, "testdata/base/registry.json"))
-	reg, err = testtree.MergePatch(reg, []byte(`{"image":{"rootfs":"`+rootfs+`"},"network":{"mode":"none"}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if registryPatch != "" {
-		if reg, err = testtree.MergePatch(reg, []byte(registryPatch)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tree := strings.ReplaceAll(string(readRepo(t, "testdata/base/tree.txt")), " /srv/", " "+strings.TrimPrefix(s.host, "/")+"/srv/")
-	tree = strings.ReplaceAll(tree, " "+strings.TrimPrefix(s.host, "/"), " /"+strings.TrimPrefix(s.host, "/"))
-	cleanup, err := testtree.Build("/", tree)
-	t.Cleanup(cleanup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The workspace belongs to the sandbox user, as Paseo's does to the daemon user.
-	if err := os.Chown(filepath.Join(s.host, "srv/paseo/workspace/proj-feature"), 1000, 1000); err != nil {
-		t.Fatal(err)
-	}
-
-	prof := string(mustProfile(t))
-	i := strings.Index(prof, "argv: [")
-	j := strings.Index(prof[i:], "]\n") + i + 2
-	quoted, _ := jsonString(script)
-	prof = prof[:i] + `argv: [{lit: "/bin/busybox"}, {lit: "sh"}, {lit: "-c"}, {lit: ` + quoted + `}]` + "\n" + prof[j:]
-	profs := fstest.MapFS{"pi-session.cue": {Data: []byte(prof)}}
-
-	res, diags := compiler.Compile(compiler.Inputs{
-		Facts:    schema.Input{Name: "facts.json", Data: facts},
-		Registry: schema.Input{Name: "registry.json", Data: reg},
-	}, compiler.Options{Profiles: profs})
-	if len(diags) > 0 {
-		t.Fatalf("compile: %v", diags)
-	}
-	if err := res.Files.Write(s.bundle); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func readRepo(t *testing.T, rel string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(repoFile(t, rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func mustProfile(t *testing.T) []byte {
-	b, err := profiles.FS.ReadFile("pi-session.cue")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func jsonString(s string) (string, error) {
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, r := range s {
-		switch r {
-		case '"', '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case '\n':
-			b.WriteString(`\n`)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	b.WriteByte('"')
-	return b.String(), nil
+	sc := testbundle.New(t, testbundle.Options{Argv: testbundle.Script(script), RegistryPatch: registryPatch})
+	return &sandbox{host: sc.Host, bundle: sc.Bundle, state: sc.State, runsc: sc.Runsc}
 }
 
 func (s *sandbox) launch(t *testing.T, secrets SecretSource) (Result, string, string, error) {
@@ -340,4 +220,10 @@ func TestLaunchOutputLimit(t *testing.T) {
 		t.Errorf("reason %q, %d bytes passed", res.Reason, len(out))
 	}
 	s.assertClean(t)
+}
+
+// jsonString quotes s as a JSON (and CUE) string.
+func jsonString(s string) (string, error) {
+	b, err := json.Marshal(s)
+	return string(b), err
 }

@@ -28,18 +28,20 @@ type runtimeState struct {
 	netnsPath   string
 }
 
-func (r *runDir) patchSpec(st runtimeState) error {
+// patchSpec fills in the launch-time fields and returns the compiled
+// memory limit (0 if none).
+func (r *runDir) patchSpec(st runtimeState) (memLimit int64, err error) {
 	p := filepath.Join(r.dir, bundle.ConfigFile)
 	data, err := os.ReadFile(p)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var spec rspec.Spec
 	if err := json.Unmarshal(data, &spec); err != nil {
-		return fmt.Errorf("run copy of config.json: %w", err)
+		return 0, fmt.Errorf("run copy of config.json: %w", err)
 	}
 	if spec.Linux == nil {
-		return fmt.Errorf("run copy of config.json has no linux section")
+		return 0, fmt.Errorf("run copy of config.json has no linux section")
 	}
 	spec.Linux.CgroupsPath = st.cgroupsPath
 	found := false
@@ -49,16 +51,19 @@ func (r *runDir) patchSpec(st runtimeState) error {
 		}
 		found = true
 		if ns.Path != "" {
-			return fmt.Errorf("compiled network namespace names a path; only the launcher may")
+			return 0, fmt.Errorf("compiled network namespace names a path; only the launcher may")
 		}
 		spec.Linux.Namespaces[i].Path = st.netnsPath
 	}
 	if !found {
-		return fmt.Errorf("compiled spec has no network namespace")
+		return 0, fmt.Errorf("compiled spec has no network namespace")
 	}
 	out, err := bundle.Marshal(&spec)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	return os.WriteFile(p, out, 0o600)
+	if r := spec.Linux.Resources; r != nil && r.Memory != nil && r.Memory.Limit != nil {
+		memLimit = *r.Memory.Limit
+	}
+	return memLimit, os.WriteFile(p, out, 0o600)
 }

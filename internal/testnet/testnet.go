@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -196,6 +197,12 @@ func (h *Host) ListenPacket(network, addr string) (net.PacketConn, error) {
 		return err
 	})
 	return c, err
+}
+
+// Start starts cmd inside the host's network namespace: the fork happens
+// on a thread that joined the namespace, and the child keeps it.
+func (h *Host) Start(cmd *exec.Cmd) error {
+	return nsutil.Do(h.fd, cmd.Start)
 }
 
 // Dial dials addr from inside the host's namespace.

@@ -49,7 +49,7 @@ up_to_date() {
 	recorded=$(awk 'NR==1 {print $1}' "$digest_file")
 	actual=$(sha256sum -- "$out" | awk '{print $1}')
 	[[ -n $recorded && $recorded == "$actual" ]] || return 1
-	first=$("$out" --version 2>/dev/null | head -n 1) || return 1
+	first=$("$out" --version 2>/dev/null | sed -n 1p) || return 1
 	[[ $first == "$want_version_line" ]] || return 1
 	return 0
 }

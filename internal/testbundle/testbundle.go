@@ -1,0 +1,184 @@
+// Package testbundle compiles the reference facts into a real bundle for
+// tests that run it under runsc: every fact path is moved beneath a fresh
+// temporary "host" directory, the image is a small rootfs with a static
+// busybox (plus any files the test adds), and the pi-session profile's argv
+// is replaced by the test's own program. Everything else (mounts, env,
+// limits, network, checks) is the real profile and the real compiler.
+package testbundle
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"paseo.dev/paseo-policy/compiler"
+	"paseo.dev/paseo-policy/internal/testtree"
+	"paseo.dev/paseo-policy/profiles"
+	"paseo.dev/paseo-policy/schema"
+)
+
+// Scene is one compiled bundle and the host tree it refers to.
+type Scene struct {
+	// Host stands for / on the host side: every fact path lives under it.
+	Host   string
+	Bundle string
+	State  string
+	Rootfs string
+	Runsc  string
+}
+
+// Workspace is the host path of the reference workspace.
+func (s *Scene) Workspace() string { return filepath.Join(s.Host, "srv/paseo/workspace/proj-feature") }
+
+// Options shape the scene.
+type Options struct {
+	// Host is the directory that stands for /; empty means a fresh one.
+	// Give it when argv must name host paths before the scene exists.
+	Host string
+	// Argv replaces the profile's argv, as literal words.
+	Argv []string
+	// RegistryPatch and FactsPatch are JSON merge patches (RFC 7396)
+	// applied after the paths are moved; host paths in them must already
+	// be absolute (use Scene.Host via a two-step build if needed).
+	RegistryPatch string
+	FactsPatch    string
+	// RootfsFiles copies host files into the rootfs: rootfs path -> host path.
+	RootfsFiles map[string]string
+}
+
+// Repo returns the absolute path of a file in the repository.
+func Repo(t testing.TB, rel string) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", rel)
+}
+
+// Prerequisites fails the test, saying what is missing, unless it runs as
+// root with the pinned runsc and a static busybox; it returns runsc's path.
+func Prerequisites(t testing.TB) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test runs runsc and needs root; run it as root (CI does)")
+	}
+	runsc := Repo(t, "bin/runsc")
+	if _, err := os.Stat(runsc); err != nil {
+		t.Fatalf("pinned runsc missing at %s: run `make runsc` (%v)", runsc, err)
+	}
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		t.Fatal("static busybox missing at /bin/busybox: apt-get install busybox-static")
+	}
+	return runsc
+}
+
+// New builds the host tree, the rootfs and the bundle.
+func New(t testing.TB, o Options) *Scene {
+	t.Helper()
+	s := &Scene{Runsc: Prerequisites(t)}
+	tmp := t.TempDir()
+	s.Host, s.Bundle, s.State, s.Rootfs = filepath.Join(tmp, "host"), filepath.Join(tmp, "bundle"), filepath.Join(tmp, "state"), filepath.Join(tmp, "rootfs")
+	if o.Host != "" {
+		s.Host = o.Host
+	}
+
+	for _, d := range []string{"bin", "proc", "dev", "sys", "tmp", "etc", "home/sandbox"} {
+		mkdir(t, filepath.Join(s.Rootfs, d))
+	}
+	files := map[string]string{"/bin/busybox": "/bin/busybox"}
+	for k, v := range o.RootfsFiles {
+		files[k] = v
+	}
+	for dst, src := range files {
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mkdir(t, filepath.Dir(filepath.Join(s.Rootfs, dst)))
+		if err := os.WriteFile(filepath.Join(s.Rootfs, dst), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	prefix := func(b []byte) []byte { return bytes.ReplaceAll(b, []byte(`"/srv/`), []byte(`"`+s.Host+`/srv/`)) }
+	prefixHome := func(b []byte) []byte { return bytes.ReplaceAll(b, []byte(`"/home/`), []byte(`"`+s.Host+`/home/`)) }
+	facts := prefix(read(t, "testdata/base/facts.json"))
+	reg := prefixHome(prefix(read(t, "testdata/base/registry.json")))
+	reg = patch(t, reg, `{"image":{"rootfs":"`+s.Rootfs+`"},"network":{"mode":"none"}}`)
+	if o.RegistryPatch != "" {
+		reg = patch(t, reg, o.RegistryPatch)
+	}
+	if o.FactsPatch != "" {
+		facts = patch(t, facts, o.FactsPatch)
+	}
+	hostRel := strings.TrimPrefix(s.Host, "/")
+	tree := strings.ReplaceAll(string(read(t, "testdata/base/tree.txt")), " /srv/", " "+hostRel+"/srv/")
+	tree = strings.ReplaceAll(tree, " /home/", " "+hostRel+"/home/")
+	tree = strings.ReplaceAll(tree, " "+hostRel, " /"+hostRel)
+	cleanup, err := testtree.Build("/", tree)
+	t.Cleanup(cleanup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The workspace belongs to the sandbox user, as Paseo's does to the daemon user.
+	if err := os.Chown(s.Workspace(), 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+
+	prof, err := profiles.FS.ReadFile("pi-session.cue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := string(prof)
+	i := strings.Index(p, "argv: [")
+	j := strings.Index(p[i:], "]\n") + i + 2
+	var words []string
+	for _, w := range o.Argv {
+		q, _ := json.Marshal(w)
+		words = append(words, `{lit: `+string(q)+`}`)
+	}
+	p = p[:i] + "argv: [" + strings.Join(words, ", ") + "]\n" + p[j:]
+
+	res, diags := compiler.Compile(compiler.Inputs{
+		Facts:    schema.Input{Name: "facts.json", Data: facts},
+		Registry: schema.Input{Name: "registry.json", Data: reg},
+	}, compiler.Options{Profiles: fstest.MapFS{"pi-session.cue": {Data: []byte(p)}}})
+	if len(diags) > 0 {
+		t.Fatalf("compile: %v", diags)
+	}
+	if err := res.Files.Write(s.Bundle); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// Script is the argv that runs a busybox shell script.
+func Script(script string) []string { return []string{"/bin/busybox", "sh", "-c", script} }
+
+func mkdir(t testing.TB, p string) {
+	t.Helper()
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func read(t testing.TB, rel string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(Repo(t, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func patch(t testing.TB, doc []byte, p string) []byte {
+	t.Helper()
+	out, err := testtree.MergePatch(doc, []byte(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

@@ -1,0 +1,214 @@
+package launcher
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"paseo.dev/paseo-policy/bundle"
+	"paseo.dev/paseo-policy/internal/testbundle"
+	"paseo.dev/paseo-policy/launcher/preflight"
+)
+
+// Launch benchmarks (make bench-launch, scripts/bench-launch.sh). They are
+// measurements, not assertions: `go test` without -bench runs none of them.
+// Like the launcher tests they need root, bin/runsc and /bin/busybox.
+//
+// Both first-byte benchmarks run the same compiled bundle, whose agent is
+// `echo ready`, and time from the start of the call to the first byte the
+// agent writes to stdout:
+//   - BenchmarkLaunchFirstByte: Launch(...) → first byte. This includes
+//     everything the launcher does before runsc starts (preflight, bundle
+//     read, the `runsc list` id check, the launch record, private run dir,
+//     secret injection, spec patch).
+//   - BenchmarkBareRunscFirstByte: exec of `runsc run` on an already
+//     materialized run dir → first byte. Same binary, flags, state root,
+//     environment, stdio plumbing and run dir contents as the launcher's.
+// The compile, the run dir materialization of the bare case and every
+// teardown after the first byte are outside the timed span.
+
+const benchScript = "echo ready"
+
+// firstByte is a stdout that records when the first byte arrived.
+type firstByte struct {
+	mu  sync.Mutex
+	at  time.Time
+	out bytes.Buffer
+}
+
+func (f *firstByte) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.at.IsZero() && len(p) > 0 {
+		f.at = time.Now()
+	}
+	return f.out.Write(p)
+}
+
+func (f *firstByte) since(start time.Time) (time.Duration, string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.at.IsZero() {
+		return 0, f.out.String()
+	}
+	return f.at.Sub(start), f.out.String()
+}
+
+func BenchmarkLaunchFirstByte(b *testing.B) {
+	s := benchBundle(b, benchScript)
+	var total time.Duration
+	n := 0
+	for b.Loop() {
+		var out firstByte
+		var errb bytes.Buffer
+		start := time.Now()
+		res, err := Launch(context.Background(), Options{
+			BundleDir: s.Bundle, StateRoot: s.State, RunscPath: s.Runsc, ID: newID(),
+			Secrets: staticSecret("v"), Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb,
+		})
+		if err != nil {
+			b.Fatalf("launch: %v\nstderr: %s", err, errb.String())
+		}
+		d, got := out.since(start)
+		if res.ExitCode != 0 || got != "ready\n" || d == 0 {
+			b.Fatalf("exit %d, output %q (want \"ready\\n\"), stderr: %s", res.ExitCode, got, errb.String())
+		}
+		total += d
+		n++
+	}
+	b.ReportMetric(float64(total.Nanoseconds())/float64(n), "first-byte-ns")
+}
+
+func BenchmarkBareRunscFirstByte(b *testing.B) {
+	s := benchBundle(b, benchScript)
+	files, err := bundle.Read(s.Bundle)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rs := &runsc{path: s.Runsc, root: filepath.Join(s.State, "runsc"), network: "none"}
+	if err := os.MkdirAll(rs.root, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	var total time.Duration
+	n := 0
+	for b.Loop() {
+		b.StopTimer()
+		id := newID()
+		run, err := newRunDir(s.State, id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := run.materialize(files, staticSecret("v")); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := run.patchSpec(runtimeState{cgroupsPath: CgroupsPath(id)}); err != nil {
+			b.Fatal(err)
+		}
+		var out firstByte
+		var errb bytes.Buffer
+		// What rs.command builds, spelled out: the bare runsc invocation.
+		cmd := exec.Command(s.Runsc, "--root", rs.root, "--network=none", "--directfs=false", "run", "--bundle", run.dir, id)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(""), &out, &errb
+		b.StartTimer()
+
+		start := time.Now()
+		err = cmd.Run()
+
+		b.StopTimer()
+		rs.cleanup(id)
+		run.remove()
+		d, got := out.since(start)
+		if err != nil || got != "ready\n" || d == 0 {
+			b.Fatalf("runsc run: %v, output %q (want \"ready\\n\"), stderr: %s", err, got, errb.String())
+		}
+		total += d
+		n++
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(total.Nanoseconds())/float64(n), "first-byte-ns")
+}
+
+// BenchmarkLaunchSteps times, separately, the steps Launch takes before it
+// starts runsc in network mode none, in Launch's order: where the
+// launcher's share of the first-byte time goes.
+func BenchmarkLaunchSteps(b *testing.B) {
+	s := benchBundle(b, benchScript)
+	rs := &runsc{path: s.Runsc, root: filepath.Join(s.State, "runsc"), network: "none"}
+	if err := os.MkdirAll(rs.root, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	var pre, read, idCheck, record, rundir time.Duration
+	n := 0
+	for b.Loop() {
+		id := newID()
+		t0 := time.Now()
+		report := preflight.Run(preflight.Options{RunscPath: s.Runsc, BundleDir: s.Bundle})
+		t1 := time.Now()
+		if !report.OK() {
+			b.Fatal(report.Err())
+		}
+		files, err := bundle.Read(s.Bundle)
+		var m *bundle.Manifest
+		if err == nil {
+			m, err = files.Manifest()
+		}
+		if err == nil {
+			_, err = files.Egress()
+		}
+		t2 := time.Now()
+		if err != nil {
+			b.Fatal(err)
+		}
+		known, err := rs.knows(id)
+		t3 := time.Now()
+		if err != nil || known {
+			b.Fatalf("runsc id check: known %v, %v", known, err)
+		}
+		err = writeRecord(s.State, Record{ID: id, Bundle: s.Bundle, Profile: m.Profile, Agent: m.Agent, Deployment: m.Deployment,
+			Network: "none", Started: time.Now().UTC(), LauncherPID: os.Getpid(), LauncherStart: processStart(os.Getpid())})
+		t4 := time.Now()
+		if err != nil {
+			b.Fatal(err)
+		}
+		run, err := newRunDir(s.State, id)
+		if err == nil {
+			err = run.materialize(files, staticSecret("v"))
+		}
+		if err == nil {
+			_, err = run.patchSpec(runtimeState{cgroupsPath: CgroupsPath(id)})
+		}
+		t5 := time.Now()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		run.remove()
+		removeRecord(s.State, id)
+		b.StartTimer()
+		pre, read, idCheck = pre+t1.Sub(t0), read+t2.Sub(t1), idCheck+t3.Sub(t2)
+		record, rundir = record+t4.Sub(t3), rundir+t5.Sub(t4)
+		n++
+	}
+	per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(n) }
+	b.ReportMetric(per(pre), "preflight-ns")
+	b.ReportMetric(per(read), "bundle-read-ns")
+	b.ReportMetric(per(idCheck), "id-check-ns")
+	b.ReportMetric(per(record), "record-ns")
+	b.ReportMetric(per(rundir), "rundir-ns")
+}
+
+// benchBundle compiles the reference facts with an agent that runs script
+// in busybox (network mode none), as the launcher tests do.
+func benchBundle(b *testing.B, script string) *testbundle.Scene {
+	b.Helper()
+	return testbundle.New(b, testbundle.Options{Argv: testbundle.Script(script)})
+}

@@ -1,0 +1,98 @@
+package launcher
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// The memory cgroup and out-of-memory reports
+//
+// Over its memory limit the kernel OOM-kills the sandbox's sentry, which
+// ends the whole sandbox; the agent's exit status (137) does not say why.
+// The kernel's count of OOM kills in the container's memory cgroup does,
+// but `runsc run` removes the cgroups it created before it returns. So on
+// cgroup v1 the launcher creates the memory cgroup itself and writes the
+// compiled limit into it (runsc leaves a pre-created controller to its
+// creator and only joins the sandbox to it), reads the OOM count after the
+// sandbox ends, and removes the cgroup at teardown. On cgroup v2 runsc
+// creates and limits every controller itself and the launcher polls the
+// count while the sandbox runs.
+
+type memoryCgroup struct {
+	dir string // v1 memory controller dir of the container
+}
+
+// prepareMemoryCgroup creates the v1 memory cgroup of id with limit bytes
+// (memory and memory+swap, so swap cannot extend it). It returns nil on
+// hosts without a v1 memory hierarchy.
+func prepareMemoryCgroup(id string, limit int64) (*memoryCgroup, error) {
+	root := ""
+	for _, m := range cgroupMounts() {
+		if filepath.Base(m) == "memory" {
+			if _, err := os.Stat(filepath.Join(m, "memory.limit_in_bytes")); err == nil {
+				root = m
+			}
+		}
+	}
+	if root == "" || limit <= 0 {
+		return nil, nil
+	}
+	dir := filepath.Join(root, CgroupsPath(id))
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("memory cgroup %s: %w (is the id in use?)", dir, err)
+	}
+	cg := &memoryCgroup{dir: dir}
+	v := strconv.FormatInt(limit, 10)
+	if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte(v), 0o644); err != nil {
+		cg.remove()
+		return nil, fmt.Errorf("memory limit: %w", err)
+	}
+	// Absent when swap accounting is off; then there is no swap to limit.
+	if err := os.WriteFile(filepath.Join(dir, "memory.memsw.limit_in_bytes"), []byte(v), 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
+		cg.remove()
+		return nil, fmt.Errorf("memory+swap limit: %w", err)
+	}
+	return cg, nil
+}
+
+func (c *memoryCgroup) oomKills() uint64 { return oomKillsIn(c.dir) }
+
+func (c *memoryCgroup) remove() { _ = unix.Rmdir(c.dir) }
+
+// oomKillsIn reads "oom_kill N" from a cgroup dir: memory.oom_control on
+// v1 (kernel >= 4.13), memory.events on v2.
+func oomKillsIn(dir string) uint64 {
+	var total uint64
+	for _, name := range []string{"memory.oom_control", "memory.events"} {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+				n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// oomKills counts OOM kills of container id in every hierarchy it can see,
+// for hosts where runsc owns the cgroup (v2): valid only while it exists.
+func oomKills(id string) uint64 {
+	var total uint64
+	for _, m := range cgroupMounts() {
+		total += oomKillsIn(filepath.Join(m, CgroupsPath(id)))
+	}
+	return total
+}
