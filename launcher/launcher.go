@@ -95,7 +95,8 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 		opts.Grace = 2 * time.Second
 	}
 	res = Result{ID: opts.ID}
-	report := preflight.Run(preflight.Options{RunscPath: opts.RunscPath, BundleDir: opts.BundleDir})
+	report := preflight.Run(preflight.Options{RunscPath: opts.RunscPath, BundleDir: opts.BundleDir,
+		DigestCache: filepath.Join(opts.StateRoot, "runsc-digest.json"), SkipNftablesProbe: true})
 	if !report.OK() {
 		return res, &UnavailableError{Reason: report.Err().Error()}
 	}

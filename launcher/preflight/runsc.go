@@ -23,7 +23,12 @@ type runscInfo struct {
 	sha256  string // hex
 }
 
-func inspectRunsc(path string) runscInfo {
+func inspectRunsc(path string) runscInfo { return inspectRunscCached(path, "") }
+
+// inspectRunscCached is inspectRunsc with a digest cache (see digestcache.go):
+// when cacheFile records the digest for the file's current identity, the
+// binary is not read again.
+func inspectRunscCached(path, cacheFile string) runscInfo {
 	info := runscInfo{path: path}
 	if path == "" {
 		info.openErr = errors.New("no runsc path given")
@@ -51,12 +56,20 @@ func inspectRunsc(path string) runscInfo {
 		info.openErr = fmt.Errorf("runsc binary %s is writable by group or others (mode %s); root would execute whatever they put there", path, st.Mode().Perm())
 		return info
 	}
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		info.openErr = fmt.Errorf("reading runsc binary %s: %w", path, err)
-		return info
+	id, idOK := identityOf(st)
+	if sum, ok := lookupDigest(cacheFile, path, id); idOK && ok {
+		info.sha256 = sum
+	} else {
+		h := sha256.New()
+		if _, err := io.Copy(h, f); err != nil {
+			info.openErr = fmt.Errorf("reading runsc binary %s: %w", path, err)
+			return info
+		}
+		info.sha256 = hex.EncodeToString(h.Sum(nil))
+		if idOK {
+			storeDigest(cacheFile, path, id, info.sha256)
+		}
 	}
-	info.sha256 = hex.EncodeToString(h.Sum(nil))
 	info.static = staticELF(f)
 	if info.static != nil {
 		info.static = fmt.Errorf("runsc binary %s: %w", path, info.static)
