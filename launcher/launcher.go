@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -95,8 +94,7 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 		opts.Grace = 2 * time.Second
 	}
 	res = Result{ID: opts.ID}
-	report := preflight.Run(preflight.Options{RunscPath: opts.RunscPath, BundleDir: opts.BundleDir,
-		DigestCache: filepath.Join(opts.StateRoot, "runsc-digest.json"), SkipNftablesProbe: true})
+	report := preflight.Run(preflightOptions(opts))
 	if !report.OK() {
 		return res, &UnavailableError{Reason: report.Err().Error()}
 	}
@@ -232,6 +230,15 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 		res.Reason = "memory limit exceeded: the kernel killed the sandbox"
 	}
 	return res, nil
+}
+
+// preflightOptions are the checks a launch runs: everything doctor checks
+// but the nftables probe (network none uses no filter; in sandbox mode
+// programming the real rules proves nftables and fails closed), with the
+// runsc digest cached in the state root.
+func preflightOptions(opts Options) preflight.Options {
+	return preflight.Options{RunscPath: opts.RunscPath, BundleDir: opts.BundleDir,
+		DigestCache: filepath.Join(opts.StateRoot, "runsc-digest.json"), SkipNftablesProbe: true}
 }
 
 func orDiscard(w io.Writer) io.Writer {
@@ -393,24 +400,22 @@ func (r *runsc) run(args ...string) error {
 	return nil
 }
 
-// knows reports whether the runsc root has a container with this id.
+// knows reports whether the runsc root has a container with this id. It
+// looks for runsc's own state file, "<id>_sandbox:<sandbox id>.state",
+// instead of running `runsc list` (6 ms, most of what a launch adds to a
+// bare runsc run). The layout is the pinned runsc's;
+// TestGCHalfCreatedAndDuplicateID fails if a new runsc changes it.
 func (r *runsc) knows(id string) (bool, error) {
-	ids, err := r.list()
+	ents, err := os.ReadDir(r.root)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("runsc root: %w", err)
 	}
-	return slices.Contains(ids, id), nil
-}
-
-// list returns the container ids in the runsc root.
-func (r *runsc) list() ([]string, error) {
-	cmd := exec.Command(r.path, "--root", r.root, "list", "-quiet")
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("runsc list: %w", err)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), id+"_sandbox:") {
+			return true, nil
+		}
 	}
-	return strings.Fields(string(out)), nil
+	return false, nil
 }
 
 // pollOOM records the container's OOM kill count while it runs, for hosts
