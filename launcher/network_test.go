@@ -104,3 +104,69 @@ func TestLaunchSandboxNetwork(t *testing.T) {
 	}
 	s.assertClean(t)
 }
+
+// Network mode none: the sandbox has loopback only; a test host that a
+// sandbox-mode bundle could reach is unreachable, and no interface but lo
+// exists.
+func TestLaunchNetworkNone(t *testing.T) {
+	world := testnet.New(t)
+	model := world.Host("model")
+	srv := model.Serve(t, 8443, "model-banner")
+	script := "/bin/busybox ip -o link | /bin/busybox grep -v ': lo:' | /bin/busybox grep -q . && echo links=more || echo links=lo-only\n" +
+		"echo hi | /bin/busybox timeout 4 /bin/busybox nc -w 2 " + model.Addr.String() + " 8443 | /bin/busybox grep -q . && echo model=reached || echo model=blocked\n"
+	s := compileScript(t, script, "")
+	s.uplink = world.Uplink
+	_, out, stderr, err := s.launch(t, staticSecret("v"))
+	if err != nil {
+		t.Fatalf("launch: %v %s", err, stderr)
+	}
+	for _, want := range []string{"links=lo-only", "model=blocked"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s\n%s", want, out, stderr)
+		}
+	}
+	if srv.Conns() != 0 {
+		t.Error("a network-none sandbox reached the test host")
+	}
+	s.assertClean(t)
+}
+
+// DNS mode resolver: the sandbox resolves names through the one configured
+// resolver (UDP 53 allowed to it alone); another resolver is unreachable,
+// and a name it resolves still cannot be connected to unless an egress
+// rule allows the address.
+func TestLaunchResolverDNS(t *testing.T) {
+	world := testnet.New(t)
+	model, dnsHost, decoy := world.Host("model"), world.Host("dns"), world.Host("decoy")
+	model.Serve(t, 8443, "model-banner")
+	decoySrv := decoy.Serve(t, 8443, "decoy-banner")
+	names := map[string]netip.Addr{"llm.example.test": model.Addr, "decoy.test": decoy.Addr}
+	resolver := dnsHost.ServeDNS(t, names)
+	rogue := decoy.ServeDNS(t, names)
+
+	script := "/bin/busybox nslookup decoy.test && echo resolver=answered || echo resolver=silent\n" +
+		"/bin/busybox nslookup decoy.test " + decoy.Addr.String() + " >/dev/null 2>&1 && echo rogue=answered || echo rogue=silent\n" +
+		"echo hi | /bin/busybox timeout 4 /bin/busybox nc -w 2 decoy.test 8443 | /bin/busybox grep -q . && echo decoy=reached || echo decoy=blocked\n" +
+		"echo hi | /bin/busybox timeout 4 /bin/busybox nc -w 2 llm.example.test 8443\n"
+	s := compileScript(t, script, `{"network":{"mode":"sandbox","dns":"resolver","resolver":"`+dnsHost.Addr.String()+`"}}`)
+	s.uplink = world.Uplink
+	s.resolve = func(_ context.Context, host string) ([]netip.Addr, error) {
+		if a, ok := names[host]; ok {
+			return []netip.Addr{a}, nil
+		}
+		return nil, fmt.Errorf("unknown host %s", host)
+	}
+	_, out, stderr, err := s.launch(t, staticSecret("v"))
+	if err != nil {
+		t.Fatalf("launch: %v %s", err, stderr)
+	}
+	for _, want := range []string{"resolver=answered", decoy.Addr.String(), "rogue=silent", "decoy=blocked", "model-banner"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s\nstderr: %s", want, out, stderr)
+		}
+	}
+	if resolver.Queries() == 0 || rogue.Queries() != 0 || decoySrv.Conns() != 0 {
+		t.Errorf("resolver saw %d queries, rogue %d, decoy %d connections", resolver.Queries(), rogue.Queries(), decoySrv.Conns())
+	}
+	s.assertClean(t)
+}

@@ -14,12 +14,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/net/dns/dnsmessage"
 	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/internal/nsutil"
@@ -254,4 +256,72 @@ func (w *World) close() {
 		_ = nsutil.Remove(filepath.Join(w.dir, e.Name()))
 	}
 	_ = os.RemoveAll(w.dir)
+}
+
+// ServeDNS answers A queries on the host's port 53 (UDP) from names; other
+// names get NXDOMAIN. It counts the queries it saw.
+func (h *Host) ServeDNS(t testing.TB, names map[string]netip.Addr) *DNSServer {
+	t.Helper()
+	pc, err := h.ListenPacket("udp4", netip.AddrPortFrom(h.Addr, 53).String())
+	if err != nil {
+		t.Fatalf("test DNS server on %s: %v", h.Addr, err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	s := &DNSServer{}
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.queries++
+			s.mu.Unlock()
+			if resp, ok := answer(buf[:n], names); ok {
+				_, _ = pc.WriteTo(resp, from)
+			}
+		}
+	}()
+	return s
+}
+
+// DNSServer is a test resolver.
+type DNSServer struct {
+	mu      sync.Mutex
+	queries int
+}
+
+// Queries is how many queries arrived.
+func (s *DNSServer) Queries() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.queries
+}
+
+func answer(query []byte, names map[string]netip.Addr) ([]byte, bool) {
+	var p dnsmessage.Parser
+	hdr, err := p.Start(query)
+	if err != nil {
+		return nil, false
+	}
+	q, err := p.Question()
+	if err != nil {
+		return nil, false
+	}
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: hdr.ID, Response: true, Authoritative: true, RecursionDesired: hdr.RecursionDesired})
+	b.EnableCompression()
+	_ = b.StartQuestions()
+	_ = b.Question(q)
+	_ = b.StartAnswers()
+	name := strings.TrimSuffix(q.Name.String(), ".")
+	if a, ok := names[name]; ok && q.Type == dnsmessage.TypeA {
+		_ = b.AResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 60}, dnsmessage.AResource{A: a.As4()})
+	} else if !ok {
+		b = dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: hdr.ID, Response: true, RCode: dnsmessage.RCodeNameError})
+		_ = b.StartQuestions()
+		_ = b.Question(q)
+	}
+	out, err := b.Finish()
+	return out, err == nil
 }
