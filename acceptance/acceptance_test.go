@@ -13,13 +13,23 @@ package acceptance
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"io"
 	"io/fs"
+	"log"
+	"math/big"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -110,14 +120,18 @@ type scene struct {
 	world                    *testnet.World
 	model, decoy, control    *testnet.Host
 	probeBin                 string
+	caFile                   string // the test CA, on the host
 }
+
+// sandboxCA is where the test CA sits in the sandbox's rootfs.
+const sandboxCA = "/etc/paseo-test-ca.pem"
 
 func TestAcceptance(t *testing.T) {
 	testbundle.Prerequisites(t)
 	s := newScene(t)
 	v := Verdict{Tool: "paseo-acceptance", SchemaVersion: 1, GeneratedAt: time.Now().UTC().Format(time.RFC3339), Host: hostInfo(t)}
 
-	sb := s.compile(t, s.probeArgv(gateway.String()+":2222", "llm.example.test:8443"), "")
+	sb := s.compile(t, s.sandboxArgv(), "")
 	v.Control = Run{Mode: "control", Report: s.controlRun(t, nil)}
 	before := s.observe(t)
 	res, rep := s.containedRun(t, sb)
@@ -159,7 +173,7 @@ func newScene(t *testing.T) *scene {
 
 	s.world = testnet.New(t)
 	s.model, s.decoy, s.control = s.world.Host("model"), s.world.Host("decoy"), s.world.Host("control")
-	s.model.Serve(t, 8443, "model")
+	s.caFile = serveHTTPS(t, s.model, 8443, "llm.example.test")
 	s.decoy.Serve(t, 8443, "decoy")
 	dnsResponder(t, s.decoy)
 	hostSvc, err := s.world.ListenUplink("tcp4", ":2222")
@@ -223,8 +237,22 @@ func (s *scene) plant(t *testing.T) {
 	}
 }
 
+// sandboxArgv is the probe's argv inside the sandbox: the allowed host by
+// its pinned name, the gateway as the uplink host.
+func (s *scene) sandboxArgv(extra ...string) []string {
+	return s.probeArgv(gateway.String()+":2222", "llm.example.test:8443",
+		append([]string{"-ca-file", sandboxCA}, extra...)...)
+}
+
+// controlArgv is the same probe as a host process: no pinned names, so the
+// model host by address, and the control link's uplink address.
+func (s *scene) controlArgv(extra ...string) []string {
+	return s.probeArgv(s.control.Gateway.String()+":2222", s.model.Addr.String()+":8443",
+		append([]string{"-ca-file", s.caFile, "-connect-to", s.model.Addr.String() + ":8443"}, extra...)...)
+}
+
 func (s *scene) probeArgv(hostAddr, allowed string, extra ...string) []string {
-	argv := []string{"/bin/paseo-probe",
+	argv := []string{"/bin/paseo-probe", "-allowed-url", "https://llm.example.test:8443/v1/models",
 		"-workspace", s.workspace, "-outside", s.outside,
 		"-canaries", strings.Join(s.canaries, ","), "-canary-marker", s.marker, "-canary-env", canaryEnv,
 		"-sockets", strings.Join(s.sockets, ","),
@@ -243,7 +271,7 @@ func (s *scene) compile(t *testing.T, argv []string, limits string) *testbundle.
 	}
 	patch += "}"
 	sb := testbundle.New(t, testbundle.Options{Host: s.host, Argv: argv, RegistryPatch: patch,
-		RootfsFiles: map[string]string{"/bin/paseo-probe": s.probeBin}})
+		RootfsFiles: map[string]string{"/bin/paseo-probe": s.probeBin, sandboxCA: s.caFile}})
 	s.plant(t)
 	return sb
 }
@@ -251,7 +279,7 @@ func (s *scene) compile(t *testing.T, argv []string, limits string) *testbundle.
 // controlRun runs the probe as a plain root process in a namespace linked
 // to the same test world, without any filter.
 func (s *scene) controlRun(t *testing.T, extra []string) probe.Report {
-	argv := s.probeArgv(s.control.Gateway.String()+":2222", s.model.Addr.String()+":8443", extra...)
+	argv := s.controlArgv(extra...)
 	cmd := exec.Command(s.probeBin, argv[1:]...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -326,7 +354,7 @@ func (s *scene) resourceRuns(t *testing.T) []ResourceRun {
 		ctl := s.controlRun(t, append([]string{"-only", r.probe}, r.controlFlags...))
 		rr.Control = verdictOf(ctl, r.probe).Verdict
 
-		sb := s.compile(t, s.probeArgv(gateway.String()+":2222", "llm.example.test:8443", append([]string{"-only", r.probe}, r.flags...)...), r.limits)
+		sb := s.compile(t, s.sandboxArgv(append([]string{"-only", r.probe}, r.flags...)...), r.limits)
 		res, stdout, _ := s.launch(t, sb)
 		var rep probe.Report
 		parsed := json.Unmarshal(stdout, &rep) == nil
@@ -541,4 +569,45 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// serveHTTPS runs an HTTPS server for name on the host's port, with a
+// certificate from a CA made for this test; it returns the CA's PEM file.
+// It stands in for the model endpoint: a real TLS handshake with the name
+// the sandbox resolves through its pinned /etc/hosts.
+func serveHTTPS(t *testing.T, h *testnet.Host, port int, name string) string {
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "paseo acceptance test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := h.Listen("tcp4", netip.AddrPortFrom(h.Addr, uint16(port)).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{
+		Handler:   http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, `{"data":[]}`) }),
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{leafDER}, PrivateKey: key}}},
+		// allowed-reachable connects without TLS; its handshake "errors" are expected.
+		ErrorLog: log.New(io.Discard, "", 0),
+	}
+	go func() { _ = srv.ServeTLS(l, "", "") }()
+	t.Cleanup(func() { srv.Close() })
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return caFile
 }

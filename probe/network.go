@@ -3,10 +3,15 @@ package probe
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"os"
 	"syscall"
 	"time"
 )
@@ -194,4 +199,40 @@ func allowedReachable(ctx context.Context, addr string) outcome {
 	}
 	conn.Close()
 	return outcome{Reachable, "connected"}
+}
+
+// allowedHTTPS makes a real HTTPS request to the allowed endpoint: TLS
+// with the server name from the URL, verified against caFile, as Pi's
+// provider client would. connectTo, when set, replaces the address dialled
+// (a control run outside the sandbox has no pinned names).
+func allowedHTTPS(ctx context.Context, rawURL, caFile, connectTo string) outcome {
+	if rawURL == "" || caFile == "" {
+		return notConfigured("allowed-url/-ca-file")
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return outcome{Inconclusive, "reading the CA file: " + errText(err)}
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return outcome{Inconclusive, "no certificate in the CA file"}
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	if connectTo != "" {
+		tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return dial(ctx, network, connectTo)
+		}
+	}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
+	if err != nil {
+		return outcome{Inconclusive, "bad URL"}
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return outcome{Unreachable, connectEvidence(err)}
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	return outcome{Reachable, fmt.Sprintf("HTTPS %d, TLS verified for %s", resp.StatusCode, req.URL.Hostname())}
 }

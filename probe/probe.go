@@ -53,6 +53,9 @@ type Config struct {
 	CanaryEnv    string   // name of the launcher's env var holding the marker
 	Sockets      []string // host Unix sockets (supervisor, docker)
 	Allowed      string   // host:port that the policy allows (must be reachable)
+	AllowedURL   string   // an https URL on the allowed host, requested for real
+	CAFile       string   // the CA that signs AllowedURL's certificate
+	ConnectTo    string   // host:port dialled for AllowedURL instead of its host (control runs)
 	Decoy        string   // host:port that the policy does not allow
 	HostAddrs    []string // host:port of the host or gateway itself
 	DNS          string   // ip:port of a resolver that is not allowed
@@ -313,6 +316,7 @@ func plan(c Config) []spec {
 	}
 	esc("dns-unallowed", func(ctx context.Context) outcome { return dnsUnallowed(ctx, c.DNS) })
 	reach("allowed-reachable", func(ctx context.Context) outcome { return allowedReachable(ctx, c.Allowed) })
+	reach("allowed-https", func(ctx context.Context) outcome { return allowedHTTPS(ctx, c.AllowedURL, c.CAFile, c.ConnectTo) })
 
 	// Resources: each may end the process, so the harness runs them one
 	// per sandbox with -only.
