@@ -99,3 +99,21 @@ echo data > "$PASEO_AGENT_CWD/made-by-agent" && echo write=ok || echo write=deni
 		})
 	}
 }
+
+// RLIMIT_NOFILE, RLIMIT_NPROC and the tmpfs sizes hold inside the sandbox.
+func TestRlimitsAndTmpfsSizes(t *testing.T) {
+	script := `echo nofile=$(ulimit -n) nproc=$(ulimit -u)
+/bin/busybox dd if=/dev/zero of=/tmp/fill bs=1M count=12 2>/dev/null && echo tmpfill=ok || echo tmpfill=full
+/bin/busybox dd if=/dev/zero of=/home/sandbox/fill bs=1M count=12 2>/dev/null && echo homefill=ok || echo homefill=full`
+	s := compileScript(t, script, `{"limits":{"nofile":1024,"nproc":300,"tmpfsBytes":8388608}}`)
+	_, out, stderr, err := s.launch(t, staticSecret("v"))
+	if err != nil {
+		t.Fatalf("launch: %v %s", err, stderr)
+	}
+	for _, want := range []string{"nofile=1024 nproc=300", "tmpfill=full", "homefill=full"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s\n%s", want, out, stderr)
+		}
+	}
+	s.assertClean(t)
+}
