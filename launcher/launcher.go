@@ -28,6 +28,7 @@ import (
 	"paseo.dev/paseo-policy/bundle"
 	"paseo.dev/paseo-policy/grant"
 	"paseo.dev/paseo-policy/launcher/preflight"
+	"paseo.dev/paseo-policy/launcher/routeproxy"
 	"paseo.dev/paseo-policy/launcher/sandboxnet"
 )
 
@@ -80,6 +81,29 @@ type Result struct {
 	// Packets counts, per rule tag, what the sandbox's packet filter saw
 	// (sandbox mode): evidence of blocked attempts for the operator.
 	Packets map[string]uint64 `json:"packets,omitempty"`
+	// Routes counts, per private route, requests forwarded to the daemon
+	// and requests refused by the proxy.
+	Routes map[string]RouteStats `json:"routes,omitempty"`
+}
+
+// RouteStats is what one route proxy did.
+type RouteStats struct {
+	Forwarded int64 `json:"forwarded"`
+	Refused   int64 `json:"refused"`
+}
+
+// startRoute runs the proxy of one private route on the sandbox's gateway.
+func startRoute(n *sandboxnet.Network, r bundle.Route) (*routeproxy.Proxy, error) {
+	proxy, err := routeproxy.New(r)
+	if err != nil {
+		return nil, err
+	}
+	l, err := n.ListenGateway(r.Port)
+	if err != nil {
+		return nil, fmt.Errorf("route %s: listening on the gateway: %w", r.Purpose, err)
+	}
+	proxy.Serve(l)
+	return proxy, nil
 }
 
 // Launch runs the bundle to completion.
@@ -164,6 +188,19 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 			return res, &UnavailableError{Reason: err.Error()}
 		}
 		spec.netnsPath = net.NetnsPath
+		for _, r := range eg.Routes {
+			proxy, err := startRoute(net, r)
+			if err != nil {
+				return res, &UnavailableError{Reason: err.Error()}
+			}
+			defer func() {
+				_ = proxy.Close()
+				if res.Routes == nil {
+					res.Routes = map[string]RouteStats{}
+				}
+				res.Routes[r.Purpose] = RouteStats{Forwarded: proxy.Stats.Forwarded.Load(), Refused: proxy.Stats.Refused.Load()}
+			}()
+		}
 		if opts.OnNetwork != nil {
 			opts.OnNetwork(net)
 		}

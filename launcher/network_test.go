@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"paseo.dev/paseo-policy/internal/testbundle"
 	"paseo.dev/paseo-policy/internal/testnet"
 	"paseo.dev/paseo-policy/launcher/sandboxnet"
 )
@@ -167,6 +171,53 @@ func TestLaunchResolverDNS(t *testing.T) {
 	}
 	if resolver.Queries() == 0 || rogue.Queries() != 0 || decoySrv.Conns() != 0 {
 		t.Errorf("resolver saw %d queries, rogue %d, decoy %d connections", resolver.Queries(), rogue.Queries(), decoySrv.Conns())
+	}
+	s.assertClean(t)
+}
+
+// The private MCP route: the sandbox reaches the daemon's loopback-only
+// endpoint through the launcher's proxy on its gateway, for its own agent
+// id and POST only; the daemon sees exactly the one allowed request.
+func TestLaunchMCPRoute(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	daemon := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.URL.RequestURI()+" "+r.Header.Get("Authorization"))
+		mu.Unlock()
+		fmt.Fprint(w, `{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}`)
+	}))
+	defer daemon.Close()
+	port := daemon.Listener.Addr().(*net.TCPAddr).Port
+	world := testnet.New(t)
+	model := world.Host("model")
+
+	url := fmt.Sprintf(`"http://$GW:%d/mcp/agents?callerAgentId=`, port)
+	script := "GW=$(/bin/busybox ip route | /bin/busybox awk '/^default/{print $3}')\n" +
+		"/bin/busybox wget -q -O - --header 'Authorization: Bearer run-token' --header 'Content-Type: application/json' --post-data '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}' " + url + `agent-7f3c" && echo; echo mcp=done` + "\n" +
+		"/bin/busybox wget -q -O - --header 'Authorization: Bearer run-token' --post-data '{}' " + url + `agent-other" || echo other=refused` + "\n" +
+		"/bin/busybox wget -q -O - " + url + `agent-7f3c" || echo get=refused` + "\n"
+	sc := testbundle.New(t, testbundle.Options{Argv: testbundle.Script(script),
+		RegistryPatch: `{"network":{"mode":"sandbox"}}`,
+		FactsPatch:    fmt.Sprintf(`{"mcp":{"agentsURL":"http://127.0.0.1:%d/mcp/agents"}}`, port)})
+	s := &sandbox{host: sc.Host, bundle: sc.Bundle, state: sc.State, runsc: sc.Runsc, uplink: world.Uplink,
+		resolve: func(context.Context, string) ([]netip.Addr, error) { return []netip.Addr{model.Addr}, nil }}
+	res, out, stderr, err := s.launch(t, staticSecret("v"))
+	if err != nil {
+		t.Fatalf("launch: %v %s", err, stderr)
+	}
+	for _, want := range []string{`"tools":[]`, "mcp=done", "other=refused", "get=refused"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s\nstderr: %s", want, out, stderr)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || seen[0] != "POST /mcp/agents?callerAgentId=agent-7f3c Bearer run-token" {
+		t.Errorf("the daemon saw %q", seen)
+	}
+	if st := res.Routes["mcp"]; st.Forwarded != 1 || st.Refused != 2 {
+		t.Errorf("route stats %+v", res.Routes)
 	}
 	s.assertClean(t)
 }
