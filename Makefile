@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build runsc demo test vet race unit fuzz acceptance bench bench-launch golden clean
+.PHONY: all build runsc demo test vet race unit fuzz acceptance bench bench-launch golden clean image
 
 all: build
 
@@ -60,3 +60,10 @@ clean:
 # (root; see scripts/bench-launch.sh and docs/benchmarks.md).
 bench-launch: runsc
 	./scripts/bench-launch.sh
+
+# The sandbox rootfs (Debian bookworm minbase, Node, Pi, pi-mcp-adapter),
+# built from the registries this machine's apt and npm are configured for;
+# writes .image/rootfs and .image/image.json (version, digest). Root. See
+# docs/image.md.
+image:
+	image/build.sh $(CURDIR)/.image

@@ -27,7 +27,14 @@ const (
 	PinsFile     = "pins.json"
 	HostsFile    = "files/hosts"
 	ResolvFile   = "files/resolv.conf"
+	// MCPConfigFile is the MCP config Pi reads, generated when the launch
+	// has a private MCP route; it holds a secret placeholder for the bearer.
+	MCPConfigFile = "files/mcp.json"
 )
+
+// SecretFiles are the bundle files whose secret placeholders the launcher
+// fills in its private copy.
+var SecretFiles = []string{ConfigFile, MCPConfigFile}
 
 // Egress is egress.json: deny by default, one rule per allowed destination.
 type Egress struct {
@@ -151,13 +158,14 @@ func (f Files) Write(dir string) error {
 }
 
 // Read loads the files a bundle is made of from dir. Missing optional files
-// (pins.json) are left out; a missing policy file is an error.
+// (pins.json, files/mcp.json) are left out; a missing policy file is an
+// error, and Verify refuses a missing file the manifest lists.
 func Read(dir string) (Files, error) {
 	f := Files{}
-	for _, n := range []string{ConfigFile, EgressFile, ManifestFile, PinsFile, HostsFile, ResolvFile} {
+	for _, n := range []string{ConfigFile, EgressFile, ManifestFile, PinsFile, HostsFile, ResolvFile, MCPConfigFile} {
 		data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(n)))
 		if err != nil {
-			if os.IsNotExist(err) && n == PinsFile {
+			if os.IsNotExist(err) && (n == PinsFile || n == MCPConfigFile) {
 				continue
 			}
 			return nil, fmt.Errorf("bundle %s: %w", dir, err)

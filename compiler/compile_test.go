@@ -125,8 +125,14 @@ func TestOnlyPlaceholderForSecrets(t *testing.T) {
 	if !strings.Contains(cfg, `"FAKE_LLM_KEY=`+SecretPlaceholder("alice/fake-llm")+`"`) {
 		t.Errorf("config.json lacks the credential placeholder")
 	}
+	mcp := string(r.Files[bundle.MCPConfigFile])
+	if !strings.Contains(mcp, `"Authorization": "Bearer `+SecretPlaceholder("paseo/mcp-token")+`"`) {
+		t.Errorf("files/mcp.json lacks the bearer placeholder:\n%s", mcp)
+	}
+	// Any bearer anywhere is exactly the placeholder one.
 	for _, name := range r.Files.Names() {
-		if bytes.Contains(r.Files[name], []byte("Bearer")) {
+		rest := strings.ReplaceAll(string(r.Files[name]), "Bearer "+SecretPlaceholder("paseo/mcp-token"), "")
+		if strings.Contains(rest, "Bearer") {
 			t.Errorf("%s mentions a bearer token", name)
 		}
 	}

@@ -109,6 +109,10 @@ func caseNames(t testing.TB) []string {
 // goldenFiles are the bundle files compared against golden/<case>/.
 var goldenFiles = []string{bundle.ConfigFile, bundle.EgressFile, bundle.ManifestFile, bundle.HostsFile, bundle.ResolvFile}
 
+// optionalGolden are bundle files only some launches get; when a compile
+// has none, the golden dir must have none either.
+var optionalGolden = []string{bundle.MCPConfigFile}
+
 func TestGolden(t *testing.T) {
 	for _, name := range caseNames(t) {
 		t.Run(name, func(t *testing.T) {
@@ -118,6 +122,18 @@ func TestGolden(t *testing.T) {
 			if res1 != nil {
 				for _, f := range goldenFiles {
 					got[f] = res1.Files[f]
+				}
+				for _, f := range optionalGolden {
+					if data, ok := res1.Files[f]; ok {
+						got[f] = data
+						continue
+					}
+					p := filepath.Join("..", "golden", name, f)
+					if update {
+						_ = os.Remove(p)
+					} else if _, err := os.Stat(p); err == nil {
+						t.Errorf("%s exists but the compile produced no %s", p, f)
+					}
 				}
 			} else {
 				var b strings.Builder

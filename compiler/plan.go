@@ -2,9 +2,11 @@ package compiler
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 
+	"paseo.dev/paseo-policy/bundle"
 	"paseo.dev/paseo-policy/compiler/pathsafe"
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/grant"
@@ -15,13 +17,17 @@ import (
 // Fixed sandbox layout. These are part of the contract with the image and
 // with Pi (see docs/grants.md).
 const (
-	sandboxHome   = "/home/sandbox"
-	sandboxTmp    = "/tmp"
-	sandboxLang   = "C.UTF-8"
-	hostname      = "paseo-sandbox"
-	secretPrefix  = "@@paseo-secret:"
-	secretSuffix  = "@@"
-	gatewayHost   = "gateway"
+	sandboxHome  = "/home/sandbox"
+	sandboxTmp   = "/tmp"
+	sandboxLang  = "C.UTF-8"
+	hostname     = "paseo-sandbox"
+	secretPrefix = "@@paseo-secret:"
+	secretSuffix = "@@"
+	gatewayHost  = "gateway"
+	// gatewayName is the host name the sandbox reaches its gateway (the
+	// launcher's route proxies) by; the launcher pins it in /etc/hosts
+	// because the address is leased only at launch.
+	gatewayName   = "paseo-gateway"
 	cpuPeriodUsec = 100000
 )
 
@@ -145,10 +151,12 @@ func (c *compilation) slot(name string) (args []string, fact, reason string) {
 	case "no-session":
 		return []string{"--no-session"}, "profile." + c.prof.Name, "probes write no session log"
 	case "mcp-config":
-		if f.Launch.MCPConfig == "" {
+		if f.Launch.MCPConfig == "" || !c.mcpRouted() {
+			// Without a private route the sandbox cannot reach the daemon, so
+			// it gets neither the config nor the bearer token inside it.
 			return nil, "", ""
 		}
-		return []string{"--mcp-config", f.Launch.MCPConfig}, "launch.mcpConfig", "Paseo's generated MCP config for pi-mcp-adapter"
+		return []string{"--mcp-config", f.Launch.MCPConfig}, "launch.mcpConfig", "the generated MCP config (files/mcp.json) at the path Paseo passes"
 	case "extension":
 		return []string{"--extension", f.Launch.Extension}, "launch.extension", "Paseo's generated integration extension"
 	}
@@ -274,12 +282,22 @@ func (c *compilation) binds() []grant.Grant {
 
 	s, ok := c.src.resolve("launch.extension", f.Launch.Extension, "launch", roots.Launch, pathsafe.File)
 	add(s, ok, grant.RO, "Paseo's generated extension, read-only at its argv path")
-	if f.Launch.MCPConfig != "" && c.usesSlot("mcp-config") {
-		s, ok := c.src.resolve("launch.mcpConfig", f.Launch.MCPConfig, "launch", roots.Launch, pathsafe.File)
-		add(s, ok, grant.RO, "Paseo's generated MCP config (holds the per-run bearer token), read-only at its argv path")
+	if f.Launch.MCPConfig != "" && c.usesSlot("mcp-config") && c.mcpRouted() && c.src.lexical("launch.mcpConfig", f.Launch.MCPConfig) {
+		// The daemon's own file names its loopback, which the sandbox cannot
+		// reach, and may list other servers; the sandbox gets a generated one
+		// at the same path instead (render.go renderMCPConfig).
+		out = append(out, grant.Grant{Kind: grant.Mount, Subject: f.Launch.MCPConfig, Access: grant.RO, Type: "bind", Source: bundle.MCPConfigFile,
+			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}, Fact: "launch.mcpConfig",
+			Reason: "generated MCP config: only Paseo's server, through the launcher's proxy on the gateway; the bearer comes from mcp.tokenRef at launch"})
 	}
 	out = append(out, c.credentialMount()...)
 	return out
+}
+
+// mcpRouted reports whether this launch gets the private MCP route: network
+// mode sandbox, a profile that allows mcp, and an MCP endpoint in the facts.
+func (c *compilation) mcpRouted() bool {
+	return c.facts.MCP != nil && c.reg.Network.Mode == "sandbox" && slices.Contains(c.prof.Egress, "mcp")
 }
 
 func (c *compilation) usesSlot(name string) bool {

@@ -3,6 +3,8 @@ package compiler
 import (
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,6 +32,11 @@ func render(c *compilation, plan *grant.Plan) (bundle.Files, *bundle.Manifest, e
 	}
 	files[bundle.HostsFile] = renderHosts(plan)
 	files[bundle.ResolvFile] = renderResolv(plan)
+	if mcp, ok, err := renderMCPConfig(plan); err != nil {
+		return nil, nil, err
+	} else if ok {
+		files[bundle.MCPConfigFile] = mcp
+	}
 	if files[bundle.PinsFile], err = bundle.Marshal(c.renderPins()); err != nil {
 		return nil, nil, err
 	}
@@ -196,7 +203,56 @@ func renderHosts(plan *grant.Plan) []byte {
 		}
 		b.WriteString("# pin: " + n + "\n")
 	}
+	if len(plan.Of(grant.Route)) > 0 {
+		b.WriteString("# gateway: " + gatewayName + "\n")
+	}
 	return []byte(b.String())
+}
+
+// renderMCPConfig writes the MCP config Pi's adapter reads when the plan
+// has the private MCP route and mounts it: Paseo's server only (the seed's
+// minimum contract), addressed to the launcher's proxy on the gateway,
+// with auth and OAuth off as Paseo injects it, and the bearer as a secret
+// placeholder the launcher fills from mcp.tokenRef.
+func renderMCPConfig(plan *grant.Plan) ([]byte, bool, error) {
+	mounted := false
+	for _, g := range plan.Of(grant.Mount) {
+		mounted = mounted || g.Source == bundle.MCPConfigFile
+	}
+	var route *grant.Grant
+	for _, g := range plan.Of(grant.Route) {
+		if g.Subject == "mcp" {
+			route = &g
+		}
+	}
+	if !mounted || route == nil {
+		return nil, false, nil
+	}
+	_, path, _ := strings.Cut(route.Value, " ")
+	var agent, tokenRef string
+	for _, o := range route.Options {
+		k, v, _ := strings.Cut(o, "=")
+		switch k {
+		case "callerAgentId":
+			agent = v
+		case "tokenRef":
+			tokenRef = v
+		}
+	}
+	u := url.URL{Scheme: "http", Host: net.JoinHostPort(gatewayName, strconv.Itoa(route.Port)), Path: path,
+		RawQuery: url.Values{"callerAgentId": {agent}}.Encode()}
+	type server struct {
+		URL     string            `json:"url"`
+		Headers map[string]string `json:"headers"`
+		Auth    bool              `json:"auth"`
+		OAuth   bool              `json:"oauth"`
+	}
+	doc := struct {
+		Servers map[string]server `json:"mcpServers"`
+	}{Servers: map[string]server{"paseo": {URL: u.String(), Auth: false, OAuth: false,
+		Headers: map[string]string{"Authorization": "Bearer " + secretPrefix + tokenRef + secretSuffix}}}}
+	out, err := bundle.Marshal(doc)
+	return out, true, err
 }
 
 func renderResolv(plan *grant.Plan) []byte {

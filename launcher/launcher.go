@@ -382,9 +382,25 @@ func newRunDir(stateRoot, id string) (*runDir, error) {
 // materialize writes the bundle into the run dir with secret placeholders
 // replaced; the reviewed bundle itself is never modified.
 func (r *runDir) materialize(files bundle.Files, secrets SecretSource) error {
-	cfg, err := injectSecrets(files[bundle.ConfigFile], secrets)
-	if err != nil {
-		return err
+	for _, name := range bundle.SecretFiles {
+		data, ok := files[name]
+		if !ok {
+			continue
+		}
+		out, err := injectSecrets(data, secrets)
+		if err != nil {
+			return err
+		}
+		// config.json is read by runsc as root; the MCP config by the agent
+		// through the gofer, so it is readable inside the sandbox. The run
+		// dir itself (0700) keeps both from everyone else on the host.
+		mode := os.FileMode(0o600)
+		if name != bundle.ConfigFile {
+			mode = 0o444
+		}
+		if err := r.writeFile(name, out, mode); err != nil {
+			return err
+		}
 	}
 	for _, name := range []string{bundle.HostsFile, bundle.ResolvFile} {
 		// Readable by the sandbox user through the gofer.
@@ -392,7 +408,7 @@ func (r *runDir) materialize(files bundle.Files, secrets SecretSource) error {
 			return err
 		}
 	}
-	return r.writeFile(bundle.ConfigFile, cfg, 0o600)
+	return nil
 }
 
 func (r *runDir) writeFile(name string, data []byte, mode os.FileMode) error {

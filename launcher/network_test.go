@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -175,9 +177,11 @@ func TestLaunchResolverDNS(t *testing.T) {
 	s.assertClean(t)
 }
 
-// The private MCP route: the sandbox reaches the daemon's loopback-only
-// endpoint through the launcher's proxy on its gateway, for its own agent
-// id and POST only; the daemon sees exactly the one allowed request.
+// The private MCP route: Pi's MCP config (compiled to name the gateway,
+// with the bearer injected at launch from mcp.tokenRef) leads the sandbox to
+// the daemon's loopback-only endpoint through the launcher's proxy, for its
+// own agent id and POST only; the daemon sees exactly the one allowed
+// request, with the injected token.
 func TestLaunchMCPRoute(t *testing.T) {
 	var mu sync.Mutex
 	var seen []string
@@ -192,21 +196,32 @@ func TestLaunchMCPRoute(t *testing.T) {
 	world := testnet.New(t)
 	model := world.Host("model")
 
-	url := fmt.Sprintf(`"http://$GW:%d/mcp/agents?callerAgentId=`, port)
-	script := "GW=$(/bin/busybox ip route | /bin/busybox awk '/^default/{print $3}')\n" +
-		"/bin/busybox wget -q -O - --header 'Authorization: Bearer run-token' --header 'Content-Type: application/json' --post-data '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}' " + url + `agent-7f3c" && echo; echo mcp=done` + "\n" +
-		"/bin/busybox wget -q -O - --header 'Authorization: Bearer run-token' --post-data '{}' " + url + `agent-other" || echo other=refused` + "\n" +
-		"/bin/busybox wget -q -O - " + url + `agent-7f3c" || echo get=refused` + "\n"
-	sc := testbundle.New(t, testbundle.Options{Argv: testbundle.Script(script),
+	bb := "/bin/busybox "
+	// The profile's mcp-config slot appends "--mcp-config PATH": $1 and $2.
+	script := "[ \"$1\" = --mcp-config ] || exit 9; CFG=$2\n" +
+		"URL=$(" + bb + "sed -n 's/.*\"url\": \"\\(.*\\)\",/\\1/p' $CFG)\n" +
+		"AUTH=$(" + bb + "sed -n 's/.*\"Authorization\": \"\\(.*\\)\"/\\1/p' $CFG)\n" +
+		"echo url=$URL\n" +
+		bb + "wget -q -O - --header \"Authorization: $AUTH\" --header 'Content-Type: application/json' --post-data '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}' \"$URL\" && echo; echo mcp=done\n" +
+		bb + "wget -q -O - --header \"Authorization: $AUTH\" --post-data '{}' \"${URL%=*}=agent-other\" || echo other=refused\n" +
+		bb + "wget -q -O - \"$URL\" || echo get=refused\n"
+	sc := testbundle.New(t, testbundle.Options{Argv: append(testbundle.Script(script), "mcp-test", "slot:mcp-config"),
 		RegistryPatch: `{"network":{"mode":"sandbox"}}`,
 		FactsPatch:    fmt.Sprintf(`{"mcp":{"agentsURL":"http://127.0.0.1:%d/mcp/agents"}}`, port)})
 	s := &sandbox{host: sc.Host, bundle: sc.Bundle, state: sc.State, runsc: sc.Runsc, uplink: world.Uplink,
 		resolve: func(context.Context, string) ([]netip.Addr, error) { return []netip.Addr{model.Addr}, nil }}
-	res, out, stderr, err := s.launch(t, staticSecret("v"))
+	secrets := func(ref string) ([]byte, error) {
+		if ref == "paseo/mcp-token" {
+			return []byte("run-token"), nil
+		}
+		return staticSecret("v")(ref)
+	}
+	res, out, stderr, err := s.launch(t, secrets)
 	if err != nil {
 		t.Fatalf("launch: %v %s", err, stderr)
 	}
-	for _, want := range []string{`"tools":[]`, "mcp=done", "other=refused", "get=refused"} {
+	wantURL := fmt.Sprintf("url=http://paseo-gateway:%d/mcp/agents?callerAgentId=agent-7f3c", port)
+	for _, want := range []string{wantURL, `"tools":[]`, "mcp=done", "other=refused", "get=refused"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s\nstderr: %s", want, out, stderr)
 		}
@@ -218,6 +233,9 @@ func TestLaunchMCPRoute(t *testing.T) {
 	}
 	if st := res.Routes["mcp"]; st.Forwarded != 1 || st.Refused != 2 {
 		t.Errorf("route stats %+v", res.Routes)
+	}
+	if b, _ := os.ReadFile(filepath.Join(sc.Bundle, "files/mcp.json")); strings.Contains(string(b), "run-token") {
+		t.Error("the reviewed bundle holds the token")
 	}
 	s.assertClean(t)
 }

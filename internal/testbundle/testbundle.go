@@ -40,7 +40,8 @@ type Options struct {
 	// Host is the directory that stands for /; empty means a fresh one.
 	// Give it when argv must name host paths before the scene exists.
 	Host string
-	// Argv replaces the profile's argv, as literal words.
+	// Argv replaces the profile's argv, as literal words; "slot:NAME" is
+	// the profile slot NAME (e.g. "slot:mcp-config"), filled from the facts.
 	Argv []string
 	// RegistryPatch and FactsPatch are JSON merge patches (RFC 7396)
 	// applied after the paths are moved; host paths in them must already
@@ -137,6 +138,11 @@ func New(t testing.TB, o Options) *Scene {
 	j := strings.Index(p[i:], "]\n") + i + 2
 	var words []string
 	for _, w := range o.Argv {
+		if name, ok := strings.CutPrefix(w, "slot:"); ok {
+			q, _ := json.Marshal(name)
+			words = append(words, `{slot: `+string(q)+`}`)
+			continue
+		}
 		q, _ := json.Marshal(w)
 		words = append(words, `{lit: `+string(q)+`}`)
 	}

@@ -337,7 +337,8 @@ func checkDestination(a netip.Addr) error {
 }
 
 // Hosts renders the sandbox's /etc/hosts: the compiled file with every
-// "# pin: NAME" marker followed by the addresses resolved for NAME. A
+// "# pin: NAME" marker followed by the addresses resolved for NAME, and a
+// "# gateway: NAME" marker followed by the gateway's address. A
 // marker without a resolved name, or a pinned name without a marker, is an
 // error: what the sandbox resolves must be exactly what the rules allow.
 func (n *Network) Hosts(compiled []byte) ([]byte, error) {
@@ -349,6 +350,13 @@ func (n *Network) Hosts(compiled []byte) ([]byte, error) {
 	seen := map[string]bool{}
 	for _, line := range strings.SplitAfter(string(compiled), "\n") {
 		b.WriteString(line)
+		if gw, ok := strings.CutPrefix(strings.TrimSpace(line), "# gateway: "); ok {
+			if !strings.HasSuffix(line, "\n") {
+				b.WriteString("\n")
+			}
+			fmt.Fprintf(&b, "%s\t%s\n", n.Gateway, gw)
+			continue
+		}
 		name, ok := strings.CutPrefix(strings.TrimSpace(line), "# pin: ")
 		if !ok {
 			continue

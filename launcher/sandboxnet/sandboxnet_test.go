@@ -299,13 +299,14 @@ func TestDuplicateIDLeavesTheFirstIntact(t *testing.T) {
 }
 
 func TestHostsPinsExactlyTheResolvedNames(t *testing.T) {
-	n := &Network{Pins: []Pin{{Host: "model.test", Addrs: []netip.Addr{netip.MustParseAddr("10.77.1.2"), netip.MustParseAddr("10.77.1.3")}}}}
-	compiled := "# generated\n127.0.0.1\tlocalhost\n# pin: model.test\n"
+	n := &Network{Gateway: netip.MustParseAddr("10.213.0.1"),
+		Pins: []Pin{{Host: "model.test", Addrs: []netip.Addr{netip.MustParseAddr("10.77.1.2"), netip.MustParseAddr("10.77.1.3")}}}}
+	compiled := "# generated\n127.0.0.1\tlocalhost\n# pin: model.test\n# gateway: paseo-gateway\n"
 	got, err := n.Hosts([]byte(compiled))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := compiled + "10.77.1.2\tmodel.test\n10.77.1.3\tmodel.test\n"
+	want := "# generated\n127.0.0.1\tlocalhost\n# pin: model.test\n10.77.1.2\tmodel.test\n10.77.1.3\tmodel.test\n# gateway: paseo-gateway\n10.213.0.1\tpaseo-gateway\n"
 	if string(got) != want {
 		t.Errorf("hosts:\n%s\nwant:\n%s", got, want)
 	}
