@@ -10,9 +10,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"testing/fstest"
 
@@ -186,5 +188,34 @@ func patch(t testing.TB, doc []byte, p string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return out
+}
+
+var (
+	builtMu sync.Mutex
+	built   = map[string]string{}
+)
+
+// BuildStatic builds the repository's package pkg (e.g. "./cmd/fake-pi")
+// as a static binary, once per test process, and returns its path.
+func BuildStatic(t testing.TB, pkg string) string {
+	t.Helper()
+	builtMu.Lock()
+	defer builtMu.Unlock()
+	if p, ok := built[pkg]; ok {
+		return p
+	}
+	dir, err := os.MkdirTemp("", "paseo-static-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = Repo(t, "")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building %s: %v\n%s", pkg, err, b)
+	}
+	built[pkg] = out
 	return out
 }
