@@ -168,6 +168,7 @@ debootstrap --variant=minbase --arch="$DEBIAN_ARCH" --components=main \
 t_debootstrap=$((SECONDS - t0))
 
 # The package list, for the record.
+# shellcheck disable=SC2016 # dpkg-query format, not shell
 chroot "$rootfs" dpkg-query -W -f '${Package}=${Version}\n' | sort >"$work/packages.txt"
 
 # ---------------------------------------------------------------- sandbox user
@@ -288,7 +289,7 @@ find "$r" -xdev -exec touch -h -d "@$epoch" {} +
 log "digest"
 digest=$("$here/digest.sh" "$r" "$work/tree.txt")
 size=$(du -sb "$r" | cut -f1)
-files=$(($(wc -l <"$work/tree.txt")))
+entries=$(($(wc -l <"$work/tree.txt")))
 pkgdigest=sha256:$(sha256sum <"$work/packages.txt" | cut -d' ' -f1)
 t_total=$((SECONDS - t_start))
 
@@ -313,12 +314,12 @@ cat >"$outdir/image.json.tmp" <<EOF
   "debian": {"suite": "$DEBIAN_SUITE", "arch": "$DEBIAN_ARCH", "packages": $(wc -l <"$outdir/packages.txt"), "packagesDigest": "$pkgdigest"},
   "epoch": $epoch,
   "sizeBytes": $size,
-  "entries": $files,
+  "entries": $entries,
   "seconds": {"debootstrap": $t_debootstrap, "node": $t_node, "pi": $t_pi, "total": $t_total},
   "built": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
   "inputs": "sha256:$inputs"
 }
 EOF
 mv "$outdir/image.json.tmp" "$outdir/image.json"
-log "done in ${t_total}s: $version $digest ($((size / 1048576)) MiB, $files entries)"
+log "done in ${t_total}s: $version $digest ($((size / 1048576)) MiB, $entries entries)"
 cat "$outdir/image.json"

@@ -205,7 +205,9 @@ func (inv Inventory) GC() (GCReport, error) {
 		}
 		rep.note("network of "+id, sandboxnet.Remove(netState, id, uplinks[id]))
 		rep.note("cgroups of "+id, removeCgroups(id))
-		rep.note("run dir of "+id, os.RemoveAll(filepath.Join(inv.StateRoot, "run", id)))
+		runDir := filepath.Join(inv.StateRoot, "run", id)
+		unmountBeneath(runDir) // the private overlay root
+		rep.note("run dir of "+id, os.RemoveAll(runDir))
 		removeRecord(inv.StateRoot, id)
 		rep.Removed = append(rep.Removed, id)
 	}

@@ -169,7 +169,7 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 	if err := run.materialize(files, opts.Secrets); err != nil {
 		return res, &UnavailableError{Reason: err.Error()}
 	}
-	spec := runtimeState{cgroupsPath: CgroupsPath(opts.ID)}
+	spec := runtimeState{cgroupsPath: CgroupsPath(opts.ID), privateRoot: true}
 	if eg.Mode == "sandbox" {
 		net, err := sandboxnet.Setup(ctx, sandboxnet.Config{ID: opts.ID, Egress: *eg, StateDir: filepath.Join(opts.StateRoot, "net"),
 			Uplink: opts.Uplink, Pool: opts.Pool, Resolve: opts.Resolve})
@@ -359,7 +359,10 @@ func (l *limitWriter) Write(p []byte) (int, error) {
 }
 
 // runDir is the private, root-only copy of a bundle a launch runs from.
-type runDir struct{ dir string }
+type runDir struct {
+	dir  string
+	root string // the private overlay root, while mounted
+}
 
 func newRunDir(stateRoot, id string) (*runDir, error) {
 	if strings.ContainsAny(id, "/\x00") || id == "" || id == "." || id == ".." {
@@ -419,7 +422,11 @@ func (r *runDir) writeFile(name string, data []byte, mode os.FileMode) error {
 	return os.WriteFile(p, data, mode)
 }
 
-func (r *runDir) remove() { _ = os.RemoveAll(r.dir) }
+func (r *runDir) remove() {
+	r.unmountRoot()
+	unmountBeneath(r.dir)
+	_ = os.RemoveAll(r.dir)
+}
 
 // runsc drives the pinned binary with fixed flags only.
 type runsc struct {

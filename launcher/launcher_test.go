@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -226,4 +227,37 @@ func TestLaunchOutputLimit(t *testing.T) {
 func jsonString(s string) (string, error) {
 	b, err := json.Marshal(s)
 	return string(b), err
+}
+
+// The image is shared by every sandbox and must not change: runsc creates
+// missing bind-mount destinations on the host side of the root, so the
+// launcher gives each launch a private overlay over the image.
+func TestImageUnchangedByLaunch(t *testing.T) {
+	sc := testbundle.New(t, testbundle.Options{Argv: testbundle.Script("echo hi > $PASEO_AGENT_CWD/x")})
+	before := listTree(t, sc.Rootfs)
+	s := &sandbox{host: sc.Host, bundle: sc.Bundle, state: sc.State, runsc: sc.Runsc}
+	if _, _, stderr, err := s.launch(t, staticSecret("v")); err != nil {
+		t.Fatalf("launch: %v %s", err, stderr)
+	}
+	after := listTree(t, sc.Rootfs)
+	if before != after {
+		t.Errorf("the image changed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	s.assertClean(t)
+}
+
+func listTree(t *testing.T, root string) string {
+	var b strings.Builder
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, _ := d.Info()
+		fmt.Fprintf(&b, "%s %v %d\n", strings.TrimPrefix(p, root), info.Mode(), info.Size())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }

@@ -14,8 +14,9 @@ import (
 // What the launcher adds to the run copy of config.json
 //
 // The compiled bundle is a function of its inputs and cannot know what only
-// exists at launch: the container's cgroup and, in sandbox mode, the
-// network namespace built for it. The launcher fills in exactly these two
+// exists at launch: the container's cgroup, in sandbox mode the network
+// namespace built for it, and the private overlay over the image that the
+// launch runs on (rootfs.go). The launcher fills in exactly these three
 // fields in its private copy (besides secret placeholders) and nothing
 // else; everything a reviewer approved stays as compiled.
 
@@ -26,6 +27,8 @@ func CgroupsPath(id string) string { return "/" + cgroupParent + "/" + id }
 type runtimeState struct {
 	cgroupsPath string
 	netnsPath   string
+	// privateRoot mounts an overlay over the image (rootfs.go).
+	privateRoot bool
 }
 
 // patchSpec fills in the launch-time fields and returns the compiled
@@ -44,6 +47,16 @@ func (r *runDir) patchSpec(st runtimeState) (memLimit int64, err error) {
 		return 0, fmt.Errorf("run copy of config.json has no linux section")
 	}
 	spec.Linux.CgroupsPath = st.cgroupsPath
+	if spec.Root == nil || !spec.Root.Readonly {
+		return 0, fmt.Errorf("compiled spec has no read-only root")
+	}
+	if st.privateRoot {
+		merged, err := r.mountRoot(spec.Root.Path)
+		if err != nil {
+			return 0, err
+		}
+		spec.Root.Path = merged
+	}
 	found := false
 	for i, ns := range spec.Linux.Namespaces {
 		if ns.Type != rspec.NetworkNamespace {
