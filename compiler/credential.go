@@ -1,6 +1,7 @@
 package compiler
 
 import (
+	"encoding/json"
 	"regexp"
 	"strings"
 
@@ -80,9 +81,26 @@ func (c *compilation) credentialMount() []grant.Grant {
 	}
 	if code, _ := pathform.Check(f.State.AgentDir); code == "" {
 		authFile := f.State.AgentDir + "/auth.json"
-		if c.src.exists(authFile, "state", roots) {
-			c.diags.Addf(diag.CredentialExposed, "state.agentDir", "auth.json exists in the agent dir and would be readable in credential mode %s; remove it or use oauth-file", f.Credential.Mode)
+		if c.src.exists(authFile, "state", roots) && !c.emptyCredentialStore(authFile, roots) {
+			c.diags.Addf(diag.CredentialExposed, "state.agentDir", "auth.json in the agent dir holds credentials that would be readable in credential mode %s; remove it or use oauth-file", f.Credential.Mode)
 		}
 	}
 	return nil
+}
+
+// emptyCredentialStore reports whether auth.json is Pi's own empty store:
+// Pi creates `{}` in its agent dir on every start, so refusing on mere
+// existence would refuse every launch after the first. Anything else
+// (credentials, unreadable, not JSON, not an object) counts as credentials.
+func (c *compilation) emptyCredentialStore(authFile string, roots []string) bool {
+	host, ok := c.src.hostPathQuiet(authFile)
+	if !ok || rootOf(roots, host) == "" {
+		return false
+	}
+	data, err := c.res.ReadSmall(rootOf(roots, host), host, 4096)
+	if err != nil {
+		return false
+	}
+	var m map[string]json.RawMessage
+	return json.Unmarshal(data, &m) == nil && m != nil && len(m) == 0
 }

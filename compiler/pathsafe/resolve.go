@@ -163,3 +163,46 @@ func (r Resolver) firstLink(dirFD int, root, rel string) string {
 	}
 	return "a component"
 }
+
+// ReadSmall reads the regular file p beneath root, resolved exactly as
+// Resolve does, and returns at most max bytes (an error if it is larger).
+// The compiler uses it only to look inside daemon-owned state files it
+// must judge, never to copy content into a bundle.
+func (r Resolver) ReadSmall(root, p string, max int) ([]byte, error) {
+	if !pathform.Beneath(root, p) || p == root {
+		return nil, &Error{diag.PathOutsideRoot, fmt.Sprintf("not beneath root %s", root)}
+	}
+	rootFD, err := r.openRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(rootFD)
+	rel := pathform.Rel(root, p)
+	fd, err := unix.Openat2(rootFD, rel, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NONBLOCK,
+		Resolve: beneathFlags | unix.RESOLVE_NO_XDEV,
+	})
+	if err != nil {
+		return nil, r.explain(rootFD, root, rel, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &Error{diag.PathMissing, "stat: " + err.Error()}
+	}
+	if KindOf(st.Mode) != File {
+		return nil, &Error{diag.PathType, "not a regular file"}
+	}
+	if st.Size > int64(max) {
+		return nil, &Error{diag.PathType, fmt.Sprintf("larger than %d bytes", max)}
+	}
+	buf := make([]byte, max+1)
+	n, err := unix.Read(fd, buf)
+	if err != nil {
+		return nil, &Error{diag.PathMissing, "read: " + err.Error()}
+	}
+	if n > max {
+		return nil, &Error{diag.PathType, fmt.Sprintf("larger than %d bytes", max)}
+	}
+	return buf[:n], nil
+}

@@ -45,6 +45,11 @@ func Build(base, spec string) (cleanup func(), err error) {
 			if err = os.MkdirAll(filepath.Dir(p), 0o755); err == nil {
 				err = os.WriteFile(p, []byte("// test file\n"), 0o600)
 			}
+		case "text": // text PATH CONTENT...: a file holding the rest of the line
+			content := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(strings.TrimPrefix(line, "text")), f[1]))
+			if err = os.MkdirAll(filepath.Dir(p), 0o755); err == nil {
+				err = os.WriteFile(p, []byte(content+"\n"), 0o600)
+			}
 		case "symlink":
 			if len(f) != 3 {
 				return cleanup, fmt.Errorf("tree line %q: want symlink PATH TARGET", line)
