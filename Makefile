@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build runsc demo test vet race unit fuzz acceptance bench bench-launch golden clean image
+.PHONY: all build runsc demo test vet race unit fuzz acceptance e2e-pi bench bench-launch golden clean image
 
 all: build
 
@@ -18,7 +18,7 @@ runsc:
 demo: build
 	./scripts/demo.sh
 
-test: runsc vet fuzz race unit acceptance
+test: runsc image vet fuzz race unit acceptance e2e-pi
 
 vet:
 	$(GO) vet ./...
@@ -27,9 +27,15 @@ vet:
 race:
 	$(GO) test -race -count=1 -run 'Concurrent|Golden' ./compiler ./schema
 
-# Every package but the acceptance proof, which has its own target.
+# Every package but the acceptance proof and the real-Pi tests, which have
+# their own targets.
 unit:
-	$(GO) test -count=1 $$($(GO) list ./... | grep -v '/acceptance$$')
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e '/acceptance$$' -e '/e2e$$')
+
+# The real Pi (the pinned image) in gVisor: turns, tool calls, denied
+# escapes, session resume, the probes and the MCP route. Root.
+e2e-pi: runsc image
+	$(GO) test -count=1 -v ./e2e
 
 # The escape probe as a plain host process (control: every escape must
 # succeed) and under the launcher (contained: none may), plus one sandbox

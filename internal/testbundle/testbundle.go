@@ -9,6 +9,7 @@ package testbundle
 import (
 	"bytes"
 	"encoding/json"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,6 +53,12 @@ type Options struct {
 	FactsPatch    string
 	// RootfsFiles copies host files into the rootfs: rootfs path -> host path.
 	RootfsFiles map[string]string
+	// Rootfs, when set, is an existing image to run instead of the busybox
+	// rootfs (the real Pi image); RootfsFiles is then ignored.
+	Rootfs string
+	// Profile is the embedded profile compiled (default pi-session); with
+	// no Argv it is used exactly as reviewed.
+	Profile string
 }
 
 // Repo returns the absolute path of a file in the repository.
@@ -88,12 +95,16 @@ func New(t testing.TB, o Options) *Scene {
 		s.Host = o.Host
 	}
 
-	for _, d := range []string{"bin", "proc", "dev", "sys", "tmp", "etc", "home/sandbox"} {
-		mkdir(t, filepath.Join(s.Rootfs, d))
-	}
 	files := map[string]string{"/bin/busybox": "/bin/busybox"}
 	for k, v := range o.RootfsFiles {
 		files[k] = v
+	}
+	if o.Rootfs != "" {
+		s.Rootfs, files = o.Rootfs, nil
+	} else {
+		for _, d := range []string{"bin", "proc", "dev", "sys", "tmp", "etc", "home/sandbox"} {
+			mkdir(t, filepath.Join(s.Rootfs, d))
+		}
 	}
 	for dst, src := range files {
 		data, err := os.ReadFile(src)
@@ -131,29 +142,40 @@ func New(t testing.TB, o Options) *Scene {
 		t.Fatal(err)
 	}
 
-	prof, err := profiles.FS.ReadFile("pi-session.cue")
-	if err != nil {
-		t.Fatal(err)
+	name := o.Profile
+	if name == "" {
+		name = "pi-session"
 	}
-	p := string(prof)
-	i := strings.Index(p, "argv: [")
-	j := strings.Index(p[i:], "]\n") + i + 2
-	var words []string
-	for _, w := range o.Argv {
-		if name, ok := strings.CutPrefix(w, "slot:"); ok {
-			q, _ := json.Marshal(name)
-			words = append(words, `{slot: `+string(q)+`}`)
-			continue
+	var profFS fs.FS // nil: the embedded, reviewed profiles
+	if o.Argv != nil {
+		prof, err := profiles.FS.ReadFile(name + ".cue")
+		if err != nil {
+			t.Fatal(err)
 		}
-		q, _ := json.Marshal(w)
-		words = append(words, `{lit: `+string(q)+`}`)
+		p := string(prof)
+		i := strings.Index(p, "argv: [")
+		j := strings.Index(p[i:], "]\n") + i + 2
+		var words []string
+		for _, w := range o.Argv {
+			if slot, ok := strings.CutPrefix(w, "slot:"); ok {
+				q, _ := json.Marshal(slot)
+				words = append(words, `{slot: `+string(q)+`}`)
+				continue
+			}
+			q, _ := json.Marshal(w)
+			words = append(words, `{lit: `+string(q)+`}`)
+		}
+		p = p[:i] + "argv: [" + strings.Join(words, ", ") + "]\n" + p[j:]
+		profFS = fstest.MapFS{name + ".cue": {Data: []byte(p)}}
 	}
-	p = p[:i] + "argv: [" + strings.Join(words, ", ") + "]\n" + p[j:]
+	if name != "pi-session" {
+		facts = patch(t, facts, `{"agent":{"profile":"`+name+`"}}`)
+	}
 
 	res, diags := compiler.Compile(compiler.Inputs{
 		Facts:    schema.Input{Name: "facts.json", Data: facts},
 		Registry: schema.Input{Name: "registry.json", Data: reg},
-	}, compiler.Options{Profiles: fstest.MapFS{"pi-session.cue": {Data: []byte(p)}}})
+	}, compiler.Options{Profiles: profFS})
 	if len(diags) > 0 {
 		t.Fatalf("compile: %v", diags)
 	}

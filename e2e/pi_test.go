@@ -1,0 +1,360 @@
+// Package e2e runs the real Pi (the pinned image from `make image`) inside
+// gVisor with only the grants the compiler produced, and drives it over
+// its RPC protocol. The model is a fake OpenAI-compatible endpoint on a
+// test host in a namespace the test creates (internal/fakemodel); the
+// daemon's MCP endpoint is a fake on the test's loopback. Needs root,
+// bin/runsc and the image (.image/, `make image`).
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"paseo.dev/paseo-policy/internal/fakemodel"
+	"paseo.dev/paseo-policy/internal/testbundle"
+	"paseo.dev/paseo-policy/internal/testnet"
+	"paseo.dev/paseo-policy/internal/testtree"
+	"paseo.dev/paseo-policy/launcher"
+	"paseo.dev/paseo-policy/piproto"
+)
+
+const (
+	apiKey   = "sk-e2e-injected-0f3a9c"
+	mcpToken = "mcp-run-token-77d2"
+	// The model endpoint as the facts name it; the launcher pins the name.
+	modelURL = "http://llm.example.test:8080/v1"
+)
+
+type imageInfo struct {
+	Version string `json:"version"`
+	Digest  string `json:"digest"`
+	Rootfs  string `json:"rootfs"`
+}
+
+func image(t *testing.T) imageInfo {
+	t.Helper()
+	p := testbundle.Repo(t, ".image/image.json")
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("the Pi image is missing (%v): run `make image` (make e2e-pi does)", err)
+	}
+	var im imageInfo
+	if err := json.Unmarshal(data, &im); err != nil {
+		t.Fatal(err)
+	}
+	im.Rootfs = filepath.Join(filepath.Dir(p), "rootfs")
+	return im
+}
+
+// env is one test's world: the model host with the fake model, a decoy
+// host, and the fake daemon MCP endpoint on loopback.
+type env struct {
+	world     *testnet.World
+	model     *testnet.Host
+	decoyHost *testnet.Host
+	decoy     *testnet.Server
+	mu        sync.Mutex
+	fm        *fakemodel.Server
+	daemon    *mcpDaemon
+	image     imageInfo
+	// host stands for / on the host; every scene of a test shares it, so a
+	// second sandbox sees the first one's workspace and sessions.
+	host string
+}
+
+func newEnv(t *testing.T, script ...fakemodel.Turn) *env {
+	e := &env{image: image(t), world: testnet.New(t), host: filepath.Join(t.TempDir(), "host")}
+	e.model = e.world.Host("model")
+	e.decoyHost = e.world.Host("decoy")
+	e.decoy = e.decoyHost.Serve(t, 8443, "decoy")
+	e.setScript(t, script...)
+	l, err := e.model.Listen("tcp4", netip.AddrPortFrom(e.model.Addr, 8080).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.mu.Lock()
+		fm := e.fm
+		e.mu.Unlock()
+		fm.Handler().ServeHTTP(w, r)
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	e.daemon = newMCPDaemon(t)
+	return e
+}
+
+// setScript gives the fake model a new script (and a fresh request log).
+func (e *env) setScript(t *testing.T, script ...fakemodel.Turn) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.fm = fakemodel.New(fakemodel.Options{Script: script, APIKey: apiKey})
+}
+
+func (e *env) decoyAddr() string { return e.decoyHost.Addr.String() }
+
+// scene compiles facts for profile into a bundle running the image, and
+// prepares the daemon-owned state Pi reads: models.json, settings.json
+// loading the image's pi-mcp-adapter, and the integration extension.
+func (e *env) scene(t *testing.T, profile, factsPatch string) *testbundle.Scene {
+	facts := []byte(fmt.Sprintf(`{"model":{"baseURL":%q},"mcp":{"agentsURL":"http://127.0.0.1:%d/mcp/agents"}}`, modelURL, e.daemon.port))
+	if factsPatch != "" {
+		var err error
+		if facts, err = testtree.MergePatch(facts, []byte(factsPatch)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sc := testbundle.New(t, testbundle.Options{Host: e.host, Rootfs: e.image.Rootfs, Profile: profile,
+		RegistryPatch: fmt.Sprintf(`{"network":{"mode":"sandbox"},"image":{"version":%q,"digest":%q}}`, e.image.Version, e.image.Digest),
+		FactsPatch:    string(facts)})
+	e.prepareState(t, sc)
+	return sc
+}
+
+func (e *env) prepareState(t *testing.T, sc *testbundle.Scene) {
+	agent := filepath.Join(sc.Host, "srv/paseo/state/pi-agent")
+	write(t, filepath.Join(agent, "models.json"), `{"providers":{"fake":{"baseUrl":"`+modelURL+`","api":"openai-completions",
+ "apiKey":"$FAKE_LLM_KEY","compat":{"supportsDeveloperRole":false},
+ "models":[{"id":"fake-1","input":["text"],"contextWindow":128000,"maxTokens":16384}]}}}`)
+	write(t, filepath.Join(agent, "settings.json"), `{"packages":["/opt/pi/node_modules/pi-mcp-adapter"]}`)
+	write(t, filepath.Join(sc.Host, "srv/paseo/launch/paseo-pi-extension-a1/paseo-integration.mjs"), "export default function () {}\n")
+	for _, d := range []string{agent, filepath.Join(sc.Host, "srv/paseo/state/pi-sessions")} {
+		chownTree(t, d, 1000, 1000)
+	}
+}
+
+func write(t *testing.T, p, s string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// WriteFile keeps the mode of a file the tree already made.
+	if err := os.Chmod(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func chownTree(t *testing.T, root string, uid, gid int) {
+	t.Helper()
+	err := filepath.Walk(root, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pi is a running sandboxed Pi.
+type pi struct {
+	*piproto.Client
+	stdin  io.WriteCloser
+	stderr *lockedBuffer
+	done   chan struct{} // closed when the launch returned
+	result result
+}
+
+type result struct {
+	res launcher.Result
+	err error
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (e *env) launch(t *testing.T, sc *testbundle.Scene) *pi {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	p := &pi{Client: piproto.New(outR, inW), stdin: inW, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	lctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		res, err := launcher.Launch(lctx, launcher.Options{
+			BundleDir: sc.Bundle, StateRoot: sc.State, RunscPath: sc.Runsc,
+			Secrets: func(ref string) ([]byte, error) {
+				switch ref {
+				case "alice/fake-llm":
+					return []byte(apiKey), nil
+				case "paseo/mcp-token":
+					return []byte(mcpToken), nil
+				}
+				return nil, fmt.Errorf("unknown secret %s", ref)
+			},
+			Stdin: inR, Stdout: outW, Stderr: p.stderr, Uplink: e.world.Uplink,
+			Resolve: func(_ context.Context, host string) ([]netip.Addr, error) {
+				if host == "llm.example.test" {
+					return []netip.Addr{e.model.Addr}, nil
+				}
+				return nil, fmt.Errorf("unknown host %s", host)
+			},
+		})
+		outW.Close()
+		p.result = result{res, err}
+		close(p.done)
+	}()
+	// A failed test must not leave a sandbox behind: end Pi's input, then
+	// cancel the launch (which tears everything down), and wait for it.
+	t.Cleanup(func() {
+		inW.Close()
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			cancel()
+			<-p.done
+		}
+		cancel()
+	})
+	return p
+}
+
+func (p *pi) stop(t *testing.T) launcher.Result {
+	t.Helper()
+	p.stdin.Close()
+	select {
+	case <-p.done:
+		r := p.result
+		if r.err != nil {
+			t.Fatalf("launch: %v\nstderr: %s", r.err, p.stderr.String())
+		}
+		return r.res
+	case <-time.After(60 * time.Second):
+		t.Fatalf("Pi did not exit after stdin closed; stderr: %s", p.stderr.String())
+		return launcher.Result{}
+	}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// call sends a command and fails the test unless it succeeds.
+func (p *pi) call(t *testing.T, c context.Context, cmd map[string]any) piproto.Frame {
+	t.Helper()
+	resp, _, err := p.Call(c, cmd)
+	if err != nil {
+		t.Fatalf("%v: %v\nstderr: %s", cmd["type"], err, p.stderr.String())
+	}
+	if !resp.OK() {
+		t.Fatalf("%v failed: %s %s\nstderr: %s", cmd["type"], resp.Error, resp.Raw, p.stderr.String())
+	}
+	return resp
+}
+
+// turn sends a prompt and waits for agent_settled, returning the events.
+func (p *pi) turn(t *testing.T, c context.Context, message string) []piproto.Frame {
+	t.Helper()
+	p.call(t, c, map[string]any{"type": "prompt", "message": message})
+	_, events, err := p.Until(c, piproto.Event("agent_settled"))
+	if err != nil {
+		var last []string
+		for _, f := range events {
+			last = append(last, string(f.Raw))
+		}
+		if len(last) > 8 {
+			last = last[len(last)-8:]
+		}
+		t.Fatalf("waiting for agent_settled: %v\nlast frames:\n%s\nstderr: %s", err, strings.Join(last, "\n"), p.stderr.String())
+	}
+	return events
+}
+
+// mcpDaemon is a minimal MCP server over streamable HTTP standing in for
+// Paseo's /mcp/agents endpoint: it records every request it gets.
+type mcpDaemon struct {
+	port int
+	mu   sync.Mutex
+	reqs []string
+}
+
+func newMCPDaemon(t *testing.T) *mcpDaemon {
+	d := &mcpDaemon{}
+	srv := httptest.NewServer(d)
+	t.Cleanup(srv.Close)
+	d.port = srv.Listener.Addr().(*net.TCPAddr).Port
+	return d
+}
+
+func (d *mcpDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	body, _ := io.ReadAll(r.Body)
+	_ = json.Unmarshal(body, &msg)
+	d.mu.Lock()
+	d.reqs = append(d.reqs, fmt.Sprintf("%s %s %s %s", r.Method, r.URL.RequestURI(), r.Header.Get("Authorization"), msg.Method))
+	d.mu.Unlock()
+	if r.Method != http.MethodPost || len(msg.ID) == 0 {
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	var result any
+	switch msg.Method {
+	case "initialize":
+		result = map[string]any{"protocolVersion": "2025-03-26", "capabilities": map[string]any{"tools": map[string]any{}},
+			"serverInfo": map[string]any{"name": "paseo", "version": "0.0.0"}}
+	case "tools/list":
+		result = map[string]any{"tools": []any{map[string]any{"name": "paseo_ping", "description": "Answers pong.",
+			"inputSchema": map[string]any{"type": "object", "properties": map[string]any{}}}}}
+	case "tools/call":
+		result = map[string]any{"content": []any{map[string]any{"type": "text", "text": "pong from paseo"}}}
+	default:
+		result = map[string]any{}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": msg.ID, "result": result})
+}
+
+func (d *mcpDaemon) seen() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.reqs...)
+}
+
+func ownerOf(t *testing.T, p string) (uint32, uint32) {
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Uid, st.Gid
+}
+
+func (e *env) requests() []fakemodel.Recorded {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.fm.Requests()
+}
