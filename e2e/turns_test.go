@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -203,17 +204,35 @@ func TestPiProbes(t *testing.T) {
 }
 
 // An MCP tool call made by the model reaches the fake daemon through the
-// private route, as this agent and with the injected bearer.
+// private route, as this agent and with the injected bearer; a raw request
+// from the sandbox as another agent, or to another path, is refused by the
+// proxy and never reaches the daemon.
 func TestPiMCPRoute(t *testing.T) {
-	e := newEnv(t,
+	e := newEnv(t)
+	raw := func(target string) string {
+		return fmt.Sprintf(`timeout 5 bash -c 'exec 3<>/dev/tcp/paseo-gateway/%d; printf "POST %s HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}" >&3; head -1 <&3'`, e.daemon.port, target)
+	}
+	e.setScript(t,
 		fakemodel.Turn{ToolCalls: []fakemodel.ToolCall{{Name: "mcp", Arguments: map[string]any{"tool": "paseo_paseo_ping", "args": "{}"}}}},
 		fakemodel.Text("called"),
+		fakemodel.Bash(raw("/mcp/agents?callerAgentId=agent-other")+"; "+raw("/api/agents?callerAgentId=agent-7f3c")),
+		fakemodel.Text("probed"),
 	)
 	sc := e.scene(t, "pi-session", "")
 	p := e.launch(t, sc)
 	c := ctx(t)
 	p.turn(t, c, "call the paseo tool")
+	if got := e.lastToolResult(t); !strings.Contains(got, "pong from paseo") {
+		t.Errorf("the MCP tool result did not come back from the daemon: %q", got)
+	}
+	p.turn(t, c, "probe the route")
+	if got := e.lastToolResult(t); !strings.Contains(got, "403") || !strings.Contains(got, "404") {
+		t.Errorf("raw requests as another agent / to another path: %q", got)
+	}
 	res := p.stop(t)
+	if st := res.Routes["mcp"]; st.Refused < 2 || st.Forwarded < 3 {
+		t.Errorf("route stats %+v", res.Routes)
+	}
 	seen := e.daemon.seen()
 	if len(seen) == 0 {
 		t.Fatalf("the fake daemon saw nothing; tool result: %q; routes %+v; stderr: %s", e.lastToolResult(t), res.Routes, p.stderr.String())
