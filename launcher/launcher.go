@@ -232,12 +232,30 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 	errw.onLimit = out.onLimit
 
 	cmd := rs.command(opts.ID, run.dir)
-	cmd.Stdin = opts.Stdin
+	// stdin goes through a pipe the launcher owns, not exec's copier: Wait
+	// would otherwise wait for the caller's reader to end, so an agent that
+	// exits (or is stopped) while its client keeps stdin open would hang
+	// the launch. The copier may outlive Launch until the caller closes its
+	// reader; writes after the agent is gone fail harmlessly.
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		return res, &UnavailableError{Reason: "stdin pipe: " + err.Error()}
+	}
+	defer stdinW.Close()
+	cmd.Stdin = stdinR
 	cmd.Stdout = out
 	cmd.Stderr = errw
 	if err := cmd.Start(); err != nil {
+		stdinR.Close()
 		return res, &UnavailableError{Reason: "starting runsc: " + err.Error()}
 	}
+	stdinR.Close() // runsc holds its own copy
+	go func() {
+		if opts.Stdin != nil {
+			_, _ = io.Copy(stdinW, opts.Stdin)
+		}
+		stdinW.Close() // EOF for the agent
+	}()
 	done, exited := make(chan error, 1), make(chan struct{})
 	go func() {
 		err := cmd.Wait()

@@ -123,3 +123,40 @@ func TestTransportExitStatusAndDescendants(t *testing.T) {
 	// sandbox: nothing is left in runsc, no run dir, no mount.
 	s.assertClean(t)
 }
+
+// A signal from the caller (here: cancelling the launch, as the CLI does
+// on SIGINT/SIGTERM) reaches the agent as SIGTERM; it exits 143 and the
+// sandbox is torn down.
+func TestTransportSignal(t *testing.T) {
+	s := fakePiScene(t)
+	inR, inW := io.Pipe()
+	defer inW.Close()
+	outR, outW := io.Pipe()
+	client := piproto.New(outR, inW)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan Result, 1)
+	go func() {
+		res, err := Launch(ctx, Options{BundleDir: s.bundle, StateRoot: s.state, RunscPath: s.runsc,
+			Secrets: staticSecret("v"), Stdin: inR, Stdout: outW})
+		if err != nil {
+			t.Errorf("launch: %v", err)
+		}
+		outW.Close()
+		done <- res
+	}()
+	c, stop := context.WithTimeout(context.Background(), 60*time.Second)
+	defer stop()
+	if _, _, err := client.Call(c, map[string]any{"type": "get_state"}); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case res := <-done:
+		if res.Reason != "cancelled" || res.ExitCode != 143 {
+			t.Errorf("after cancel: %+v, want reason cancelled and exit 143 (SIGTERM)", res)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the sandbox did not end after cancel")
+	}
+	s.assertClean(t)
+}
