@@ -198,23 +198,55 @@ func (inv Inventory) GC() (GCReport, error) {
 		}
 	}
 
-	rs := inv.runsc()
 	for _, id := range sortedKeys(ids) {
-		if _, ok := cs[id]; ok {
-			rep.note("container "+id, rs.run("delete", "--force", id))
-		}
-		rep.note("network of "+id, sandboxnet.Remove(netState, id, uplinks[id]))
-		rep.note("cgroups of "+id, removeCgroups(id))
-		runDir := filepath.Join(inv.StateRoot, "run", id)
-		unmountBeneath(runDir) // the private overlay root
-		rep.note("run dir of "+id, os.RemoveAll(runDir))
-		removeRecord(inv.StateRoot, id)
-		rep.Removed = append(rep.Removed, id)
+		_, known := cs[id]
+		inv.remove(&rep, id, known, uplinks[id])
 	}
 	if len(ids) > 0 {
-		unmountBeneath(rs.root)
+		unmountBeneath(inv.runsc().root)
 	}
 	return rep, nil
+}
+
+// Remove removes one sandbox whose launcher is gone, as gc would; a
+// sandbox with a live launcher is refused (kill it instead).
+func (inv Inventory) Remove(id string) (GCReport, error) {
+	var rep GCReport
+	recs, err := Records(inv.StateRoot)
+	if err != nil {
+		return rep, err
+	}
+	uplink := ""
+	for _, r := range recs {
+		if r.ID == id {
+			if r.LauncherAlive() {
+				return rep, fmt.Errorf("sandbox %s has a live launcher; kill it instead", id)
+			}
+			uplink = r.Uplink
+		}
+	}
+	cs, err := inv.containers()
+	if err != nil {
+		return rep, err
+	}
+	_, known := cs[id]
+	inv.remove(&rep, id, known, uplink)
+	unmountBeneath(inv.runsc().root)
+	return rep, nil
+}
+
+// remove deletes every object named from id.
+func (inv Inventory) remove(rep *GCReport, id string, container bool, uplink string) {
+	if container {
+		rep.note("container "+id, inv.runsc().run("delete", "--force", id))
+	}
+	rep.note("network of "+id, sandboxnet.Remove(filepath.Join(inv.StateRoot, "net"), id, uplink))
+	rep.note("cgroups of "+id, removeCgroups(id))
+	runDir := filepath.Join(inv.StateRoot, "run", id)
+	unmountBeneath(runDir) // the private overlay root
+	rep.note("run dir of "+id, os.RemoveAll(runDir))
+	removeRecord(inv.StateRoot, id)
+	rep.Removed = append(rep.Removed, id)
 }
 
 func dirNames(dir string) []string {

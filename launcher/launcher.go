@@ -69,6 +69,9 @@ type Options struct {
 	// OnNetwork, when set, is called once the sandbox network exists and
 	// before runsc starts (tests read counters and addresses from it).
 	OnNetwork func(*sandboxnet.Network)
+	// OnStart, when set, is called once runsc has started: from then on
+	// Launch only returns when the sandbox has ended.
+	OnStart func()
 }
 
 // Result is how a launch ended.
@@ -250,6 +253,9 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 		return res, &UnavailableError{Reason: "starting runsc: " + err.Error()}
 	}
 	stdinR.Close() // runsc holds its own copy
+	if opts.OnStart != nil {
+		opts.OnStart()
+	}
 	go func() {
 		if opts.Stdin != nil {
 			_, _ = io.Copy(stdinW, opts.Stdin)

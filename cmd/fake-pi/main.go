@@ -75,7 +75,30 @@ func main() {
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGHUP)
-	os.Exit(run(os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr, sig))
+	os.Exit(run(os.Args[1:], envWithFile(os.Getenv), os.Stdin, os.Stdout, os.Stderr, sig))
+}
+
+// envWithFile adds KEY=VALUE lines from ./.fake-pi-env (the working
+// directory is the workspace) under the real environment: a compiled
+// sandbox passes only allowlisted variables, so tests that go through the
+// compiler configure the fake this way.
+func envWithFile(getenv func(string) string) func(string) string {
+	data, err := os.ReadFile(".fake-pi-env")
+	if err != nil {
+		return getenv
+	}
+	extra := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok && k != "" {
+			extra[k] = v
+		}
+	}
+	return func(k string) string {
+		if v := getenv(k); v != "" {
+			return v
+		}
+		return extra[k]
+	}
 }
 
 // childMain is a spawned descendant: it sleeps, optionally deaf to the

@@ -33,6 +33,9 @@ type Scene struct {
 	State  string
 	Rootfs string
 	Runsc  string
+	// Facts and Registry are the inputs the bundle was compiled from (for
+	// tests that compile again, such as the supervisor's).
+	Facts, Registry []byte
 }
 
 // Workspace is the host path of the reference workspace.
@@ -179,6 +182,7 @@ func New(t testing.TB, o Options) *Scene {
 	if len(diags) > 0 {
 		t.Fatalf("compile: %v", diags)
 	}
+	s.Facts, s.Registry = facts, reg
 	if err := res.Files.Write(s.Bundle); err != nil {
 		t.Fatal(err)
 	}

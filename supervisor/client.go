@@ -1,0 +1,114 @@
+package supervisor
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+)
+
+// Client is a reference client of the protocol (what a daemon speaks): it
+// sends requests, matches responses by id, and delivers pushed events.
+type Client struct {
+	c      net.Conn
+	wmu    sync.Mutex
+	mu     sync.Mutex
+	n      int
+	wait   map[string]chan Response
+	Events chan Event
+	done   chan struct{}
+	err    error
+}
+
+// Dial connects to the supervisor's socket.
+func Dial(socket string) (*Client, error) {
+	c, err := net.Dial("unix", socket)
+	if err != nil {
+		return nil, err
+	}
+	cl := &Client{c: c, wait: map[string]chan Response{}, Events: make(chan Event, 1<<16), done: make(chan struct{})}
+	go cl.read()
+	return cl, nil
+}
+
+func (c *Client) read() {
+	defer close(c.done)
+	defer close(c.Events)
+	sc := bufio.NewScanner(c.c)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	for sc.Scan() {
+		var probe struct {
+			Event string `json:"event"`
+		}
+		line := sc.Bytes()
+		if json.Unmarshal(line, &probe) != nil {
+			c.err = fmt.Errorf("supervisor sent a non-JSON line")
+			return
+		}
+		if probe.Event != "" {
+			var e Event
+			if json.Unmarshal(line, &e) == nil {
+				c.Events <- e
+			}
+			continue
+		}
+		var r Response
+		if json.Unmarshal(line, &r) != nil {
+			continue
+		}
+		c.mu.Lock()
+		ch := c.wait[r.ID]
+		delete(c.wait, r.ID)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- r
+		}
+	}
+	c.err = sc.Err()
+}
+
+// Call sends a request (V and ID are filled in) and waits for its response;
+// a refusal comes back as *Error.
+func (c *Client) Call(ctx context.Context, req Request, result any) error {
+	c.mu.Lock()
+	c.n++
+	req.V, req.ID = Version, "c"+strconv.Itoa(c.n)
+	ch := make(chan Response, 1)
+	c.wait[req.ID] = ch
+	c.mu.Unlock()
+	data, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	c.wmu.Lock()
+	_, err = c.c.Write(append(data, '\n'))
+	c.wmu.Unlock()
+	if err != nil {
+		return err
+	}
+	select {
+	case r := <-ch:
+		if !r.OK {
+			if r.Error == nil {
+				return errors.New("supervisor refused without an error")
+			}
+			return r.Error
+		}
+		if result != nil && r.Result != nil {
+			b, _ := json.Marshal(r.Result)
+			return json.Unmarshal(b, result)
+		}
+		return nil
+	case <-c.done:
+		return fmt.Errorf("connection closed: %v", c.err)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close drops the connection (as a crashing daemon would).
+func (c *Client) Close() error { return c.c.Close() }

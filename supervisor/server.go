@@ -1,0 +1,588 @@
+package supervisor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"paseo.dev/paseo-policy/bridge"
+	"paseo.dev/paseo-policy/compiler"
+	"paseo.dev/paseo-policy/launcher"
+	"paseo.dev/paseo-policy/launcher/sandboxnet"
+	"paseo.dev/paseo-policy/schema"
+)
+
+// Config is the supervisor's own configuration (root-owned; never from a
+// client).
+type Config struct {
+	// Registry is the operator registry, as a file's bytes (JSON or CUE).
+	Registry schema.Input
+	// Socket is the pathname socket; SocketGID the group allowed to
+	// connect (mode 0660). The socket's directory must be root-owned and
+	// not writable by others.
+	Socket    string
+	SocketGID int
+	StateRoot string
+	RunscPath string
+	Secrets   launcher.SecretSource
+	Uplink    string
+	Resolve   sandboxnet.Resolver
+	Bridge    bridge.Limits
+}
+
+// Server serves the protocol.
+type Server struct {
+	cfg   Config
+	reg   *schema.Registry
+	ln    net.Listener
+	mu    sync.Mutex
+	boxes map[string]*box
+	wg    sync.WaitGroup
+}
+
+// box is one sandbox the supervisor knows.
+type box struct {
+	id, deployment, agent, profile string
+	sess                           *bridge.Session // nil when unattached (pipes lost)
+	cancel                         context.CancelFunc
+	done                           chan struct{}
+	result                         launcher.Result
+	err                            error
+
+	mu     sync.Mutex
+	detach context.CancelFunc // the current attachment's streamer
+	// lost marks a sandbox of an earlier supervisor that has already
+	// ended (its agent saw its input close with the old supervisor).
+	lost bool
+}
+
+// New loads the registry and reconciles sandboxes an earlier supervisor
+// left (their stdio is gone: running-unattached).
+func New(cfg Config) (*Server, error) {
+	reg, diags := schema.LoadRegistry(cfg.Registry)
+	if len(diags) > 0 {
+		return nil, fmt.Errorf("registry: %v", diags)
+	}
+	if cfg.Bridge.SpillDir == "" {
+		cfg.Bridge.SpillDir = filepath.Join(cfg.StateRoot, "spill")
+	}
+	for _, d := range []string{cfg.StateRoot, cfg.Bridge.SpillDir, filepath.Join(cfg.StateRoot, "bundles")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	s := &Server{cfg: cfg, reg: reg, boxes: map[string]*box{}}
+	if err := s.reconcile(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) inventory() launcher.Inventory {
+	return launcher.Inventory{StateRoot: s.cfg.StateRoot, RunscPath: s.cfg.RunscPath}
+}
+
+// reconcile adopts, as running-unattached, every sandbox under the state
+// root whose launcher (an earlier supervisor) is gone while runsc still
+// runs it. Their stdio cannot be recovered from runsc; the documented
+// policy is that they stay for inspect, signal and delete, and the daemon
+// re-creates the session with --session to continue.
+func (s *Server) reconcile() error {
+	entries, err := s.inventory().PS()
+	if err != nil {
+		return err
+	}
+	recs, err := launcher.Records(s.cfg.StateRoot)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Launcher != "dead" {
+			continue
+		}
+		i := slices.IndexFunc(recs, func(r launcher.Record) bool { return r.ID == e.ID })
+		if i < 0 {
+			continue // not one of ours: gc's business
+		}
+		r := recs[i]
+		b := &box{id: r.ID, deployment: r.Deployment, agent: r.Agent, profile: r.Profile, done: make(chan struct{}),
+			lost: e.Status != "running" && e.Status != "created"}
+		s.boxes[r.ID] = b
+	}
+	return nil
+}
+
+// Listen creates the socket (0660, root:SocketGID) in a root-owned
+// directory and serves until ctx ends.
+func (s *Server) Listen(ctx context.Context) error {
+	dir := filepath.Dir(s.cfg.Socket)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return err
+	}
+	if st.Uid != 0 || st.Mode&0o022 != 0 || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("socket directory %s must be a root-owned directory no one else can write", dir)
+	}
+	if err := unix.Lstat(s.cfg.Socket, &st); err == nil {
+		if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+			return fmt.Errorf("%s exists and is not a socket", s.cfg.Socket)
+		}
+		_ = os.Remove(s.cfg.Socket)
+	}
+	old := unix.Umask(0o177)
+	ln, err := net.Listen("unix", s.cfg.Socket)
+	unix.Umask(old)
+	if err != nil {
+		return err
+	}
+	if err := os.Chown(s.cfg.Socket, 0, s.cfg.SocketGID); err != nil {
+		ln.Close()
+		return err
+	}
+	if err := os.Chmod(s.cfg.Socket, 0o660); err != nil {
+		ln.Close()
+		return err
+	}
+	s.ln = ln
+	go func() { <-ctx.Done(); ln.Close() }()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.serveConn(ctx, c.(*net.UnixConn))
+		}()
+	}
+}
+
+// Shutdown stops every sandbox this supervisor runs (used by tests and on
+// a clean stop); unattached ones are left to delete/gc.
+func (s *Server) Shutdown() {
+	s.mu.Lock()
+	boxes := make([]*box, 0, len(s.boxes))
+	for _, b := range s.boxes {
+		boxes = append(boxes, b)
+	}
+	s.mu.Unlock()
+	for _, b := range boxes {
+		if b.cancel != nil {
+			b.cancel()
+			<-b.done
+		}
+	}
+}
+
+// peer is who is on the other end of a connection.
+type peer struct{ uid, gid, pid int }
+
+func peerOf(c *net.UnixConn) (peer, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return peer{}, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return peer{}, err
+	}
+	if cerr != nil {
+		return peer{}, cerr
+	}
+	return peer{uid: int(cred.Uid), gid: int(cred.Gid), pid: int(cred.Pid)}, nil
+}
+
+// allowed reports whether p may use deployment: its uid or its primary gid
+// must be bound to the id in the registry. An id without peers is usable by
+// no one through the socket.
+func (s *Server) allowed(p peer, deployment string) bool {
+	d, ok := s.reg.Deployments[deployment]
+	if !ok || d.Peers == nil {
+		return false
+	}
+	return slices.Contains(d.Peers.UIDs, p.uid) || slices.Contains(d.Peers.GIDs, p.gid)
+}
+
+// conn is one client connection; writes of responses and events are
+// serialized.
+type conn struct {
+	c    *net.UnixConn
+	peer peer
+	wmu  sync.Mutex
+	enc  *json.Encoder
+}
+
+func (c *conn) send(v any) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	return c.enc.Encode(v)
+}
+
+func (s *Server) serveConn(ctx context.Context, uc *net.UnixConn) {
+	defer uc.Close()
+	p, err := peerOf(uc)
+	if err != nil {
+		return
+	}
+	cn := &conn{c: uc, peer: p, enc: json.NewEncoder(uc)}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends this connection's attachments
+	br := bufio.NewReaderSize(uc, 64<<10)
+	for {
+		line, err := readFrame(br)
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				_ = cn.send(Response{V: Version, OK: false, Error: &Error{ErrMalformed, err.Error()}})
+			}
+			return
+		}
+		var req Request
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil || req.V != Version || req.ID == "" {
+			_ = cn.send(Response{V: Version, ID: req.ID, OK: false, Error: &Error{ErrMalformed, "want one JSON request with v 1, an id and known fields only"}})
+			continue
+		}
+		result, e := s.handle(cctx, cn, req)
+		resp := Response{V: Version, ID: req.ID, OK: e == nil, Result: result, Error: e}
+		if err := cn.send(resp); err != nil {
+			return
+		}
+	}
+}
+
+func readFrame(br *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > MaxFrame {
+			return nil, fmt.Errorf("request longer than %d bytes", MaxFrame)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil {
+			if len(bytes.TrimSpace(line)) > 0 && errors.Is(err, io.EOF) {
+				return line, nil
+			}
+			return nil, err
+		}
+		return bytes.TrimRight(line, "\r\n"), nil
+	}
+}
+
+func fail(code, format string, a ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, a...)}
+}
+
+func (s *Server) handle(ctx context.Context, cn *conn, req Request) (any, *Error) {
+	if req.Op == "createSandbox" {
+		return s.create(cn.peer, req)
+	}
+	if req.Op == "list" {
+		return s.list(cn.peer), nil
+	}
+	switch req.Op {
+	case "attach", "write", "ack", "closeInput", "signal", "inspect", "delete":
+	default:
+		return nil, fail(ErrUnknownOp, "unknown op %q", req.Op)
+	}
+	b := s.lookup(cn.peer, req.Sandbox)
+	if b == nil {
+		// The same answer whether the sandbox does not exist or belongs to
+		// a deployment this peer may not use: ids are not an oracle.
+		return nil, fail(ErrNotFound, "no sandbox %q for this peer", req.Sandbox)
+	}
+	switch req.Op {
+	case "attach":
+		return s.attach(ctx, cn, b, req.Cursor)
+	case "write":
+		if b.sess == nil {
+			return nil, fail(ErrState, "sandbox %s is %s: its input is gone", b.id, StatusRunningUnattached)
+		}
+		applied, err := b.sess.Write(req.Epoch, req.InputID, req.Data)
+		switch {
+		case errors.Is(err, bridge.ErrFenced):
+			return nil, fail(ErrFenced, "epoch %d is not the current attachment", req.Epoch)
+		case errors.Is(err, bridge.ErrInputClosed):
+			return nil, fail(ErrState, "input closed")
+		case err != nil:
+			return nil, fail(ErrState, "write: %v", err)
+		}
+		return map[string]bool{"applied": applied}, nil
+	case "ack":
+		if b.sess != nil {
+			b.sess.Ack(req.Cursor)
+		}
+		return map[string]uint64{"acked": req.Cursor}, nil
+	case "closeInput":
+		if b.sess == nil {
+			return nil, fail(ErrState, "sandbox %s has no input", b.id)
+		}
+		if err := b.sess.CloseInput(req.Epoch); err != nil {
+			return nil, fail(ErrFenced, "%v", err)
+		}
+		return map[string]bool{"closed": true}, nil
+	case "signal":
+		sig := map[string]unix.Signal{"TERM": unix.SIGTERM, "INT": unix.SIGINT, "KILL": unix.SIGKILL, "HUP": unix.SIGHUP}[strings.TrimPrefix(req.Signal, "SIG")]
+		if sig == 0 {
+			return nil, fail(ErrMalformed, "signal must be TERM, INT, HUP or KILL")
+		}
+		if err := s.signal(b, sig); err != nil {
+			return nil, fail(ErrState, "%v", err)
+		}
+		return map[string]string{"signal": unix.SignalName(sig)}, nil
+	case "inspect":
+		return s.info(b), nil
+	case "delete":
+		if err := s.delete(b); err != nil {
+			return nil, fail(ErrInternal, "%v", err)
+		}
+		return map[string]string{"deleted": b.id}, nil
+	}
+	return nil, fail(ErrUnknownOp, "unknown op %q", req.Op)
+}
+
+func (s *Server) lookup(p peer, id string) *box {
+	s.mu.Lock()
+	b := s.boxes[id]
+	s.mu.Unlock()
+	if b == nil || !s.allowed(p, b.deployment) {
+		return nil
+	}
+	return b
+}
+
+// create compiles the facts for the deployment and starts the sandbox.
+// The facts must name the same deployment the request does, and the peer
+// must be bound to it: a peer cannot borrow another deployment's roots by
+// naming its id in facts.
+func (s *Server) create(p peer, req Request) (any, *Error) {
+	if !s.allowed(p, req.Deployment) {
+		return nil, fail(ErrForbidden, "peer uid %d gid %d is not bound to deployment %q", p.uid, p.gid, req.Deployment)
+	}
+	var head struct {
+		Deployment struct {
+			ID string `json:"id"`
+		} `json:"deployment"`
+	}
+	if err := json.Unmarshal(req.Facts, &head); err != nil {
+		return nil, fail(ErrMalformed, "facts must be a JSON object")
+	}
+	if head.Deployment.ID != req.Deployment {
+		return nil, fail(ErrForbidden, "facts name deployment %q, the request %q", head.Deployment.ID, req.Deployment)
+	}
+	res, diags := compiler.Compile(compiler.Inputs{
+		Facts:    schema.Input{Name: "facts.json", Data: req.Facts},
+		Registry: s.cfg.Registry,
+	}, compiler.Options{})
+	if len(diags) > 0 {
+		var msgs []string
+		for _, d := range diags {
+			msgs = append(msgs, d.String())
+		}
+		return nil, fail(ErrRefused, "%s", strings.Join(msgs, "; "))
+	}
+	id := newID()
+	dir := filepath.Join(s.cfg.StateRoot, "bundles", id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fail(ErrInternal, "bundle dir: %v", err)
+	}
+	if err := res.Files.Write(dir); err != nil {
+		return nil, fail(ErrInternal, "bundle: %v", err)
+	}
+	b, err := s.start(id, dir, req.Deployment, res.Manifest.Agent, res.Manifest.Profile)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		var ue *launcher.UnavailableError
+		if errors.As(err, &ue) {
+			return nil, fail(ErrUnavailable, "%s", ue.Reason)
+		}
+		return nil, fail(ErrInternal, "%v", err)
+	}
+	return s.info(b), nil
+}
+
+// start launches the bundle with its stdio on a bridge and waits until
+// runsc runs (or the launch failed).
+func (s *Server) start(id, bundleDir, deployment, agent, profile string) (*box, error) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	errR, errW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &box{id: id, deployment: deployment, agent: agent, profile: profile, cancel: cancel, done: make(chan struct{})}
+	b.sess = bridge.Start(inW, map[string]io.Reader{"stdout": outR, "stderr": errR}, s.cfg.Bridge)
+	started := make(chan struct{})
+	go func() {
+		defer close(b.done)
+		res, err := launcher.Launch(ctx, launcher.Options{
+			BundleDir: bundleDir, ID: id, StateRoot: s.cfg.StateRoot, RunscPath: s.cfg.RunscPath,
+			Secrets: s.cfg.Secrets, Stdin: inR, Stdout: outW, Stderr: errW,
+			Uplink: s.cfg.Uplink, Resolve: s.cfg.Resolve,
+			OnStart: func() { close(started) },
+		})
+		outW.Close()
+		errW.Close()
+		inR.Close()
+		b.result, b.err = res, err
+		if err == nil {
+			b.sess.Exited(res.ExitCode)
+		} else {
+			b.sess.Exited(-1)
+		}
+		_ = os.RemoveAll(bundleDir)
+	}()
+	select {
+	case <-started:
+	case <-b.done:
+		b.sess.Release()
+		return nil, b.err
+	}
+	s.mu.Lock()
+	s.boxes[id] = b
+	s.mu.Unlock()
+	return b, nil
+}
+
+// attach makes this connection the sandbox's attachment: a new epoch,
+// then every record after cursor, then live output. An earlier attachment
+// is told it was superseded and fenced.
+func (s *Server) attach(ctx context.Context, cn *conn, b *box, cursor uint64) (any, *Error) {
+	if b.sess == nil {
+		return nil, fail(ErrState, "sandbox %s is %s: its output cannot be recovered", b.id, StatusRunningUnattached)
+	}
+	if st := b.sess.State(); cursor < st.Acked {
+		return nil, fail(ErrOutOfOrder, "cursor %d is behind the acknowledged %d", cursor, st.Acked)
+	}
+	b.mu.Lock()
+	if b.detach != nil {
+		b.detach()
+	}
+	actx, stop := context.WithCancel(ctx)
+	b.detach = stop
+	epoch := b.sess.Attach()
+	b.mu.Unlock()
+	go func() {
+		err := b.sess.Stream(actx, cursor, func(r bridge.Record) error {
+			return cn.send(Event{V: Version, Event: "output", Sandbox: b.id, Seq: r.Seq, Stream: r.Stream, Data: r.Data})
+		})
+		reason := "sandbox ended"
+		if errors.Is(err, context.Canceled) {
+			reason = "superseded or connection closed"
+		} else if err != nil {
+			reason = err.Error()
+		}
+		_ = cn.send(Event{V: Version, Event: "detached", Sandbox: b.id, Reason: reason})
+	}()
+	return map[string]uint64{"epoch": epoch, "cursor": cursor}, nil
+}
+
+func (s *Server) signal(b *box, sig unix.Signal) error {
+	return s.inventory().Kill(b.id, sig)
+}
+
+func (s *Server) info(b *box) Info {
+	in := Info{Sandbox: b.id, Deployment: b.deployment, Agent: b.agent, Profile: b.profile, Status: StatusRunning}
+	if b.sess == nil {
+		in.Status = StatusRunningUnattached
+		if b.lost {
+			in.Status, in.Reason = StatusExited, "ended after the supervisor that ran it stopped; its output is lost"
+		}
+		return in
+	}
+	select {
+	case <-b.done:
+		in.Status = StatusExited
+		code := b.result.ExitCode
+		in.ExitCode, in.Reason = &code, b.result.Reason
+		if b.err != nil {
+			in.Reason = b.err.Error()
+		}
+	default:
+	}
+	st := b.sess.State()
+	in.Epoch, in.NextSeq, in.Acked, in.Paused = b.sess.Epoch(), st.Next, st.Acked, st.Paused
+	return in
+}
+
+func (s *Server) list(p peer) []Info {
+	s.mu.Lock()
+	var boxes []*box
+	for _, b := range s.boxes {
+		if s.allowed(p, b.deployment) {
+			boxes = append(boxes, b)
+		}
+	}
+	s.mu.Unlock()
+	out := []Info{}
+	for _, b := range boxes {
+		out = append(out, s.info(b))
+	}
+	slices.SortFunc(out, func(a, b Info) int { return strings.Compare(a.Sandbox, b.Sandbox) })
+	return out
+}
+
+// delete stops the sandbox if it runs and removes everything it had.
+func (s *Server) delete(b *box) error {
+	if b.sess == nil {
+		// Unattached: its launcher is gone, so remove it as gc would.
+		rep, err := s.inventory().Remove(b.id)
+		if err != nil {
+			return err
+		}
+		if len(rep.Errors) > 0 {
+			return fmt.Errorf("%s", strings.Join(rep.Errors, "; "))
+		}
+		_ = os.RemoveAll(filepath.Join(s.cfg.StateRoot, "bundles", b.id))
+	} else {
+		b.cancel() // the launcher stops runsc and tears everything down
+		select {
+		case <-b.done:
+		case <-time.After(60 * time.Second):
+			return fmt.Errorf("sandbox %s did not stop", b.id)
+		}
+		b.mu.Lock()
+		if b.detach != nil {
+			b.detach()
+		}
+		b.mu.Unlock()
+		b.sess.Release()
+	}
+	s.mu.Lock()
+	delete(s.boxes, b.id)
+	s.mu.Unlock()
+	return nil
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "pp-" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,486 @@
+package supervisor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"paseo.dev/paseo-policy/internal/testbundle"
+	"paseo.dev/paseo-policy/launcher"
+	"paseo.dev/paseo-policy/schema"
+)
+
+// These tests run the supervisor with real runsc and the static fake Pi
+// (root, bin/runsc, busybox): the protocol, peer checks, the bridge's
+// continuity across 20 client disconnects, fencing, duplicate inputs,
+// restart reconciliation and clean deletion.
+
+const (
+	allowedUID = 0    // the test process (root) is bound to host-alice
+	otherUID   = 4242 // a peer bound to nothing
+	socketGID  = 4242
+)
+
+type fixture struct {
+	sc     *testbundle.Scene
+	socket string
+	cfg    Config
+	srv    *Server
+	cancel context.CancelFunc
+	served chan error
+}
+
+// newFixture compiles nothing itself: the supervisor compiles the scene's
+// facts against its registry. turnMS sets how long a fake Pi turn streams.
+func newFixture(t *testing.T, turnMS int) *fixture {
+	bin := testbundle.BuildStatic(t, "./cmd/fake-pi")
+	sc := testbundle.New(t, testbundle.Options{
+		Argv:          []string{"/usr/local/bin/pi", "--mode", "rpc"},
+		RootfsFiles:   map[string]string{"/usr/local/bin/pi": bin},
+		RegistryPatch: fmt.Sprintf(`{"deployments":{"host-alice":{"peers":{"uids":[%d],"gids":[4243]}}}}`, allowedUID),
+	})
+	// The real pi-session profile runs "pi --mode rpc --model ... --extension ...";
+	// the fake accepts those flags and reads its knobs from the workspace.
+	write(t, filepath.Join(sc.Workspace(), ".fake-pi-env"), fmt.Sprintf("FAKE_PI_TURN_MS=%d\nFAKE_PI_UPDATES=100\n", turnMS))
+	dir, err := os.MkdirTemp("/run", "paseo-supervisor-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	f := &fixture{sc: sc, socket: filepath.Join(dir, "supervisor.sock")}
+	f.cfg = Config{Registry: schema.Input{Name: "registry.json", Data: sc.Registry}, Socket: f.socket, SocketGID: socketGID,
+		StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: func(string) ([]byte, error) { return []byte("test-key"), nil }}
+	f.start(t)
+	return f
+}
+
+func (f *fixture) start(t *testing.T) {
+	srv, err := New(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f.srv, f.cancel, f.served = srv, cancel, make(chan error, 1)
+	go func() { f.served <- srv.Listen(ctx) }()
+	for i := 0; i < 200; i++ {
+		if c, err := Dial(f.socket); err == nil {
+			c.Close()
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Cleanup(func() {
+		cancel()
+		srv.Shutdown()
+	})
+}
+
+func write(t *testing.T, p, s string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fixture) dial(t *testing.T) *Client {
+	c, err := Dial(f.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func tctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+func (f *fixture) create(t *testing.T, c *Client) Info {
+	var in Info
+	if err := c.Call(tctx(t), Request{Op: "createSandbox", Deployment: "host-alice", Facts: f.sc.Facts}, &in); err != nil {
+		t.Fatalf("createSandbox: %v", err)
+	}
+	return in
+}
+
+// transcript collects a sandbox's stdout records across attachments and
+// checks that sequence numbers run without gap or repeat.
+type transcript struct {
+	cursor uint64
+	out    bytes.Buffer
+}
+
+func (tr *transcript) add(t *testing.T, e Event) {
+	if e.Event != "output" {
+		return
+	}
+	if e.Seq != tr.cursor+1 {
+		t.Fatalf("record %d after %d: gap or duplicate", e.Seq, tr.cursor)
+	}
+	tr.cursor = e.Seq
+	if e.Stream == "stdout" {
+		tr.out.Write(e.Data)
+	}
+}
+
+// frames parses the transcript as Pi JSONL.
+func (tr *transcript) frames(t *testing.T) []map[string]any {
+	var out []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(tr.out.Bytes()))
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("transcript line is not JSON: %q", sc.Text())
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// readUntil reads events into tr until the transcript contains want (or
+// the deadline passes), then acknowledges what it holds.
+func readUntil(t *testing.T, c *Client, id string, tr *transcript, want string, d time.Duration) bool {
+	deadline := time.After(d)
+	for !strings.Contains(tr.out.String(), want) {
+		select {
+		case e, ok := <-c.Events:
+			if !ok {
+				return false
+			}
+			tr.add(t, e)
+		case <-deadline:
+			return false
+		}
+	}
+	_ = c.Call(tctx(t), Request{Op: "ack", Sandbox: id, Cursor: tr.cursor}, nil)
+	return true
+}
+
+// A turn streams for several seconds while the client connection is
+// dropped twenty times mid-turn; every reattach from the last acknowledged
+// cursor continues exactly there, the transcript is complete, ordered and
+// free of duplicates, and the turn ends with agent_settled. Writes from a
+// superseded epoch are refused, a retried input id is applied once, and an
+// abort sent after a reattach reaches Pi.
+func TestContinuityAcrossDisconnects(t *testing.T) {
+	f := newFixture(t, 6000)
+	c := f.dial(t)
+	in := f.create(t, c)
+	if in.Status != StatusRunning || in.Profile != "pi-session" {
+		t.Fatalf("created: %+v", in)
+	}
+	var att struct{ Epoch uint64 }
+	if err := c.Call(tctx(t), Request{Op: "attach", Sandbox: in.Sandbox, Cursor: 0}, &att); err != nil {
+		t.Fatal(err)
+	}
+	send := func(c *Client, epoch uint64, inputID, line string) (bool, error) {
+		var r struct{ Applied bool }
+		err := c.Call(tctx(t), Request{Op: "write", Sandbox: in.Sandbox, Epoch: epoch, InputID: inputID, Data: []byte(line + "\n")}, &r)
+		return r.Applied, err
+	}
+	if _, err := send(c, att.Epoch, "in-1", `{"id":"p1","type":"prompt","message":"stream for a while"}`); err != nil {
+		t.Fatal(err)
+	}
+	tr := &transcript{}
+	if !readUntil(t, c, in.Sandbox, tr, `"message_update"`, 30*time.Second) {
+		t.Fatalf("no streaming started: %q", tr.out.String())
+	}
+	oldEpoch := att.Epoch
+	for i := 0; i < 20; i++ {
+		c.Close() // the daemon's connection dies mid-turn
+		c = f.dial(t)
+		if err := c.Call(tctx(t), Request{Op: "attach", Sandbox: in.Sandbox, Cursor: tr.cursor}, &att); err != nil {
+			t.Fatalf("reattach %d: %v", i, err)
+		}
+		if att.Epoch <= oldEpoch {
+			t.Fatalf("reattach %d: epoch %d not newer than %d", i, att.Epoch, oldEpoch)
+		}
+		if _, err := send(c, oldEpoch, fmt.Sprintf("stale-%d", i), `{"type":"get_state"}`); !isCode(err, ErrFenced) {
+			t.Fatalf("a write with a superseded epoch: %v", err)
+		}
+		oldEpoch = att.Epoch
+		// Read a little of the live stream before the next drop.
+		want := fmt.Sprintf(`"seq-marker-%d"`, i)
+		_ = want
+		n := tr.cursor
+		deadline := time.After(400 * time.Millisecond)
+	drain:
+		for tr.cursor < n+2 {
+			select {
+			case e := <-c.Events:
+				tr.add(t, e)
+			case <-deadline:
+				break drain
+			}
+		}
+		_ = c.Call(tctx(t), Request{Op: "ack", Sandbox: in.Sandbox, Cursor: tr.cursor}, nil)
+	}
+	if !readUntil(t, c, in.Sandbox, tr, `"agent_settled"`, 60*time.Second) {
+		t.Fatalf("the turn never settled; transcript tail: %q", tail(tr.out.String()))
+	}
+	frames := tr.frames(t)
+	var types []string
+	for _, fr := range frames {
+		types = append(types, fmt.Sprint(fr["type"]))
+	}
+	joined := strings.Join(types, ",")
+	if !strings.HasPrefix(joined, "response,agent_start") || !strings.HasSuffix(joined, "agent_settled") {
+		t.Errorf("transcript frame order: %s", joined)
+	}
+
+	// Duplicate input ids are applied once.
+	a1, err1 := send(c, att.Epoch, "dup-1", `{"id":"s1","type":"get_state"}`)
+	a2, err2 := send(c, att.Epoch, "dup-1", `{"id":"s1","type":"get_state"}`)
+	if err1 != nil || err2 != nil || !a1 || a2 {
+		t.Fatalf("duplicate input: %v %v %v %v", a1, err1, a2, err2)
+	}
+	if !readUntil(t, c, in.Sandbox, tr, `"id":"s1"`, 30*time.Second) {
+		t.Fatal("no get_state response")
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := strings.Count(tr.out.String(), `"id":"s1"`); n != 1 {
+		t.Errorf("a duplicated input was applied %d times", n)
+	}
+
+	// Abort after a reattach.
+	if _, err := send(c, att.Epoch, "in-2", `{"id":"p2","type":"prompt","message":"again"}`); err != nil {
+		t.Fatal(err)
+	}
+	if !readUntil(t, c, in.Sandbox, tr, `"id":"p2"`, 30*time.Second) {
+		t.Fatal("second prompt not answered")
+	}
+	c.Close()
+	c = f.dial(t)
+	if err := c.Call(tctx(t), Request{Op: "attach", Sandbox: in.Sandbox, Cursor: tr.cursor}, &att); err != nil {
+		t.Fatal(err)
+	}
+	before := tr.out.Len()
+	if _, err := send(c, att.Epoch, "in-3", `{"id":"a1","type":"abort"}`); err != nil {
+		t.Fatal(err)
+	}
+	if !readUntil(t, c, in.Sandbox, tr, `"id":"a1"`, 30*time.Second) {
+		t.Fatalf("no abort response: %q", tail(tr.out.String()))
+	}
+	after := tr.out.String()[before:]
+	if i, j := strings.Index(after, `"agent_settled"`), strings.Index(after, `"id":"a1"`); i < 0 || i > j || !strings.Contains(after, `"aborted"`) {
+		t.Errorf("abort after reattach: %q", tail(after))
+	}
+
+	// Delete leaves nothing behind.
+	if err := c.Call(tctx(t), Request{Op: "delete", Sandbox: in.Sandbox}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.assertNothingLeft(t)
+}
+
+func tail(s string) string {
+	if len(s) > 600 {
+		return s[len(s)-600:]
+	}
+	return s
+}
+
+func isCode(err error, code string) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
+}
+
+// assertNothingLeft checks the state root and runsc after delete.
+func (f *fixture) assertNothingLeft(t *testing.T) {
+	t.Helper()
+	entries, err := launcher.Inventory{StateRoot: f.sc.State, RunscPath: f.sc.Runsc}.PS()
+	if err != nil || len(entries) != 0 {
+		t.Errorf("left after delete: %+v %v", entries, err)
+	}
+	for _, d := range []string{"run", "records", "net/netns", "net/leases", "bundles"} {
+		if ents, _ := os.ReadDir(filepath.Join(f.sc.State, d)); len(ents) > 0 {
+			t.Errorf("%s left: %v", d, ents)
+		}
+	}
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(mi), f.sc.State) {
+		t.Errorf("mounts left under %s", f.sc.State)
+	}
+}
+
+// A peer not bound to a deployment is refused; facts naming another
+// deployment than the request are refused; garbage is a typed error that
+// changes nothing; ids of other deployments are not visible.
+func TestPeerChecksAndMalformedRequests(t *testing.T) {
+	f := newFixture(t, 200)
+	c := f.dial(t)
+	err := c.Call(tctx(t), Request{Op: "createSandbox", Deployment: "docker-official", Facts: f.sc.Facts}, nil)
+	if !isCode(err, ErrForbidden) {
+		t.Errorf("a deployment the peer is not bound to: %v", err)
+	}
+	smuggled := bytes.Replace(f.sc.Facts, []byte(`"host-alice"`), []byte(`"docker-official"`), 1)
+	err = c.Call(tctx(t), Request{Op: "createSandbox", Deployment: "host-alice", Facts: smuggled}, nil)
+	if !isCode(err, ErrForbidden) {
+		t.Errorf("facts naming another deployment: %v", err)
+	}
+	err = c.Call(tctx(t), Request{Op: "rm -rf", Sandbox: "x"}, nil)
+	if !isCode(err, ErrUnknownOp) {
+		t.Errorf("unknown op: %v", err)
+	}
+	err = c.Call(tctx(t), Request{Op: "inspect", Sandbox: "pp-0000000000000000"}, nil)
+	if !isCode(err, ErrNotFound) {
+		t.Errorf("unknown sandbox: %v", err)
+	}
+	// Raw garbage and unknown fields on a fresh connection.
+	raw, err := Dial(f.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	for _, line := range []string{`not json`, `{"v":1,"id":"x","op":"list","argv":["runsc"]}`, `{"v":2,"id":"y","op":"list"}`} {
+		if _, err := raw.c.Write([]byte(line + "\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	var list []Info
+	if err := c.Call(tctx(t), Request{Op: "list"}, &list); err != nil || len(list) != 0 {
+		t.Errorf("garbage changed something: %+v %v", list, err)
+	}
+
+	// A process of another uid can connect (socket group) but not create.
+	out, err := asOtherUser(t, f.socket, f.sc.Facts)
+	if err != nil || !strings.Contains(out, ErrForbidden) {
+		t.Errorf("peer uid %d: %q %v", otherUID, out, err)
+	}
+}
+
+// The helper process is a client of another uid.
+func TestHelperOtherPeer(t *testing.T) {
+	sock := os.Getenv("PASEO_TEST_PEER_SOCKET")
+	if sock == "" {
+		return
+	}
+	facts, _ := os.ReadFile(os.Getenv("PASEO_TEST_PEER_FACTS"))
+	c, err := Dial(sock)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return
+	}
+	err = c.Call(context.Background(), Request{Op: "createSandbox", Deployment: "host-alice", Facts: facts}, nil)
+	fmt.Println("result:", err)
+}
+
+func asOtherUser(t *testing.T, socket string, facts []byte) (string, error) {
+	dir, err := os.MkdirTemp("/run", "paseo-peer-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	_ = os.Chmod(dir, 0o755)
+	factsFile := filepath.Join(dir, "facts.json")
+	write(t, factsFile, string(facts))
+	exe := filepath.Join(dir, "client")
+	data, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^TestHelperOtherPeer$")
+	cmd.Env = []string{"PASEO_TEST_PEER_SOCKET=" + socket, "PASEO_TEST_PEER_FACTS=" + factsFile}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: otherUID, Gid: socketGID}}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// The helper process is a supervisor that the test kills with SIGKILL.
+func TestHelperSupervisorProcess(t *testing.T) {
+	cfgFile := os.Getenv("PASEO_TEST_SUPERVISOR")
+	if cfgFile == "" {
+		return
+	}
+	var h struct{ Registry, Socket, State, Runsc string }
+	data, _ := os.ReadFile(cfgFile)
+	if err := json.Unmarshal(data, &h); err != nil {
+		t.Fatal(err)
+	}
+	reg, _ := os.ReadFile(h.Registry)
+	srv, err := New(Config{Registry: schema.Input{Name: "registry.json", Data: reg}, Socket: h.Socket, SocketGID: socketGID,
+		StateRoot: h.State, RunscPath: h.Runsc, Secrets: func(string) ([]byte, error) { return []byte("k"), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = srv.Listen(context.Background())
+}
+
+// A supervisor killed while a sandbox runs. `runsc run` attaches the
+// sandbox to its parent, so the sandbox ends with the supervisor (and Pi
+// would end anyway when its input closes). The new supervisor reconciles
+// from runsc's state and its records: it still reports the sandbox, as
+// ended with its output lost, refuses attach, and delete removes every
+// trace. (A sandbox runsc still runs would be running-unattached.)
+func TestSupervisorRestartReconciles(t *testing.T) {
+	f := newFixture(t, 200)
+	f.cancel()
+	f.srv.Shutdown()
+	<-f.served
+	_ = os.Remove(f.socket)
+
+	dir := t.TempDir()
+	regFile, cfgFile := filepath.Join(dir, "registry.json"), filepath.Join(dir, "cfg.json")
+	write(t, regFile, string(f.sc.Registry))
+	cfg, _ := json.Marshal(map[string]string{"Registry": regFile, "Socket": f.socket, "State": f.sc.State, "Runsc": f.sc.Runsc})
+	write(t, cfgFile, string(cfg))
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperSupervisorProcess$")
+	cmd.Env = append(os.Environ(), "PASEO_TEST_SUPERVISOR="+cfgFile)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	var c *Client
+	var err error
+	for i := 0; i < 100; i++ {
+		if c, err = Dial(f.socket); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := f.create(t, c)
+	c.Close()
+	_ = cmd.Process.Kill() // the supervisor dies mid-session
+	_ = cmd.Wait()
+	_ = os.Remove(f.socket)
+
+	f.start(t) // a new supervisor over the same state
+	c = f.dial(t)
+	var got Info
+	if err := c.Call(tctx(t), Request{Op: "inspect", Sandbox: in.Sandbox}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != StatusExited || !strings.Contains(got.Reason, "supervisor") || got.ExitCode != nil {
+		t.Fatalf("after restart: %+v", got)
+	}
+	if err := c.Call(tctx(t), Request{Op: "attach", Sandbox: in.Sandbox}, nil); !isCode(err, ErrState) {
+		t.Errorf("attach to an unattached sandbox: %v", err)
+	}
+	if err := c.Call(tctx(t), Request{Op: "delete", Sandbox: in.Sandbox}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.assertNothingLeft(t)
+}
