@@ -484,3 +484,102 @@ func TestSupervisorRestartReconciles(t *testing.T) {
 	}
 	f.assertNothingLeft(t)
 }
+
+// The official Docker topology: the daemon in its container names
+// container paths; the registry maps them to host paths. A sandbox created
+// through the supervisor runs with its workspace and state at the
+// container paths, and what it writes lands in the mapped host dirs. A
+// host path smuggled into docker facts is refused.
+func TestDockerTopology(t *testing.T) {
+	bin := testbundle.BuildStatic(t, "./cmd/fake-pi")
+	sc := testbundle.New(t, testbundle.Options{
+		Argv:          []string{"/usr/local/bin/pi", "--mode", "rpc"},
+		RootfsFiles:   map[string]string{"/usr/local/bin/pi": bin},
+		RegistryPatch: fmt.Sprintf(`{"deployments":{"docker-official":{"peers":{"uids":[%d],"gids":[4243]}}}}`, allowedUID),
+	})
+	hostWS := filepath.Join(sc.Host, "srv/paseo-docker/workspace/app")
+	for _, d := range []string{hostWS, filepath.Join(sc.Host, "srv/paseo-docker/state/pi-agent"), filepath.Join(sc.Host, "srv/paseo-docker/state/pi-sessions")} {
+		if err := os.Chown(d, 1000, 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(t, filepath.Join(hostWS, ".fake-pi-env"), "FAKE_PI_TURN_MS=200\n")
+	dockerFacts, err := patchJSON(sc.Facts, `{"deployment":{"id":"docker-official"},"workspace":{"cwd":"/workspace/app","git":null},
+		"state":{"agentDir":"/paseo-state/pi-agent","sessionDir":"/paseo-state/pi-sessions"},
+		"launch":{"extension":"/tmp/paseo-pi-extension-b2/paseo-integration.mjs","mcpConfig":"/tmp/paseo-pi-mcp-b2/mcp.json"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("/run", "paseo-supervisor-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	f := &fixture{sc: sc, socket: filepath.Join(dir, "supervisor.sock")}
+	f.cfg = Config{Registry: schema.Input{Name: "registry.json", Data: sc.Registry}, Socket: f.socket, SocketGID: socketGID,
+		StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: func(string) ([]byte, error) { return []byte("test-key"), nil }}
+	f.start(t)
+	c := f.dial(t)
+
+	smuggled, _ := patchJSON(dockerFacts, `{"workspace":{"cwd":"`+hostWS+`"}}`)
+	if err := c.Call(tctx(t), Request{Op: "createSandbox", Deployment: "docker-official", Facts: smuggled}, nil); !isCode(err, ErrRefused) || !strings.Contains(err.Error(), "workspace.cwd") {
+		t.Errorf("a host path in docker facts: %v", err)
+	}
+
+	var in Info
+	if err := c.Call(tctx(t), Request{Op: "createSandbox", Deployment: "docker-official", Facts: dockerFacts}, &in); err != nil {
+		t.Fatal(err)
+	}
+	var att struct{ Epoch uint64 }
+	if err := c.Call(tctx(t), Request{Op: "attach", Sandbox: in.Sandbox}, &att); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Call(tctx(t), Request{Op: "write", Sandbox: in.Sandbox, Epoch: att.Epoch, InputID: "1",
+		Data: []byte(`{"id":"p","type":"prompt","message":"hi"}` + "\n")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	tr := &transcript{}
+	if !readUntil(t, c, in.Sandbox, tr, `"agent_settled"`, 30*time.Second) {
+		t.Fatalf("no turn: %q", tail(tr.out.String()))
+	}
+	if err := c.Call(tctx(t), Request{Op: "delete", Sandbox: in.Sandbox}, nil); err != nil {
+		t.Fatal(err)
+	}
+	logs, _ := filepath.Glob(filepath.Join(sc.Host, "srv/paseo-docker/state/pi-sessions", "*.jsonl"))
+	if len(logs) != 1 {
+		t.Fatalf("the session log did not land in the mapped host dir: %v", logs)
+	}
+	head, _ := os.ReadFile(logs[0])
+	if !strings.Contains(string(head), `"cwd":"/workspace/app"`) {
+		t.Errorf("the agent did not run at the container path: %.200s", head)
+	}
+	f.assertNothingLeft(t)
+}
+
+func patchJSON(doc []byte, patch string) ([]byte, error) {
+	var a, p map[string]any
+	if err := json.Unmarshal(doc, &a); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(patch), &p); err != nil {
+		return nil, err
+	}
+	merge(a, p)
+	return json.Marshal(a)
+}
+
+func merge(dst, src map[string]any) {
+	for k, v := range src {
+		if v == nil {
+			delete(dst, k)
+			continue
+		}
+		if sm, ok := v.(map[string]any); ok {
+			if dm, ok := dst[k].(map[string]any); ok {
+				merge(dm, sm)
+				continue
+			}
+		}
+		dst[k] = v
+	}
+}
