@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build runsc demo test vet race unit fuzz acceptance e2e-pi bench bench-launch golden clean image
+.PHONY: all build runsc demo test vet race unit fuzz acceptance e2e-pi e2e-continuity bench bench-launch golden clean image
 
 all: build
 
@@ -18,7 +18,7 @@ runsc:
 demo: build
 	./scripts/demo.sh
 
-test: runsc image vet fuzz race unit acceptance e2e-pi
+test: runsc image vet fuzz race unit acceptance e2e-pi e2e-continuity
 
 vet:
 	$(GO) vet ./...
@@ -27,15 +27,23 @@ vet:
 race:
 	$(GO) test -race -count=1 -run 'Concurrent|Golden' ./compiler ./schema
 
-# Every package but the acceptance proof and the real-Pi tests, which have
-# their own targets.
+# Every package but the acceptance proof, the real-Pi tests and the
+# supervisor's continuity tests, which have their own targets.
 unit:
-	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e '/acceptance$$' -e '/e2e$$')
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e '/acceptance$$' -e '/e2e$$' -e '/supervisor$$')
 
 # The real Pi (the pinned image) in gVisor: turns, tool calls, denied
 # escapes, session resume, the probes and the MCP route. Root.
 e2e-pi: runsc image
-	$(GO) test -count=1 -v ./e2e
+	$(GO) test -count=1 -v -run '^TestPi(Session|Probes|MCPRoute)$$' ./e2e
+
+# Continuity through the supervisor: 20 mid-turn disconnects with the fake
+# Pi, fencing, duplicate inputs, peer checks, restart reconciliation, the
+# Docker topology, then the real Pi surviving dropped connections and a
+# killed client process. Root.
+e2e-continuity: runsc image
+	$(GO) test -count=1 -v ./supervisor
+	$(GO) test -count=1 -v -run '^TestPiContinuityThroughSupervisor$$' ./e2e
 
 # The escape probe as a plain host process (control: every escape must
 # succeed) and under the launcher (contained: none may), plus one sandbox

@@ -119,7 +119,7 @@ func (e *env) scene(t *testing.T, profile, factsPatch string) *testbundle.Scene 
 		}
 	}
 	sc := testbundle.New(t, testbundle.Options{Host: e.host, Rootfs: e.image.Rootfs, Profile: profile,
-		RegistryPatch: fmt.Sprintf(`{"network":{"mode":"sandbox"},"image":{"version":%q,"digest":%q}}`, e.image.Version, e.image.Digest),
+		RegistryPatch: fmt.Sprintf(`{"network":{"mode":"sandbox"},"image":{"version":%q,"digest":%q},"deployments":{"host-alice":{"peers":{"uids":[0],"gids":[1000]}}}}`, e.image.Version, e.image.Digest),
 		FactsPatch:    string(facts)})
 	e.prepareState(t, sc)
 	return sc
@@ -203,22 +203,7 @@ func (e *env) launch(t *testing.T, sc *testbundle.Scene) *pi {
 	go func() {
 		res, err := launcher.Launch(lctx, launcher.Options{
 			BundleDir: sc.Bundle, StateRoot: sc.State, RunscPath: sc.Runsc,
-			Secrets: func(ref string) ([]byte, error) {
-				switch ref {
-				case "alice/fake-llm":
-					return []byte(apiKey), nil
-				case "paseo/mcp-token":
-					return []byte(mcpToken), nil
-				}
-				return nil, fmt.Errorf("unknown secret %s", ref)
-			},
-			Stdin: inR, Stdout: outW, Stderr: p.stderr, Uplink: e.world.Uplink,
-			Resolve: func(_ context.Context, host string) ([]netip.Addr, error) {
-				if host == "llm.example.test" {
-					return []netip.Addr{e.model.Addr}, nil
-				}
-				return nil, fmt.Errorf("unknown host %s", host)
-			},
+			Secrets: secrets, Stdin: inR, Stdout: outW, Stderr: p.stderr, Uplink: e.world.Uplink, Resolve: e.resolve,
 		})
 		outW.Close()
 		p.result = result{res, err}
@@ -357,4 +342,21 @@ func (e *env) requests() []fakemodel.Recorded {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.fm.Requests()
+}
+
+func secrets(ref string) ([]byte, error) {
+	switch ref {
+	case "alice/fake-llm":
+		return []byte(apiKey), nil
+	case "paseo/mcp-token":
+		return []byte(mcpToken), nil
+	}
+	return nil, fmt.Errorf("unknown secret %s", ref)
+}
+
+func (e *env) resolve(_ context.Context, host string) ([]netip.Addr, error) {
+	if host == "llm.example.test" {
+		return []netip.Addr{e.model.Addr}, nil
+	}
+	return nil, fmt.Errorf("unknown host %s", host)
 }
