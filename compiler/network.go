@@ -141,8 +141,19 @@ func (c *compilation) mcpRoute(p *grant.Plan, allowed bool) {
 	if !ok || !allowed {
 		return
 	}
+	upstream, fact := u.String(), "mcp.agentsURL"
+	if c.dep.Topology == "docker" {
+		// The facts' URL is the container's own loopback; the proxy runs on
+		// the host and must use the address the registry publishes.
+		if c.dep.Daemon == nil || c.dep.Daemon.MCPUpstream == "" {
+			c.diags.Addf(diag.Registry, "registry.deployments."+c.facts.Deployment.ID+".daemon.mcpUpstream",
+				"a docker deployment needs the host-reachable address of the daemon's MCP listener for the MCP route")
+			return
+		}
+		upstream, fact = c.dep.Daemon.MCPUpstream+u.Path, "registry.deployments."+c.facts.Deployment.ID+".daemon.mcpUpstream"
+	}
 	p.Add(grant.Grant{Kind: grant.Route, Subject: "mcp", Access: grant.Allow, Proto: "tcp", Port: port,
-		Value: "POST " + u.Path, Source: u.String(),
+		Value: "POST " + u.Path, Source: upstream,
 		Options: []string{"callerAgentId=" + c.facts.Agent.ID, "tokenRef=" + c.facts.MCP.TokenRef},
-		Reason:  "Paseo MCP tools via the launcher's per-sandbox proxy on the gateway; the daemon's listener itself stays unreachable", Fact: "mcp.agentsURL"})
+		Reason:  "Paseo MCP tools via the launcher's per-sandbox proxy on the gateway; the daemon's listener itself stays unreachable", Fact: fact})
 }

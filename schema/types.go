@@ -102,8 +102,9 @@ type Mapping struct {
 }
 
 type Daemon struct {
-	Home      string `json:"home,omitempty"`
-	PaseoHome string `json:"paseoHome,omitempty"`
+	Home        string `json:"home,omitempty"`
+	PaseoHome   string `json:"paseoHome,omitempty"`
+	MCPUpstream string `json:"mcpUpstream,omitempty"`
 }
 
 type Image struct {
