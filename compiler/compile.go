@@ -46,7 +46,8 @@ type Result struct {
 // Compile checks the inputs and, when nothing is refused, returns the plan
 // and its rendered bundle. Every refusal is collected into the diag.List.
 func Compile(in Inputs, opts Options) (*Result, diag.List) {
-	ld := schema.NewLoader()
+	ld := loaders.Get().(*schema.Loader)
+	defer loaders.Put(ld)
 	facts, fd := ld.Facts(in.Facts)
 	reg, rd := ld.Registry(in.Registry)
 	var l diag.List
@@ -82,6 +83,13 @@ func Compile(in Inputs, opts Options) (*Result, diag.List) {
 	}
 	return &Result{Plan: plan, Manifest: manifest, Files: files}, nil
 }
+
+// loaders reuses built schemas across compiles. CUE does not promise that
+// one context or value is safe for concurrent use (a shared schema raced
+// in TestConcurrentCompiles), so a Loader is never shared: the pool hands
+// each compile one for itself, and it goes back only when the compile is
+// done. Building the schema was a third of an in-process compile.
+var loaders = sync.Pool{New: func() any { return schema.NewLoader() }}
 
 // The embedded profiles never change at run time, so each is decoded once
 // per process; the compiler only reads them.
