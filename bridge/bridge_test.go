@@ -89,13 +89,8 @@ func TestLogBackPressure(t *testing.T) {
 // into the log and it is never blocked or killed by a missing reader.
 func TestProcessRunsUnattached(t *testing.T) {
 	cmd := exec.Command("/bin/busybox", "sh", "-c", "i=0; while [ $i -lt 2000 ]; do echo line-$i-abcdefghijklmnopqrstuvwxyz; i=$((i+1)); done; echo end >&2")
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s := Start(stdin, map[string]io.Reader{"stdout": stdout, "stderr": stderr}, Limits{MemBytes: 8 << 10, SpillBytes: 8 << 20, SpillDir: t.TempDir()})
+	stdin, outs := startWithPipes(t, cmd, 2)
+	s := Start(stdin, map[string]io.Reader{"stdout": outs[0], "stderr": outs[1]}, Limits{MemBytes: 8 << 10, SpillBytes: 8 << 20, SpillDir: t.TempDir()})
 	defer s.Release()
 	s.Exited(exitStatus(cmd.Wait()))
 	var out, errs bytes.Buffer
@@ -125,12 +120,8 @@ func TestProcessRunsUnattached(t *testing.T) {
 func TestReattachReplaysWithoutGapsOrDuplicates(t *testing.T) {
 	// cat echoes input; the loop streams for a few seconds.
 	cmd := exec.Command("/bin/busybox", "sh", "-c", "(i=0; while [ $i -lt 300 ]; do echo tick-$i; i=$((i+1)); /bin/busybox usleep 10000; done) & cat; wait")
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s := Start(stdin, map[string]io.Reader{"stdout": stdout}, Limits{SpillDir: t.TempDir()})
+	stdin, outs := startWithPipes(t, cmd, 1)
+	s := Start(stdin, map[string]io.Reader{"stdout": outs[0]}, Limits{SpillDir: t.TempDir()})
 	defer s.Release()
 	go func() { s.Exited(exitStatus(cmd.Wait())) }()
 
