@@ -58,7 +58,7 @@ stops it and every sandbox it runs.`,
 	f.StringVar(&registry, "registry", "/etc/paseo-sandbox/registry.json", "the operator registry (root-owned)")
 	f.StringVar(&cfg.Socket, "socket", "/run/paseo-sandbox/supervisor.sock", "the pathname socket daemons connect to")
 	f.IntVar(&cfg.SocketGID, "socket-group", 0, "numeric group allowed to connect (the socket is 0660 root:GROUP)")
-	f.StringVar(&cfg.StateRoot, "state-root", launcher.DefaultStateRoot, "private state: bundles, run dirs, runsc root, spill files")
+	f.StringVar(&cfg.StateRoot, "state-root", filepath.Join(launcher.DefaultStateRoot, "state"), "private state: bundles, run dirs, runsc root, spill files (not the socket's directory)")
 	f.StringVar(&cfg.RunscPath, "runsc", defaultRunsc(), "the pinned runsc binary")
 	f.StringVar(&secretsDir, "secrets-dir", "", "root-only directory holding one file per secretRef")
 	f.StringVar(&cfg.Uplink, "uplink-netns", "", "network namespace (path) sandbox veth peers live in (default: this process's)")

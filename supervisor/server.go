@@ -141,6 +141,13 @@ func (s *Server) Listen(ctx context.Context) error {
 	if st.Uid != 0 || st.Mode&0o022 != 0 || st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return fmt.Errorf("socket directory %s must be a root-owned directory no one else can write", dir)
 	}
+	if st.Mode&0o011 == 0 {
+		return fmt.Errorf("socket directory %s must be searchable by the socket's group (mode 0711 or 0755)", dir)
+	}
+	if filepath.Clean(dir) == filepath.Clean(s.cfg.StateRoot) {
+		// The launcher keeps the state root 0700, which would lock peers out.
+		return fmt.Errorf("the socket may not live in the state root %s itself", s.cfg.StateRoot)
+	}
 	if err := unix.Lstat(s.cfg.Socket, &st); err == nil {
 		if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 			return fmt.Errorf("%s exists and is not a socket", s.cfg.Socket)

@@ -75,10 +75,18 @@ func (f *fixture) start(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	f.srv, f.cancel, f.served = srv, cancel, make(chan error, 1)
 	go func() { f.served <- srv.Listen(ctx) }()
-	for i := 0; i < 200; i++ {
+	for i := 0; ; i++ {
 		if c, err := Dial(f.socket); err == nil {
 			c.Close()
 			break
+		}
+		select {
+		case err := <-f.served:
+			t.Fatalf("the supervisor stopped listening: %v", err)
+		default:
+		}
+		if i == 200 {
+			t.Fatal("the supervisor socket never came up")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -515,6 +523,9 @@ func TestDockerTopology(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	f := &fixture{sc: sc, socket: filepath.Join(dir, "supervisor.sock")}
 	f.cfg = Config{Registry: schema.Input{Name: "registry.json", Data: sc.Registry}, Socket: f.socket, SocketGID: socketGID,
 		StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: func(string) ([]byte, error) { return []byte("test-key"), nil }}
@@ -581,5 +592,48 @@ func merge(dst, src map[string]any) {
 			}
 		}
 		dst[k] = v
+	}
+}
+
+// The socket's directory must be root-owned, not writable by others and
+// searchable by the socket's group, and not the state root (which the
+// launcher keeps 0700): otherwise the supervisor does not start.
+func TestSocketDirectoryChecks(t *testing.T) {
+	reg, err := os.ReadFile(testbundle.Repo(t, "testdata/base/registry.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		mode os.FileMode
+		want string
+	}{
+		{"group writable", 0o775, "no one else can write"},
+		{"not searchable", 0o700, "searchable"},
+	} {
+		dir, err := os.MkdirTemp("/run", "paseo-socketdir-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		if err := os.Chmod(dir, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		srv, err := New(Config{Registry: schema.Input{Name: "registry.json", Data: reg}, Socket: filepath.Join(dir, "s.sock"), StateRoot: state})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Listen(context.Background()); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+	srv, err := New(Config{Registry: schema.Input{Name: "registry.json", Data: reg}, Socket: filepath.Join(state, "s.sock"), StateRoot: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(state, 0o755)
+	if err := srv.Listen(context.Background()); err == nil || !strings.Contains(err.Error(), "state root") {
+		t.Errorf("socket in the state root: %v", err)
 	}
 }
