@@ -14,12 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/nftables"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
-
-	"paseo.dev/paseo-policy/internal/nsutil"
 
 	"paseo.dev/paseo-policy/internal/testnet"
 	"paseo.dev/paseo-policy/launcher/sandboxnet"
@@ -222,30 +217,7 @@ func TestGCHalfCreatedAndDuplicateID(t *testing.T) {
 
 func assertNoUplinkObjects(t *testing.T, uplink, peer, table string) {
 	t.Helper()
-	fd, err := nsutil.Open(uplink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	h, err := netlink.NewHandleAt(netns.NsHandle(fd))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	if _, err := h.LinkByName(peer); err == nil {
-		t.Errorf("veth %s left in the uplink", peer)
-	}
-	c, err := nftables.New(nftables.WithNetNSFd(fd))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tb := range tables {
-		if tb.Name == table {
-			t.Errorf("table %s left in the uplink", table)
-		}
+	for _, left := range testnet.Leftovers(t, uplink, peer, table) {
+		t.Errorf("%s left in the uplink", left)
 	}
 }

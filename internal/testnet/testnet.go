@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/net/dns/dnsmessage"
@@ -324,4 +325,38 @@ func answer(query []byte, names map[string]netip.Addr) ([]byte, bool) {
 	}
 	out, err := b.Finish()
 	return out, err == nil
+}
+
+// Leftovers names which of the inet table and the link are still present
+// in the namespace at nsPath (the uplink a sandbox network used).
+func Leftovers(t testing.TB, nsPath, link, table string) []string {
+	t.Helper()
+	fd, err := nsutil.Open(nsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	var out []string
+	c, err := nftables.New(nftables.WithNetNSFd(fd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tb := range tables {
+		if tb.Name == table {
+			out = append(out, "table "+table)
+		}
+	}
+	h, err := netlink.NewHandleAt(netns.NsHandle(fd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if _, err := h.LinkByName(link); err == nil {
+		out = append(out, "link "+link)
+	}
+	return out
 }

@@ -12,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/nftables"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/bundle"
@@ -209,31 +206,8 @@ func TestTeardownRemovesEverything(t *testing.T) {
 func (f *fixture) assertGone(t *testing.T, id string) {
 	t.Helper()
 	peer, _, table := Names(id)
-	fd, err := nsutil.Open(f.world.Uplink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	c, err := nftables.New(nftables.WithNetNSFd(fd))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tb := range tables {
-		if tb.Name == table {
-			t.Errorf("table %s left behind", table)
-		}
-	}
-	h, err := netlink.NewHandleAt(netns.NsHandle(fd))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	if _, err := h.LinkByName(peer); err == nil {
-		t.Errorf("veth %s left behind", peer)
+	for _, left := range testnet.Leftovers(t, f.world.Uplink, peer, table) {
+		t.Errorf("%s left behind", left)
 	}
 	if _, err := os.Stat(NetnsPath(f.state, id)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("netns file left behind: %v", err)
