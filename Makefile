@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build runsc demo test vet race unit fuzz acceptance e2e-pi e2e-continuity bench bench-launch golden clean image
+.PHONY: all build runsc demo test vet race unit fuzz acceptance e2e-pi e2e-continuity bench bench-launch bench-pi golden clean image bench-bridge
 
 all: build
 
@@ -81,3 +81,14 @@ bench-launch: runsc
 # docs/image.md.
 image:
 	image/build.sh $(CURDIR)/.image
+
+# Output throughput through the bridge against a raw pipe, and replay time
+# for a 1 MiB backlog (see scripts/bench-bridge.sh and docs/benchmarks.md).
+bench-bridge:
+	./scripts/bench-bridge.sh
+
+# The real Pi's start up to its first RPC response, sandboxed against the
+# same Pi on the host, and what the sandbox's share goes to (root; see
+# scripts/bench-pi.sh and docs/benchmarks.md).
+bench-pi: runsc image
+	./scripts/bench-pi.sh

@@ -42,7 +42,9 @@ package e2e
 //	PI_BENCH_CLEAR    paths under the agent dir removed before every start
 //	                  (timed or not): a cold cache
 //	PI_BENCH_STRACE   host benchmark only: a file; Pi runs under
-//	                  `strace -f` (file syscalls and reads) writing to it
+//	                  `strace -f` writing to it; PI_BENCH_STRACE_SET is
+//	                  its -e trace= set (default: file syscalls, reads,
+//	                  mmap, execve, write)
 //	PI_BENCH_RUNSC_VARIANTS  "name=words;name=words…" for
 //	                  BenchmarkPiRunscFirstResponse; words are runsc flags,
 //	                  or @erofs (the rootfs from the EROFS image in
@@ -117,6 +119,7 @@ func BenchmarkPiRunscFirstResponse(b *testing.B) {
 	o := benchOptionsFromEnv(b)
 	sc := e.benchScene(b, o)
 	capture := e.captureRunDir(b, sc, o)
+	prepareHandRuns(b, sc)
 	spec := os.Getenv("PI_BENCH_RUNSC_VARIANTS")
 	if spec == "" {
 		spec = "default="
@@ -154,6 +157,7 @@ func BenchmarkPiRestoreFirstResponse(b *testing.B) {
 	o := benchOptionsFromEnv(b)
 	sc := e.benchScene(b, o)
 	capture := e.captureRunDir(b, sc, o)
+	prepareHandRuns(b, sc)
 	hr := newHandRun(b, sc, capture, nil)
 	defer hr.remove()
 	img := filepath.Join(b.TempDir(), "checkpoint")
@@ -400,14 +404,14 @@ func benchCall(tb testing.TB, c context.Context, client *piproto.Client, stderr 
 // benchSandboxedStart times Launch → get_state response, then stops Pi.
 func (e *env) benchSandboxedStart(tb testing.TB, sc *testbundle.Scene, o benchOptions) time.Duration {
 	tb.Helper()
-	if b, ok := tb.(*testing.B); ok {
+	b, _ := tb.(*testing.B)
+	if b != nil {
 		b.StopTimer()
 		defer b.StartTimer()
 	}
 	o.clearCaches(tb, sc)
 	c, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	b, _ := tb.(*testing.B)
 	if b != nil {
 		b.StartTimer()
 	}
@@ -453,7 +457,6 @@ func newHostPi(tb testing.TB, e *env, sc *testbundle.Scene) *hostPi {
 		tb.Fatal(err)
 	}
 	h := &hostPi{sc: sc, base: filepath.Join(tb.TempDir(), "hostroot")}
-	_ = os.RemoveAll(h.base)
 	if err := json.Unmarshal(data, &h.spec); err != nil {
 		tb.Fatal(err)
 	}
@@ -637,8 +640,11 @@ func hostStart(tb testing.TB, e *env, sc *testbundle.Scene, o benchOptions, trac
 			Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: []uint32{}}}}
 	if traceFile != "" {
 		// strace runs on the host and execs the same process in the chroot.
-		args := []string{"strace", "-f", "-qq", "-o", traceFile,
-			"-e", "trace=open,openat,openat2,stat,lstat,fstat,newfstatat,statx,access,faccessat,faccessat2,readlink,readlinkat,getdents64,read,pread64,mmap,execve",
+		set := os.Getenv("PI_BENCH_STRACE_SET")
+		if set == "" {
+			set = "open,openat,openat2,stat,lstat,fstat,newfstatat,statx,access,faccessat,faccessat2,readlink,readlinkat,getdents64,read,pread64,mmap,execve,write"
+		}
+		args := []string{"strace", "-f", "-qq", "-s", "96", "-o", traceFile, "-e", "trace=" + set,
 			"--", "chroot", fmt.Sprintf("--userspec=%d:%d", u.UID, u.GID), "--groups=", h.root,
 			"/usr/bin/env", "-i", "-C", h.spec.Process.Cwd}
 		args = append(args, h.env...)
@@ -747,22 +753,25 @@ func (h *handRun) flags() []string {
 }
 
 // handRunscRoot is the runsc state root of the hand runs, apart from the
-// launcher's; runsc leaves an nsfs mount in it, detached at cleanup.
+// launcher's.
 func handRunscRoot(stateRoot string) string { return filepath.Join(stateRoot, "hand-runsc") }
+
+// prepareHandRuns makes the hand runs' runsc root, and detaches the nsfs
+// mount runsc leaves in it before the scene's temp dir is removed.
+func prepareHandRuns(tb testing.TB, sc *testbundle.Scene) {
+	mkdirAll(tb, handRunscRoot(sc.State))
+	tb.Cleanup(func() {
+		ms := mountsBeneath(handRunscRoot(sc.State))
+		for i := len(ms) - 1; i >= 0; i-- {
+			_ = unix.Unmount(ms[i], unix.MNT_DETACH)
+		}
+	})
+}
 
 func newHandRun(tb testing.TB, sc *testbundle.Scene, capture string, words []string) *handRun {
 	tb.Helper()
 	h := &handRun{dir: filepath.Join(sc.State, "hand", benchID("run")), runscPath: sc.Runsc, stateRoot: sc.State}
 	mkdirAll(tb, h.dir)
-	if _, err := os.Stat(handRunscRoot(sc.State)); err != nil {
-		mkdirAll(tb, handRunscRoot(sc.State))
-		tb.Cleanup(func() {
-			ms := mountsBeneath(handRunscRoot(sc.State))
-			for i := len(ms) - 1; i >= 0; i-- {
-				_ = unix.Unmount(ms[i], unix.MNT_DETACH)
-			}
-		})
-	}
 	err := filepath.Walk(capture, func(p string, fi os.FileInfo, err error) error {
 		if err != nil {
 			return err
