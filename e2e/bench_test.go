@@ -58,10 +58,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"net/http/httptest"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,10 +71,7 @@ import (
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"paseo.dev/paseo-policy/internal/fakemodel"
 	"paseo.dev/paseo-policy/internal/testbundle"
-	"paseo.dev/paseo-policy/internal/testnet"
-	"paseo.dev/paseo-policy/launcher"
 	"paseo.dev/paseo-policy/piproto"
 )
 
@@ -232,55 +225,20 @@ func benchID(prefix string) string {
 	return fmt.Sprintf("pb-%s-%d-%d", prefix, os.Getpid(), time.Now().UnixNano())
 }
 
-// --- the e2e world, for a testing.TB ------------------------------------------
-//
-// newEnv, scene, prepareState, write, chownTree, launch and newMCPDaemon
-// (pi_test.go) take *testing.T; these are copies for benchmarks.
-
+// newBenchEnv is newEnv for a benchmark; it fails (never skips) without
+// root, like every test here.
 func newBenchEnv(tb testing.TB) *env {
 	tb.Helper()
 	if os.Geteuid() != 0 {
-		tb.Skip("the Pi benchmarks run runsc and mount; run them as root")
+		tb.Fatal("the Pi benchmarks run runsc and mount; run them as root")
 	}
-	p := testbundle.Repo(tb, ".image/image.json")
-	data, err := os.ReadFile(p)
-	if err != nil {
-		tb.Fatalf("the Pi image is missing (%v): run `make image`", err)
-	}
-	var im imageInfo
-	if err := json.Unmarshal(data, &im); err != nil {
-		tb.Fatal(err)
-	}
-	im.Rootfs = filepath.Join(filepath.Dir(p), "rootfs")
-	e := &env{image: im, world: testnet.New(tb), host: filepath.Join(tb.TempDir(), "host")}
-	e.model = e.world.Host("model")
-	e.decoyHost = e.world.Host("decoy")
-	e.decoy = e.decoyHost.Serve(tb, 8443, "decoy")
-	e.fm = fakemodel.New(fakemodel.Options{APIKey: apiKey})
-	l, err := e.model.Listen("tcp4", fmt.Sprintf("%s:8080", e.model.Addr))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		e.mu.Lock()
-		fm := e.fm
-		e.mu.Unlock()
-		fm.Handler().ServeHTTP(w, r)
-	})}
-	go srv.Serve(l)
-	tb.Cleanup(func() { srv.Close() })
-	e.daemon = &mcpDaemon{}
-	ds := httptest.NewServer(e.daemon)
-	tb.Cleanup(ds.Close)
-	e.daemon.port = ds.Listener.Addr().(*net.TCPAddr).Port
-	return e
+	return newEnv(tb)
 }
 
-// benchScene is scene(tb, "pi-session", "") for a testing.TB; with
-// PI_BENCH_ENV the profile's argv runs under /usr/bin/env.
+// benchScene is scene(tb, "pi-session", "") with, under PI_BENCH_ENV, the
+// profile's argv run under /usr/bin/env.
 func (e *env) benchScene(tb testing.TB, o benchOptions) *testbundle.Scene {
 	tb.Helper()
-	facts := fmt.Sprintf(`{"model":{"baseURL":%q},"mcp":{"agentsURL":"http://127.0.0.1:%d/mcp/agents"}}`, modelURL, e.daemon.port)
 	var argv []string
 	if len(o.env) > 0 {
 		argv = []string{"/usr/bin/env"}
@@ -290,86 +248,7 @@ func (e *env) benchScene(tb testing.TB, o benchOptions) *testbundle.Scene {
 		// The pi-session profile's argv (profiles/pi-session.cue).
 		argv = append(argv, "pi", "--mode", "rpc", "slot:model", "slot:thinking", "slot:session", "slot:mcp-config", "slot:extension")
 	}
-	sc := testbundle.New(tb, testbundle.Options{Host: e.host, Rootfs: e.image.Rootfs, Profile: "pi-session", Argv: argv,
-		RegistryPatch: fmt.Sprintf(`{"network":{"mode":"sandbox"},"image":{"version":%q,"digest":%q}}`, e.image.Version, e.image.Digest),
-		FactsPatch:    facts})
-	agent := benchAgentDir(sc.Host)
-	benchWrite(tb, filepath.Join(agent, "models.json"), `{"providers":{"fake":{"baseUrl":"`+modelURL+`","api":"openai-completions",
- "apiKey":"$FAKE_LLM_KEY","compat":{"supportsDeveloperRole":false},
- "models":[{"id":"fake-1","input":["text"],"contextWindow":128000,"maxTokens":16384}]}}}`)
-	benchWrite(tb, filepath.Join(agent, "settings.json"), `{"packages":["/opt/pi/node_modules/pi-mcp-adapter"]}`)
-	benchWrite(tb, filepath.Join(sc.Host, "srv/paseo/launch/paseo-pi-extension-a1/paseo-integration.mjs"), "export default function () {}\n")
-	for _, d := range []string{agent, filepath.Join(sc.Host, "srv/paseo/state/pi-sessions")} {
-		err := filepath.Walk(d, func(p string, _ os.FileInfo, err error) error {
-			if err != nil {
-				return err
-			}
-			return os.Lchown(p, 1000, 1000)
-		})
-		if err != nil {
-			tb.Fatal(err)
-		}
-	}
-	return sc
-}
-
-func benchWrite(tb testing.TB, p, s string) {
-	tb.Helper()
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.Chmod(p, 0o644); err != nil {
-		tb.Fatal(err)
-	}
-}
-
-func benchSecrets(ref string) ([]byte, error) {
-	switch ref {
-	case "alice/fake-llm":
-		return []byte(apiKey), nil
-	case "paseo/mcp-token":
-		return []byte(mcpToken), nil
-	}
-	return nil, fmt.Errorf("unknown secret %s", ref)
-}
-
-// benchLaunch is launch(t, sc) for a testing.TB, with a fixed id when id
-// is not empty. It returns as soon as Launch runs in its goroutine.
-func (e *env) benchLaunch(tb testing.TB, sc *testbundle.Scene, id string) *pi {
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	p := &pi{Client: piproto.New(outR, inW), stdin: inW, stderr: &lockedBuffer{}, done: make(chan struct{})}
-	lctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		res, err := launcher.Launch(lctx, launcher.Options{
-			BundleDir: sc.Bundle, StateRoot: sc.State, RunscPath: sc.Runsc, ID: id,
-			Secrets: benchSecrets,
-			Stdin:   inR, Stdout: outW, Stderr: p.stderr, Uplink: e.world.Uplink,
-			Resolve: func(_ context.Context, host string) ([]netip.Addr, error) {
-				if host == "llm.example.test" {
-					return []netip.Addr{e.model.Addr}, nil
-				}
-				return nil, fmt.Errorf("unknown host %s", host)
-			},
-		})
-		outW.Close()
-		p.result = result{res, err}
-		close(p.done)
-	}()
-	tb.Cleanup(func() {
-		inW.Close()
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			cancel()
-			<-p.done
-		}
-		cancel()
-	})
-	return p
+	return e.sceneArgv(tb, "pi-session", "", argv)
 }
 
 // benchStop ends Pi's input and waits for the launch to return.
@@ -416,7 +295,7 @@ func (e *env) benchSandboxedStart(tb testing.TB, sc *testbundle.Scene, o benchOp
 		b.StartTimer()
 	}
 	start := time.Now()
-	p := e.benchLaunch(tb, sc, "")
+	p := e.launchID(tb, sc, "")
 	benchCall(tb, c, p.Client, p.stderr)
 	d := time.Since(start)
 	if b != nil {
@@ -442,7 +321,7 @@ var secretRef = regexp.MustCompile(`@@paseo-secret:([^@]+)@@`)
 
 func fillSecrets(tb testing.TB, s string) string {
 	return secretRef.ReplaceAllStringFunc(s, func(m string) string {
-		v, err := benchSecrets(secretRef.FindStringSubmatch(m)[1])
+		v, err := secrets(secretRef.FindStringSubmatch(m)[1])
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -488,7 +367,7 @@ func newHostPi(tb testing.TB, e *env, sc *testbundle.Scene) *hostPi {
 			if m.Destination == "/dev" {
 				// What gVisor's /dev offers the agent, from the host.
 				for _, d := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
-					benchWrite(tb, filepath.Join(dst, d), "")
+					write(tb, filepath.Join(dst, d), "")
 					mount(tb, "/dev/"+d, filepath.Join(dst, d), "", unix.MS_BIND, "")
 				}
 			}
@@ -518,7 +397,7 @@ func newHostPi(tb testing.TB, e *env, sc *testbundle.Scene) *hostPi {
 			} else {
 				mkdirAll(tb, filepath.Dir(dst))
 				if _, err := os.Stat(dst); err != nil {
-					benchWrite(tb, dst, "")
+					write(tb, dst, "")
 				}
 			}
 			mount(tb, src, dst, "", unix.MS_BIND, "")
@@ -711,7 +590,7 @@ func (e *env) captureRunDir(tb testing.TB, sc *testbundle.Scene, o benchOptions)
 		e.benchSandboxedStart(tb, sc, o)
 	}
 	id := benchID("capture")
-	p := e.benchLaunch(tb, sc, id)
+	p := e.launchID(tb, sc, id)
 	c, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	benchCall(tb, c, p.Client, p.stderr)

@@ -45,7 +45,7 @@ type imageInfo struct {
 	Rootfs  string `json:"rootfs"`
 }
 
-func image(t *testing.T) imageInfo {
+func image(t testing.TB) imageInfo {
 	t.Helper()
 	p := testbundle.Repo(t, ".image/image.json")
 	data, err := os.ReadFile(p)
@@ -76,7 +76,7 @@ type env struct {
 	host string
 }
 
-func newEnv(t *testing.T, script ...fakemodel.Turn) *env {
+func newEnv(t testing.TB, script ...fakemodel.Turn) *env {
 	e := &env{image: image(t), world: testnet.New(t), host: filepath.Join(t.TempDir(), "host")}
 	e.model = e.world.Host("model")
 	e.decoyHost = e.world.Host("decoy")
@@ -99,7 +99,7 @@ func newEnv(t *testing.T, script ...fakemodel.Turn) *env {
 }
 
 // setScript gives the fake model a new script (and a fresh request log).
-func (e *env) setScript(t *testing.T, script ...fakemodel.Turn) {
+func (e *env) setScript(t testing.TB, script ...fakemodel.Turn) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.fm = fakemodel.New(fakemodel.Options{Script: script, APIKey: apiKey})
@@ -110,7 +110,13 @@ func (e *env) decoyAddr() string { return e.decoyHost.Addr.String() }
 // scene compiles facts for profile into a bundle running the image, and
 // prepares the daemon-owned state Pi reads: models.json, settings.json
 // loading the image's pi-mcp-adapter, and the integration extension.
-func (e *env) scene(t *testing.T, profile, factsPatch string) *testbundle.Scene {
+func (e *env) scene(t testing.TB, profile, factsPatch string) *testbundle.Scene {
+	return e.sceneArgv(t, profile, factsPatch, nil)
+}
+
+// sceneArgv is scene with the profile's argv replaced (testbundle's argv
+// words, "slot:NAME" for the profile's slots); nil keeps it as reviewed.
+func (e *env) sceneArgv(t testing.TB, profile, factsPatch string, argv []string) *testbundle.Scene {
 	facts := []byte(fmt.Sprintf(`{"model":{"baseURL":%q},"mcp":{"agentsURL":"http://127.0.0.1:%d/mcp/agents"}}`, modelURL, e.daemon.port))
 	if factsPatch != "" {
 		var err error
@@ -118,14 +124,14 @@ func (e *env) scene(t *testing.T, profile, factsPatch string) *testbundle.Scene 
 			t.Fatal(err)
 		}
 	}
-	sc := testbundle.New(t, testbundle.Options{Host: e.host, Rootfs: e.image.Rootfs, Profile: profile,
+	sc := testbundle.New(t, testbundle.Options{Host: e.host, Rootfs: e.image.Rootfs, Profile: profile, Argv: argv,
 		RegistryPatch: fmt.Sprintf(`{"network":{"mode":"sandbox"},"image":{"version":%q,"digest":%q},"deployments":{"host-alice":{"peers":{"uids":[0],"gids":[1000]}}}}`, e.image.Version, e.image.Digest),
 		FactsPatch:    string(facts)})
 	e.prepareState(t, sc)
 	return sc
 }
 
-func (e *env) prepareState(t *testing.T, sc *testbundle.Scene) {
+func (e *env) prepareState(t testing.TB, sc *testbundle.Scene) {
 	agent := filepath.Join(sc.Host, "srv/paseo/state/pi-agent")
 	write(t, filepath.Join(agent, "models.json"), `{"providers":{"fake":{"baseUrl":"`+modelURL+`","api":"openai-completions",
  "apiKey":"$FAKE_LLM_KEY","compat":{"supportsDeveloperRole":false},
@@ -137,7 +143,7 @@ func (e *env) prepareState(t *testing.T, sc *testbundle.Scene) {
 	}
 }
 
-func write(t *testing.T, p, s string) {
+func write(t testing.TB, p, s string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)
@@ -151,7 +157,7 @@ func write(t *testing.T, p, s string) {
 	}
 }
 
-func chownTree(t *testing.T, root string, uid, gid int) {
+func chownTree(t testing.TB, root string, uid, gid int) {
 	t.Helper()
 	err := filepath.Walk(root, func(p string, _ os.FileInfo, err error) error {
 		if err != nil {
@@ -195,14 +201,17 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func (e *env) launch(t *testing.T, sc *testbundle.Scene) *pi {
+func (e *env) launch(t testing.TB, sc *testbundle.Scene) *pi { return e.launchID(t, sc, "") }
+
+// launchID is launch with a fixed container id (empty: a fresh one).
+func (e *env) launchID(t testing.TB, sc *testbundle.Scene, id string) *pi {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	p := &pi{Client: piproto.New(outR, inW), stdin: inW, stderr: &lockedBuffer{}, done: make(chan struct{})}
 	lctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		res, err := launcher.Launch(lctx, launcher.Options{
-			BundleDir: sc.Bundle, StateRoot: sc.State, RunscPath: sc.Runsc,
+			BundleDir: sc.Bundle, StateRoot: sc.State, RunscPath: sc.Runsc, ID: id,
 			Secrets: secrets, Stdin: inR, Stdout: outW, Stderr: p.stderr, Uplink: e.world.Uplink, Resolve: e.resolve,
 		})
 		outW.Close()
@@ -224,7 +233,7 @@ func (e *env) launch(t *testing.T, sc *testbundle.Scene) *pi {
 	return p
 }
 
-func (p *pi) stop(t *testing.T) launcher.Result {
+func (p *pi) stop(t testing.TB) launcher.Result {
 	t.Helper()
 	p.stdin.Close()
 	select {
@@ -285,7 +294,7 @@ type mcpDaemon struct {
 	reqs []string
 }
 
-func newMCPDaemon(t *testing.T) *mcpDaemon {
+func newMCPDaemon(t testing.TB) *mcpDaemon {
 	d := &mcpDaemon{}
 	srv := httptest.NewServer(d)
 	t.Cleanup(srv.Close)
