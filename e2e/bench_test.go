@@ -694,7 +694,7 @@ func newHandRun(tb testing.TB, sc *testbundle.Scene, capture string, words []str
 		case w == "@erofs":
 			img := os.Getenv("PI_BENCH_EROFS")
 			if img == "" {
-				tb.Skip("@erofs needs PI_BENCH_EROFS (an EROFS image of the rootfs)")
+				tb.Fatal("@erofs was asked for but PI_BENCH_EROFS (an EROFS image of the rootfs) is not set")
 			}
 			if spec.Annotations == nil {
 				spec.Annotations = map[string]string{}
