@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -66,7 +65,7 @@ func TestPiContinuityThroughSupervisor(t *testing.T) {
 	tr := &stream{}
 	attach := func() uint64 {
 		var att struct{ Epoch uint64 }
-		if err := cl.Call(c, supervisor.Request{Op: "attach", Sandbox: in.Sandbox, Cursor: tr.cursor}, &att); err != nil {
+		if err := cl.Call(c, supervisor.Request{Op: "attach", Sandbox: in.Sandbox, Cursor: tr.Cursor}, &att); err != nil {
 			t.Fatal(err)
 		}
 		return att.Epoch
@@ -93,7 +92,7 @@ func TestPiContinuityThroughSupervisor(t *testing.T) {
 	// attachment), reads without acknowledging, and is killed.
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperContinuityClient$")
 	cmd.Env = append(os.Environ(), "PASEO_E2E_CLIENT_SOCKET="+socket, "PASEO_E2E_CLIENT_SANDBOX="+in.Sandbox,
-		fmt.Sprintf("PASEO_E2E_CLIENT_CURSOR=%d", tr.cursor))
+		fmt.Sprintf("PASEO_E2E_CLIENT_CURSOR=%d", tr.Cursor))
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -113,7 +112,7 @@ func TestPiContinuityThroughSupervisor(t *testing.T) {
 	if !tr.until(t, cl, in.Sandbox, `"agent_settled"`, 90*time.Second) {
 		t.Fatalf("the turn never settled: %q", tr.tail())
 	}
-	text := tr.out.String()
+	text := tr.Stdout.String()
 	if strings.Count(text, `"type":"agent_settled"`) != 1 {
 		t.Errorf("agent_settled %d times", strings.Count(text, `"type":"agent_settled"`))
 	}
@@ -122,7 +121,7 @@ func TestPiContinuityThroughSupervisor(t *testing.T) {
 	}
 
 	// Abort after a reattach.
-	tr.from = tr.out.Len()
+	tr.from = tr.Stdout.Len()
 	write(epoch, "p2", `{"id":"p2","type":"prompt","message":"again"}`)
 	if !tr.until(t, cl, in.Sandbox, `"text_delta"`, 60*time.Second) {
 		t.Fatal("second turn did not stream")
@@ -130,13 +129,13 @@ func TestPiContinuityThroughSupervisor(t *testing.T) {
 	cl.Close()
 	cl = dial()
 	epoch = attach()
-	mark := tr.out.Len()
+	mark := tr.Stdout.Len()
 	tr.from = mark
 	write(epoch, "a1", `{"id":"a1","type":"abort"}`)
 	if !tr.until(t, cl, in.Sandbox, `"id":"a1"`, 60*time.Second) {
 		t.Fatalf("no abort response: %q", tr.tail())
 	}
-	after := tr.out.String()[mark:]
+	after := tr.Stdout.String()[mark:]
 	if i, j := strings.Index(after, `"agent_settled"`), strings.Index(after, `"id":"a1"`); i < 0 || i > j || !strings.Contains(after, `"aborted"`) {
 		t.Errorf("abort after reattach: %q", after)
 	}
@@ -169,31 +168,23 @@ func TestHelperContinuityClient(t *testing.T) {
 
 // stream is the daemon's side of a sandbox's output across attachments.
 type stream struct {
-	cursor uint64
-	out    bytes.Buffer
-	from   int // until looks only at output after this offset
+	supervisor.Transcript
+	from int // until looks only at output after this offset
 }
 
 func (s *stream) add(t *testing.T, e supervisor.Event) {
-	if e.Event != "output" {
-		return
-	}
-	if e.Seq != s.cursor+1 {
-		t.Fatalf("record %d after %d: gap or duplicate", e.Seq, s.cursor)
-	}
-	s.cursor = e.Seq
-	if e.Stream == "stdout" {
-		s.out.Write(e.Data)
+	if err := s.Add(e); err != nil {
+		t.Fatal(err)
 	}
 }
 
 func (s *stream) ack(t *testing.T, cl *supervisor.Client, id string) {
-	_ = cl.Call(ctx(t), supervisor.Request{Op: "ack", Sandbox: id, Cursor: s.cursor}, nil)
+	_ = cl.Call(ctx(t), supervisor.Request{Op: "ack", Sandbox: id, Cursor: s.Cursor}, nil)
 }
 
 func (s *stream) until(t *testing.T, cl *supervisor.Client, id, want string, d time.Duration) bool {
 	deadline := time.After(d)
-	for !strings.Contains(s.out.String()[s.from:], want) {
+	for !strings.Contains(s.Stdout.String()[s.from:], want) {
 		select {
 		case e, ok := <-cl.Events:
 			if !ok {
@@ -210,8 +201,8 @@ func (s *stream) until(t *testing.T, cl *supervisor.Client, id, want string, d t
 
 func (s *stream) some(t *testing.T, cl *supervisor.Client, id string, n int, d time.Duration) {
 	deadline := time.After(d)
-	start := s.cursor
-	for s.cursor < start+uint64(n) {
+	start := s.Cursor
+	for s.Cursor < start+uint64(n) {
 		select {
 		case e, ok := <-cl.Events:
 			if !ok {
@@ -227,7 +218,7 @@ func (s *stream) some(t *testing.T, cl *supervisor.Client, id string, n int, d t
 }
 
 func (s *stream) tail() string {
-	str := s.out.String()
+	str := s.Stdout.String()
 	if len(str) > 800 {
 		return str[len(str)-800:]
 	}

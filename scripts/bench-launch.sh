@@ -38,25 +38,8 @@ count=${COUNT:-10}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# median: one number per line on stdin -> the median (mean of the middle
-# two for an even count).
-median() {
-  sort -g | awk '{ v[NR] = $1 } END {
-    if (NR == 0) { print "NaN"; exit }
-    if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
-# "name unit value" for every metric of every benchmark line, GOMAXPROCS
-# suffix dropped.
-metrics() {
-  awk '/^Benchmark/ {
-    name = $1; sub(/-[0-9]+$/, "", name)
-    for (i = 3; i < NF; i += 2) print name, $(i + 1), $i
-  }' "$@"
-}
-# metric FILE NAME UNIT -> median over every sample.
-metric() {
-  awk -v n="$2" -v u="$3" '$1 == n && $2 == u { print $3 }' "$1" | median
-}
+# shellcheck source=scripts/benchlib.sh
+. scripts/benchlib.sh
 # samples FILE NAME UNIT -> every sample in ms, in order, on one line.
 samples() {
   awk -v n="$2" -v u="$3" '$1 == n && $2 == u { printf "%.1f ", $3 / 1e6 }' "$1"

@@ -47,20 +47,8 @@ skip=" ${SKIP:-} "
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-median() {
-  sort -g | awk '{ v[NR] = $1 } END {
-    if (NR == 0) { print "NaN"; exit }
-    if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
-# "name unit value" for every metric of every benchmark line; the
-# GOMAXPROCS suffix and the #NN of repeated sub-benchmarks dropped.
-metrics() {
-  awk '/^Benchmark/ {
-    name = $1; sub(/-[0-9]+$/, "", name); sub(/#[0-9]+$/, "", name)
-    for (i = 3; i < NF; i += 2) print name, $(i + 1), $i
-  }' "$@"
-}
-metric() { awk -v n="$2" -v u="$3" '$1 == n && $2 == u { print $3 }' "$1" | median; }
+# shellcheck source=scripts/benchlib.sh
+. scripts/benchlib.sh
 samples() { awk -v n="$2" -v u="$3" '$1 == n && $2 == u { printf "%.2f ", $3 / 1e9 }' "$1"; }
 count() { awk -v n="$2" -v u="$3" '$1 == n && $2 == u' "$1" | wc -l; }
 s() { awk -v ns="$1" 'BEGIN { if (ns == "NaN") print "n/a"; else printf "%.2f", ns / 1e9 }'; }

@@ -126,30 +126,19 @@ func (f *fixture) create(t *testing.T, c *Client) Info {
 	return in
 }
 
-// transcript collects a sandbox's stdout records across attachments and
-// checks that sequence numbers run without gap or repeat.
-type transcript struct {
-	cursor uint64
-	out    bytes.Buffer
-}
+// transcript is the test's Transcript: a gap or duplicate fails the test.
+type transcript struct{ Transcript }
 
 func (tr *transcript) add(t *testing.T, e Event) {
-	if e.Event != "output" {
-		return
-	}
-	if e.Seq != tr.cursor+1 {
-		t.Fatalf("record %d after %d: gap or duplicate", e.Seq, tr.cursor)
-	}
-	tr.cursor = e.Seq
-	if e.Stream == "stdout" {
-		tr.out.Write(e.Data)
+	if err := tr.Add(e); err != nil {
+		t.Fatal(err)
 	}
 }
 
 // frames parses the transcript as Pi JSONL.
 func (tr *transcript) frames(t *testing.T) []map[string]any {
 	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(tr.out.Bytes()))
+	sc := bufio.NewScanner(bytes.NewReader(tr.Stdout.Bytes()))
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
 		var m map[string]any
@@ -165,7 +154,7 @@ func (tr *transcript) frames(t *testing.T) []map[string]any {
 // the deadline passes), then acknowledges what it holds.
 func readUntil(t *testing.T, c *Client, id string, tr *transcript, want string, d time.Duration) bool {
 	deadline := time.After(d)
-	for !strings.Contains(tr.out.String(), want) {
+	for !strings.Contains(tr.Stdout.String(), want) {
 		select {
 		case e, ok := <-c.Events:
 			if !ok {
@@ -176,7 +165,7 @@ func readUntil(t *testing.T, c *Client, id string, tr *transcript, want string, 
 			return false
 		}
 	}
-	_ = c.Call(tctx(t), Request{Op: "ack", Sandbox: id, Cursor: tr.cursor}, nil)
+	_ = c.Call(tctx(t), Request{Op: "ack", Sandbox: id, Cursor: tr.Cursor}, nil)
 	return true
 }
 
@@ -207,13 +196,13 @@ func TestContinuityAcrossDisconnects(t *testing.T) {
 	}
 	tr := &transcript{}
 	if !readUntil(t, c, in.Sandbox, tr, `"message_update"`, 30*time.Second) {
-		t.Fatalf("no streaming started: %q", tr.out.String())
+		t.Fatalf("no streaming started: %q", tr.Stdout.String())
 	}
 	oldEpoch := att.Epoch
 	for i := 0; i < 20; i++ {
 		c.Close() // the daemon's connection dies mid-turn
 		c = f.dial(t)
-		if err := c.Call(tctx(t), Request{Op: "attach", Sandbox: in.Sandbox, Cursor: tr.cursor}, &att); err != nil {
+		if err := c.Call(tctx(t), Request{Op: "attach", Sandbox: in.Sandbox, Cursor: tr.Cursor}, &att); err != nil {
 			t.Fatalf("reattach %d: %v", i, err)
 		}
 		if att.Epoch <= oldEpoch {
@@ -226,10 +215,10 @@ func TestContinuityAcrossDisconnects(t *testing.T) {
 		// Read a little of the live stream before the next drop.
 		want := fmt.Sprintf(`"seq-marker-%d"`, i)
 		_ = want
-		n := tr.cursor
+		n := tr.Cursor
 		deadline := time.After(400 * time.Millisecond)
 	drain:
-		for tr.cursor < n+2 {
+		for tr.Cursor < n+2 {
 			select {
 			case e := <-c.Events:
 				tr.add(t, e)
@@ -237,10 +226,10 @@ func TestContinuityAcrossDisconnects(t *testing.T) {
 				break drain
 			}
 		}
-		_ = c.Call(tctx(t), Request{Op: "ack", Sandbox: in.Sandbox, Cursor: tr.cursor}, nil)
+		_ = c.Call(tctx(t), Request{Op: "ack", Sandbox: in.Sandbox, Cursor: tr.Cursor}, nil)
 	}
 	if !readUntil(t, c, in.Sandbox, tr, `"agent_settled"`, 60*time.Second) {
-		t.Fatalf("the turn never settled; transcript tail: %q", tail(tr.out.String()))
+		t.Fatalf("the turn never settled; transcript tail: %q", tail(tr.Stdout.String()))
 	}
 	frames := tr.frames(t)
 	var types []string
@@ -262,7 +251,7 @@ func TestContinuityAcrossDisconnects(t *testing.T) {
 		t.Fatal("no get_state response")
 	}
 	time.Sleep(300 * time.Millisecond)
-	if n := strings.Count(tr.out.String(), `"id":"s1"`); n != 1 {
+	if n := strings.Count(tr.Stdout.String(), `"id":"s1"`); n != 1 {
 		t.Errorf("a duplicated input was applied %d times", n)
 	}
 
@@ -275,17 +264,17 @@ func TestContinuityAcrossDisconnects(t *testing.T) {
 	}
 	c.Close()
 	c = f.dial(t)
-	if err := c.Call(tctx(t), Request{Op: "attach", Sandbox: in.Sandbox, Cursor: tr.cursor}, &att); err != nil {
+	if err := c.Call(tctx(t), Request{Op: "attach", Sandbox: in.Sandbox, Cursor: tr.Cursor}, &att); err != nil {
 		t.Fatal(err)
 	}
-	before := tr.out.Len()
+	before := tr.Stdout.Len()
 	if _, err := send(c, att.Epoch, "in-3", `{"id":"a1","type":"abort"}`); err != nil {
 		t.Fatal(err)
 	}
 	if !readUntil(t, c, in.Sandbox, tr, `"id":"a1"`, 30*time.Second) {
-		t.Fatalf("no abort response: %q", tail(tr.out.String()))
+		t.Fatalf("no abort response: %q", tail(tr.Stdout.String()))
 	}
-	after := tr.out.String()[before:]
+	after := tr.Stdout.String()[before:]
 	if i, j := strings.Index(after, `"agent_settled"`), strings.Index(after, `"id":"a1"`); i < 0 || i > j || !strings.Contains(after, `"aborted"`) {
 		t.Errorf("abort after reattach: %q", tail(after))
 	}
@@ -551,7 +540,7 @@ func TestDockerTopology(t *testing.T) {
 	}
 	tr := &transcript{}
 	if !readUntil(t, c, in.Sandbox, tr, `"agent_settled"`, 30*time.Second) {
-		t.Fatalf("no turn: %q", tail(tr.out.String()))
+		t.Fatalf("no turn: %q", tail(tr.Stdout.String()))
 	}
 	if err := c.Call(tctx(t), Request{Op: "delete", Sandbox: in.Sandbox}, nil); err != nil {
 		t.Fatal(err)
