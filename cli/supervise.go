@@ -26,9 +26,12 @@ listens on a pathname socket (mode 0660, group --socket-group, in a
 root-owned directory), checks every peer's SO_PEERCRED against the
 registry's peers for the deployment it names, compiles facts with the
 embedded profiles, launches sandboxes with the launcher and keeps each
-sandbox's output in a bridge so a reattaching daemon misses nothing. On
-start it reconciles sandboxes an earlier supervisor left. SIGTERM or SIGINT
-stops it and every sandbox it runs.`,
+sandbox's output in a bridge so a reattaching daemon misses nothing. Each
+sandbox runs under a holder process of its own (this binary, re-executed)
+that owns its stdio, so sandboxes and their turns outlive the supervisor:
+SIGTERM or SIGINT stops the supervisor only, and the next one adopts the
+running sandboxes (running-unattached until a daemon attaches). Delete a
+sandbox through the protocol, or use kill/gc, to stop it.`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			data, err := os.ReadFile(registry)
@@ -47,7 +50,7 @@ stops it and every sandbox it runs.`,
 			defer stop()
 			fmt.Fprintf(g.stderr, "paseo-policy: supervising on %s\n", cfg.Socket)
 			err = srv.Listen(ctx)
-			srv.Shutdown()
+			srv.Close()
 			if err != nil {
 				return exitWith(ExitUnavailable, err)
 			}

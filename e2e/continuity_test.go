@@ -36,15 +36,24 @@ func TestPiContinuityThroughSupervisor(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	_ = os.Chmod(dir, 0o755)
 	socket := filepath.Join(dir, "supervisor.sock")
-	srv, err := supervisor.New(supervisor.Config{Registry: schema.Input{Name: "registry.json", Data: sc.Registry},
+	cfg := supervisor.Config{Registry: schema.Input{Name: "registry.json", Data: sc.Registry},
 		Socket: socket, SocketGID: 0, StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: secrets,
-		Uplink: e.world.Uplink, Resolve: e.resolve})
-	if err != nil {
-		t.Fatal(err)
+		Uplink: e.world.Uplink, Resolve: e.resolve}
+	// supervise starts a supervisor over the test's state; the returned
+	// function stops it the way SIGTERM does, leaving its sandboxes to
+	// their holders.
+	supervise := func() (stop func()) {
+		srv, err := supervisor.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sctx, cancel := context.WithCancel(context.Background())
+		served := make(chan struct{})
+		go func() { _ = srv.Listen(sctx); close(served) }()
+		t.Cleanup(func() { cancel(); srv.Shutdown() })
+		return func() { cancel(); <-served; srv.Close() }
 	}
-	sctx, stop := context.WithCancel(context.Background())
-	go func() { _ = srv.Listen(sctx) }()
-	t.Cleanup(func() { stop(); srv.Shutdown() })
+	stopSupervisor := supervise()
 	dial := func() *supervisor.Client {
 		for i := 0; i < 200; i++ {
 			if c, err := supervisor.Dial(socket); err == nil {
@@ -107,7 +116,15 @@ func TestPiContinuityThroughSupervisor(t *testing.T) {
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	cl.Close()
+	// The supervisor restarts mid-turn: the new one adopts the sandbox
+	// from its holder as running-unattached, and the turn goes on.
+	stopSupervisor()
+	supervise()
 	cl = dial()
+	var got supervisor.Info
+	if err := cl.Call(c, supervisor.Request{Op: "inspect", Sandbox: in.Sandbox}, &got); err != nil || got.Status != supervisor.StatusRunningUnattached {
+		t.Fatalf("after the supervisor restart: %+v %v", got, err)
+	}
 	epoch = attach()
 	if !tr.until(t, cl, in.Sandbox, `"agent_settled"`, 90*time.Second) {
 		t.Fatalf("the turn never settled: %q", tr.tail())

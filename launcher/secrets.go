@@ -6,9 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
+	"paseo.dev/paseo-policy/bundle"
 	"paseo.dev/paseo-policy/internal/pathform"
 )
 
@@ -60,6 +62,19 @@ func readAll(f *os.File) ([]byte, error) {
 
 // placeholder matches the compiler's secret placeholder.
 var placeholder = regexp.MustCompile(`@@paseo-secret:([a-z0-9][a-z0-9._/-]{0,127})@@`)
+
+// SecretRefs lists, sorted and once each, the secret references the
+// bundle's placeholders name: what a launch will ask its SecretSource for.
+func SecretRefs(files bundle.Files) []string {
+	var refs []string
+	for _, name := range bundle.SecretFiles {
+		for _, m := range placeholder.FindAllSubmatch(files[name], -1) {
+			refs = append(refs, string(m[1]))
+		}
+	}
+	slices.Sort(refs)
+	return slices.Compact(refs)
+}
 
 // injectSecrets replaces every placeholder in config.json. A missing secret
 // is an error: a sandbox never starts with a placeholder for a credential.

@@ -30,9 +30,15 @@ func Dial(socket string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl := &Client{c: c, wait: map[string]chan Response{}, Events: make(chan Event, 1<<16), done: make(chan struct{})}
+	return newClient(c, 1<<16), nil
+}
+
+// newClient buffers up to events pushed events; a full buffer stops reading
+// from the connection until the consumer catches up.
+func newClient(c net.Conn, events int) *Client {
+	cl := &Client{c: c, wait: map[string]chan Response{}, Events: make(chan Event, events), done: make(chan struct{})}
 	go cl.read()
-	return cl, nil
+	return cl
 }
 
 func (c *Client) read() {

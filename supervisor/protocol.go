@@ -82,6 +82,7 @@ const (
 	StatusRunning           = "running"
 	StatusExited            = "exited"
 	StatusRunningUnattached = "running-unattached"
+	StatusOrphaned          = "orphaned"
 )
 
 // Info is what inspect and list report.

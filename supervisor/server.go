@@ -58,21 +58,24 @@ type Server struct {
 // box is one sandbox the supervisor knows.
 type box struct {
 	id, deployment, agent, profile string
-	sess                           *bridge.Session // nil when unattached (pipes lost)
-	cancel                         context.CancelFunc
-	done                           chan struct{}
-	result                         launcher.Result
-	err                            error
+	// sock is the socket of the sandbox's holder, the process that owns
+	// its stdio and bridge; empty when the holder is gone.
+	sock string
+	// adopted marks a sandbox an earlier supervisor started: it is
+	// running-unattached until a client attaches through this one.
+	adopted bool
 
-	mu     sync.Mutex
-	detach context.CancelFunc // the current attachment's streamer
-	// lost marks a sandbox of an earlier supervisor that has already
-	// ended (its agent saw its input close with the old supervisor).
-	lost bool
+	mu       sync.Mutex
+	detach   context.CancelFunc // the current attachment's streamer
+	attached bool               // a client attached through this supervisor
+	// gone is set when the holder is gone: runsc still runs the sandbox
+	// (orphaned) or it has ended and its output is lost.
+	gone     bool
+	orphaned bool
 }
 
-// New loads the registry and reconciles sandboxes an earlier supervisor
-// left (their stdio is gone: running-unattached).
+// New loads the registry and reconciles the sandboxes an earlier
+// supervisor left: those whose holders live are adopted whole.
 func New(cfg Config) (*Server, error) {
 	reg, diags := schema.LoadRegistry(cfg.Registry)
 	if len(diags) > 0 {
@@ -81,7 +84,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Bridge.SpillDir == "" {
 		cfg.Bridge.SpillDir = filepath.Join(cfg.StateRoot, "spill")
 	}
-	for _, d := range []string{cfg.StateRoot, cfg.Bridge.SpillDir, filepath.Join(cfg.StateRoot, "bundles")} {
+	for _, d := range []string{cfg.StateRoot, cfg.Bridge.SpillDir, filepath.Join(cfg.StateRoot, "bundles"), ShimDir(cfg.StateRoot)} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
@@ -97,12 +100,14 @@ func (s *Server) inventory() launcher.Inventory {
 	return launcher.Inventory{StateRoot: s.cfg.StateRoot, RunscPath: s.cfg.RunscPath}
 }
 
-// reconcile adopts, as running-unattached, every sandbox under the state
-// root whose launcher (an earlier supervisor) is gone while runsc still
-// runs it. Their stdio cannot be recovered from runsc; the documented
-// policy is that they stay for inspect, signal and delete, and the daemon
-// re-creates the session with --session to continue.
+// reconcile adopts the sandboxes of an earlier supervisor. A sandbox whose
+// holder lives is adopted whole (running-unattached until a client
+// attaches; its output was kept meanwhile). A launch record whose holder
+// is gone is reported too: orphaned while runsc still runs it (its stdio
+// cannot be recovered from runsc; it stays for inspect, signal and
+// delete), otherwise exited with its output lost.
 func (s *Server) reconcile() error {
+	s.adoptHolders()
 	entries, err := s.inventory().PS()
 	if err != nil {
 		return err
@@ -112,7 +117,7 @@ func (s *Server) reconcile() error {
 		return err
 	}
 	for _, e := range entries {
-		if e.Launcher != "dead" {
+		if e.Launcher != "dead" || s.boxes[e.ID] != nil {
 			continue
 		}
 		i := slices.IndexFunc(recs, func(r launcher.Record) bool { return r.ID == e.ID })
@@ -120,9 +125,8 @@ func (s *Server) reconcile() error {
 			continue // not one of ours: gc's business
 		}
 		r := recs[i]
-		b := &box{id: r.ID, deployment: r.Deployment, agent: r.Agent, profile: r.Profile, done: make(chan struct{}),
-			lost: e.Status != "running" && e.Status != "created"}
-		s.boxes[r.ID] = b
+		s.boxes[r.ID] = &box{id: r.ID, deployment: r.Deployment, agent: r.Agent, profile: r.Profile, gone: true,
+			orphaned: e.Status == "running" || e.Status == "created"}
 	}
 	return nil
 }
@@ -186,9 +190,27 @@ func (s *Server) Listen(ctx context.Context) error {
 	}
 }
 
-// Shutdown stops every sandbox this supervisor runs (used by tests and on
-// a clean stop); unattached ones are left to delete/gc.
+// Close stops serving and ends this supervisor's attachments; the
+// sandboxes go on in their holders for the next supervisor to adopt.
+func (s *Server) Close() {
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range s.boxes {
+		b.mu.Lock()
+		if b.detach != nil {
+			b.detach()
+		}
+		b.mu.Unlock()
+	}
+}
+
+// Shutdown deletes every sandbox the supervisor knows (tests, and an
+// operator who wants nothing left running).
 func (s *Server) Shutdown() {
+	s.Close()
 	s.mu.Lock()
 	boxes := make([]*box, 0, len(s.boxes))
 	for _, b := range s.boxes {
@@ -196,10 +218,7 @@ func (s *Server) Shutdown() {
 	}
 	s.mu.Unlock()
 	for _, b := range boxes {
-		if b.cancel != nil {
-			b.cancel()
-			<-b.done
-		}
+		_ = s.delete(b)
 	}
 }
 
@@ -330,33 +349,17 @@ func (s *Server) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 	switch req.Op {
 	case "attach":
 		return s.attach(ctx, cn, b, req.Cursor)
-	case "write":
-		if b.sess == nil {
-			return nil, fail(ErrState, "sandbox %s is %s: its input is gone", b.id, StatusRunningUnattached)
+	case "write", "ack", "closeInput":
+		// The holder owns the bridge: fencing, duplicate suppression and
+		// acknowledgment happen there.
+		if b.sock == "" {
+			return nil, fail(ErrState, "sandbox %s is %s: its stdio is gone", b.id, s.info(b).Status)
 		}
-		applied, err := b.sess.Write(req.Epoch, req.InputID, req.Data)
-		switch {
-		case errors.Is(err, bridge.ErrFenced):
-			return nil, fail(ErrFenced, "epoch %d is not the current attachment", req.Epoch)
-		case errors.Is(err, bridge.ErrInputClosed):
-			return nil, fail(ErrState, "input closed")
-		case err != nil:
-			return nil, fail(ErrState, "write: %v", err)
+		var result json.RawMessage
+		if err := holderCall(ctx, b.sock, Request{Op: req.Op, Cursor: req.Cursor, Epoch: req.Epoch, InputID: req.InputID, Data: req.Data}, &result); err != nil {
+			return nil, typed(err, "%s", req.Op)
 		}
-		return map[string]bool{"applied": applied}, nil
-	case "ack":
-		if b.sess != nil {
-			b.sess.Ack(req.Cursor)
-		}
-		return map[string]uint64{"acked": req.Cursor}, nil
-	case "closeInput":
-		if b.sess == nil {
-			return nil, fail(ErrState, "sandbox %s has no input", b.id)
-		}
-		if err := b.sess.CloseInput(req.Epoch); err != nil {
-			return nil, fail(ErrFenced, "%v", err)
-		}
-		return map[string]bool{"closed": true}, nil
+		return result, nil
 	case "signal":
 		sig := map[string]unix.Signal{"TERM": unix.SIGTERM, "INT": unix.SIGINT, "KILL": unix.SIGKILL, "HUP": unix.SIGHUP}[strings.TrimPrefix(req.Signal, "SIG")]
 		if sig == 0 {
@@ -425,68 +428,44 @@ func (s *Server) create(p peer, req Request) (any, *Error) {
 	if err := res.Files.Write(dir); err != nil {
 		return nil, fail(ErrInternal, "bundle: %v", err)
 	}
-	b, err := s.start(id, dir, req.Deployment, res.Manifest.Agent, res.Manifest.Profile)
-	if err != nil {
+	b, e := s.start(id, dir, req.Deployment, res.Manifest.Agent, res.Manifest.Profile)
+	if e != nil {
 		_ = os.RemoveAll(dir)
-		var ue *launcher.UnavailableError
-		if errors.As(err, &ue) {
-			return nil, fail(ErrUnavailable, "%s", ue.Reason)
-		}
-		return nil, fail(ErrInternal, "%v", err)
+		return nil, e
 	}
 	return s.info(b), nil
 }
 
-// start launches the bundle with its stdio on a bridge and waits until
-// runsc runs (or the launch failed).
-func (s *Server) start(id, bundleDir, deployment, agent, profile string) (*box, error) {
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	errR, errW := io.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	b := &box{id: id, deployment: deployment, agent: agent, profile: profile, cancel: cancel, done: make(chan struct{})}
-	b.sess = bridge.Start(inW, map[string]io.Reader{"stdout": outR, "stderr": errR}, s.cfg.Bridge)
-	started := make(chan struct{})
-	go func() {
-		defer close(b.done)
-		res, err := launcher.Launch(ctx, launcher.Options{
-			BundleDir: bundleDir, ID: id, StateRoot: s.cfg.StateRoot, RunscPath: s.cfg.RunscPath,
-			Secrets: s.cfg.Secrets, Stdin: inR, Stdout: outW, Stderr: errW,
-			Uplink: s.cfg.Uplink, Resolve: s.cfg.Resolve,
-			OnStart: func() { close(started) },
-		})
-		outW.Close()
-		errW.Close()
-		inR.Close()
-		b.result, b.err = res, err
-		if err == nil {
-			b.sess.Exited(res.ExitCode)
-		} else {
-			b.sess.Exited(-1)
-		}
-		_ = os.RemoveAll(bundleDir)
-	}()
-	select {
-	case <-started:
-	case <-b.done:
-		b.sess.Release()
-		return nil, b.err
+// start launches the bundle in a new holder, which keeps its stdio on a
+// bridge, and waits until runsc runs it (or the launch failed).
+func (s *Server) start(id, bundleDir, deployment, agent, profile string) (*box, *Error) {
+	spec := shimSpec{ID: id, BundleDir: bundleDir, StateRoot: s.cfg.StateRoot, RunscPath: s.cfg.RunscPath,
+		Uplink: s.cfg.Uplink, Bridge: s.cfg.Bridge, Deployment: deployment, Agent: agent, Profile: profile}
+	if e := s.prepare(&spec); e != nil {
+		return nil, e
 	}
+	if e := s.spawn(spec); e != nil {
+		return nil, e
+	}
+	b := &box{id: id, deployment: deployment, agent: agent, profile: profile, sock: shimSocket(s.cfg.StateRoot, id)}
 	s.mu.Lock()
 	s.boxes[id] = b
 	s.mu.Unlock()
 	return b, nil
 }
 
-// attach makes this connection the sandbox's attachment: a new epoch,
-// then every record after cursor, then live output. An earlier attachment
-// is told it was superseded and fenced.
+// attach makes this connection the sandbox's attachment: the holder gives
+// it a new epoch (fencing the earlier one), replays every record after
+// cursor and then streams live output, which this supervisor relays. An
+// earlier attachment is told it was superseded.
 func (s *Server) attach(ctx context.Context, cn *conn, b *box, cursor uint64) (any, *Error) {
-	if b.sess == nil {
-		return nil, fail(ErrState, "sandbox %s is %s: its output cannot be recovered", b.id, StatusRunningUnattached)
+	if b.sock == "" {
+		return nil, fail(ErrState, "sandbox %s is %s: its output cannot be recovered", b.id, s.info(b).Status)
 	}
-	if st := b.sess.State(); cursor < st.Acked {
-		return nil, fail(ErrOutOfOrder, "cursor %d is behind the acknowledged %d", cursor, st.Acked)
+	hc, err := dialHolder(b.sock, 256)
+	if err != nil {
+		s.lose(b)
+		return nil, fail(ErrState, "sandbox %s: %v", b.id, holderGone(err))
 	}
 	b.mu.Lock()
 	if b.detach != nil {
@@ -494,48 +473,83 @@ func (s *Server) attach(ctx context.Context, cn *conn, b *box, cursor uint64) (a
 	}
 	actx, stop := context.WithCancel(ctx)
 	b.detach = stop
-	epoch := b.sess.Attach()
+	b.mu.Unlock()
+	var att struct{ Epoch, Cursor uint64 }
+	if err := hc.Call(actx, Request{Op: "attach", Cursor: cursor}, &att); err != nil {
+		hc.Close()
+		stop()
+		return nil, typed(err, "attach")
+	}
+	b.mu.Lock()
+	b.attached = true
 	b.mu.Unlock()
 	go func() {
-		err := b.sess.Stream(actx, cursor, func(r bridge.Record) error {
-			return cn.send(Event{V: Version, Event: "output", Sandbox: b.id, Seq: r.Seq, Stream: r.Stream, Data: r.Data})
-		})
-		reason := "sandbox ended"
-		if errors.Is(err, context.Canceled) {
+		defer stop()
+		go func() { <-actx.Done(); hc.Close() }()
+		reason := "the sandbox's holder is gone"
+		for e := range hc.Events {
+			if e.Event == "detached" {
+				reason = e.Reason
+				break
+			}
+			if cn.send(e) != nil {
+				break
+			}
+		}
+		if actx.Err() != nil {
 			reason = "superseded or connection closed"
-		} else if err != nil {
-			reason = err.Error()
 		}
 		_ = cn.send(Event{V: Version, Event: "detached", Sandbox: b.id, Reason: reason})
 	}()
-	return map[string]uint64{"epoch": epoch, "cursor": cursor}, nil
+	return map[string]uint64{"epoch": att.Epoch, "cursor": cursor}, nil
 }
 
 func (s *Server) signal(b *box, sig unix.Signal) error {
 	return s.inventory().Kill(b.id, sig)
 }
 
+// lose marks a box whose holder stopped answering: runsc may still run
+// its sandbox (orphaned) or it ended with the holder.
+func (s *Server) lose(b *box) {
+	orphaned := false
+	if entries, err := s.inventory().PS(); err == nil {
+		for _, e := range entries {
+			if e.ID == b.id {
+				orphaned = e.Status == "running" || e.Status == "created"
+			}
+		}
+	}
+	b.mu.Lock()
+	b.sock, b.gone, b.orphaned = "", true, orphaned
+	b.mu.Unlock()
+}
+
 func (s *Server) info(b *box) Info {
-	in := Info{Sandbox: b.id, Deployment: b.deployment, Agent: b.agent, Profile: b.profile, Status: StatusRunning}
-	if b.sess == nil {
-		in.Status = StatusRunningUnattached
-		if b.lost {
-			in.Status, in.Reason = StatusExited, "ended after the supervisor that ran it stopped; its output is lost"
+	b.mu.Lock()
+	sock := b.sock
+	b.mu.Unlock()
+	if sock != "" {
+		var in Info
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := holderCall(ctx, sock, Request{Op: "inspect"}, &in)
+		cancel()
+		if err == nil {
+			b.mu.Lock()
+			if in.Status == StatusRunning && b.adopted && !b.attached {
+				in.Status = StatusRunningUnattached
+			}
+			b.mu.Unlock()
+			return in
 		}
-		return in
+		s.lose(b)
 	}
-	select {
-	case <-b.done:
-		in.Status = StatusExited
-		code := b.result.ExitCode
-		in.ExitCode, in.Reason = &code, b.result.Reason
-		if b.err != nil {
-			in.Reason = b.err.Error()
-		}
-	default:
+	in := Info{Sandbox: b.id, Deployment: b.deployment, Agent: b.agent, Profile: b.profile, Status: StatusExited,
+		Reason: "ended when its holder ended; its output is lost"}
+	b.mu.Lock()
+	if b.orphaned {
+		in.Status, in.Reason = StatusOrphaned, "runsc still runs it but its holder is gone: its stdio cannot be recovered"
 	}
-	st := b.sess.State()
-	in.Epoch, in.NextSeq, in.Acked, in.Paused = b.sess.Epoch(), st.Next, st.Acked, st.Paused
+	b.mu.Unlock()
 	return in
 }
 
@@ -558,8 +572,31 @@ func (s *Server) list(p peer) []Info {
 
 // delete stops the sandbox if it runs and removes everything it had.
 func (s *Server) delete(b *box) error {
-	if b.sess == nil {
-		// Unattached: its launcher is gone, so remove it as gc would.
+	b.mu.Lock()
+	sock := b.sock
+	if b.detach != nil {
+		b.detach()
+	}
+	b.mu.Unlock()
+	if sock != "" {
+		// The holder's launcher stops runsc and tears everything down;
+		// release then ends the holder.
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		err := holderCall(ctx, sock, Request{Op: "stop"}, nil)
+		if err == nil {
+			err = holderCall(ctx, sock, Request{Op: "release"}, nil)
+		}
+		if err != nil {
+			var e *Error
+			if errors.As(err, &e) {
+				return e
+			}
+			s.lose(b) // the holder died meanwhile: remove as gc would
+			sock = ""
+		}
+	}
+	if sock == "" {
 		rep, err := s.inventory().Remove(b.id)
 		if err != nil {
 			return err
@@ -567,21 +604,10 @@ func (s *Server) delete(b *box) error {
 		if len(rep.Errors) > 0 {
 			return fmt.Errorf("%s", strings.Join(rep.Errors, "; "))
 		}
-		_ = os.RemoveAll(filepath.Join(s.cfg.StateRoot, "bundles", b.id))
-	} else {
-		b.cancel() // the launcher stops runsc and tears everything down
-		select {
-		case <-b.done:
-		case <-time.After(60 * time.Second):
-			return fmt.Errorf("sandbox %s did not stop", b.id)
-		}
-		b.mu.Lock()
-		if b.detach != nil {
-			b.detach()
-		}
-		b.mu.Unlock()
-		b.sess.Release()
 	}
+	_ = os.RemoveAll(filepath.Join(s.cfg.StateRoot, "bundles", b.id))
+	_ = os.Remove(filepath.Join(ShimDir(s.cfg.StateRoot), b.id+".log"))
+	_ = os.Remove(shimSocket(s.cfg.StateRoot, b.id))
 	s.mu.Lock()
 	delete(s.boxes, b.id)
 	s.mu.Unlock()

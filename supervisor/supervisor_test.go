@@ -305,7 +305,7 @@ func (f *fixture) assertNothingLeft(t *testing.T) {
 	if err != nil || len(entries) != 0 {
 		t.Errorf("left after delete: %+v %v", entries, err)
 	}
-	for _, d := range []string{"run", "records", "net/netns", "net/leases", "bundles"} {
+	for _, d := range []string{"run", "records", "net/netns", "net/leases", "bundles", "shims"} {
 		if ents, _ := os.ReadDir(filepath.Join(f.sc.State, d)); len(ents) > 0 {
 			t.Errorf("%s left: %v", d, ents)
 		}
@@ -423,19 +423,109 @@ func TestHelperSupervisorProcess(t *testing.T) {
 	_ = srv.Listen(context.Background())
 }
 
-// A supervisor killed while a sandbox runs. `runsc run` attaches the
-// sandbox to its parent, so the sandbox ends with the supervisor (and Pi
-// would end anyway when its input closes). The new supervisor reconciles
-// from runsc's state and its records: it still reports the sandbox, as
-// ended with its output lost, refuses attach, and delete removes every
-// trace. (A sandbox runsc still runs would be running-unattached.)
-func TestSupervisorRestartReconciles(t *testing.T) {
-	f := newFixture(t, 200)
+// A supervisor killed with SIGKILL in the middle of a streaming turn. The
+// sandbox's holder keeps its stdio and bridge, so the turn goes on; the
+// next supervisor adopts it as running-unattached, a client reattaches from
+// its last acknowledged cursor and receives the rest of the turn with no
+// gap or duplicate, through agent_settled; delete then leaves nothing,
+// holder included. Killing a holder instead ends its sandbox (runsc run is
+// its child), which the supervisor reports with its output lost.
+func TestSupervisorRestartKeepsTheTurn(t *testing.T) {
+	f := newFixture(t, 5000)
 	f.cancel()
-	f.srv.Shutdown()
+	f.srv.Close()
 	<-f.served
 	_ = os.Remove(f.socket)
 
+	sup := f.supervisorProcess(t)
+	c := f.waitDial(t)
+	in := f.create(t, c)
+	var att struct{ Epoch uint64 }
+	if err := c.Call(tctx(t), Request{Op: "attach", Sandbox: in.Sandbox}, &att); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Call(tctx(t), Request{Op: "write", Sandbox: in.Sandbox, Epoch: att.Epoch, InputID: "p1",
+		Data: []byte(`{"id":"p1","type":"prompt","message":"stream"}` + "\n")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	tr := &transcript{}
+	if !readUntil(t, c, in.Sandbox, tr, `"message_update"`, 30*time.Second) {
+		t.Fatalf("no streaming started: %q", tr.Stdout.String())
+	}
+	_ = sup.Process.Kill() // the supervisor dies mid-turn
+	_ = sup.Wait()
+	c.Close()
+	_ = os.Remove(f.socket)
+
+	f.start(t) // a new supervisor over the same state
+	c = f.dial(t)
+	var got Info
+	if err := c.Call(tctx(t), Request{Op: "inspect", Sandbox: in.Sandbox}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != StatusRunningUnattached {
+		t.Fatalf("after restart: %+v", got)
+	}
+	// Only root reaches a holder: its socket is 0600 in a 0700 directory.
+	for p, want := range map[string]os.FileMode{ShimDir(f.sc.State): 0o700, shimSocket(f.sc.State, in.Sandbox): 0o600} {
+		fi, err := os.Stat(p)
+		if err != nil || fi.Mode().Perm() != want || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+			t.Errorf("%s: %v %v, want root-owned %v", p, fi.Mode(), err, want)
+		}
+	}
+	if err := c.Call(tctx(t), Request{Op: "attach", Sandbox: in.Sandbox, Cursor: tr.Cursor}, &att); err != nil {
+		t.Fatalf("reattach after restart: %v", err)
+	}
+	if !readUntil(t, c, in.Sandbox, tr, `"agent_settled"`, 60*time.Second) {
+		t.Fatalf("the turn did not go on after the restart: %q", tail(tr.Stdout.String()))
+	}
+	var types []string
+	for _, fr := range tr.frames(t) {
+		types = append(types, fmt.Sprint(fr["type"]))
+	}
+	if joined := strings.Join(types, ","); !strings.HasPrefix(joined, "response,agent_start") || !strings.HasSuffix(joined, "agent_settled") ||
+		strings.Count(joined, "agent_settled") != 1 {
+		t.Errorf("transcript across the restart: %s", joined)
+	}
+	if err := c.Call(tctx(t), Request{Op: "inspect", Sandbox: in.Sandbox}, &got); err != nil || got.Status != StatusRunning {
+		t.Errorf("after reattach: %+v %v", got, err)
+	}
+	if err := c.Call(tctx(t), Request{Op: "delete", Sandbox: in.Sandbox}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.assertNothingLeft(t)
+
+	// A holder that dies takes its sandbox with it.
+	in = f.create(t, c)
+	holder := holderPID(t, f.sc.State, in.Sandbox)
+	if err := syscall.Kill(holder, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := c.Call(tctx(t), Request{Op: "inspect", Sandbox: in.Sandbox}, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Status == StatusExited || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got.Status != StatusExited || !strings.Contains(got.Reason, "holder") || got.ExitCode != nil {
+		t.Fatalf("after the holder died: %+v", got)
+	}
+	if err := c.Call(tctx(t), Request{Op: "attach", Sandbox: in.Sandbox}, nil); !isCode(err, ErrState) {
+		t.Errorf("attach without a holder: %v", err)
+	}
+	if err := c.Call(tctx(t), Request{Op: "delete", Sandbox: in.Sandbox}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.assertNothingLeft(t)
+}
+
+// supervisorProcess runs a supervisor over the fixture's state in a child
+// process the test can kill.
+func (f *fixture) supervisorProcess(t *testing.T) *exec.Cmd {
 	dir := t.TempDir()
 	regFile, cfgFile := filepath.Join(dir, "registry.json"), filepath.Join(dir, "cfg.json")
 	write(t, regFile, string(f.sc.Registry))
@@ -446,40 +536,36 @@ func TestSupervisorRestartReconciles(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	var c *Client
-	var err error
-	for i := 0; i < 100; i++ {
-		if c, err = Dial(f.socket); err == nil {
-			break
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd
+}
+
+func (f *fixture) waitDial(t *testing.T) *Client {
+	for i := 0; i < 200; i++ {
+		if c, err := Dial(f.socket); err == nil {
+			t.Cleanup(func() { c.Close() })
+			return c
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	t.Fatal("the supervisor socket never came up")
+	return nil
+}
+
+// holderPID is the pid of the sandbox's holder, which its launch record
+// names as the launcher.
+func holderPID(t *testing.T, state, id string) int {
+	recs, err := launcher.Records(state)
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := f.create(t, c)
-	c.Close()
-	_ = cmd.Process.Kill() // the supervisor dies mid-session
-	_ = cmd.Wait()
-	_ = os.Remove(f.socket)
-
-	f.start(t) // a new supervisor over the same state
-	c = f.dial(t)
-	var got Info
-	if err := c.Call(tctx(t), Request{Op: "inspect", Sandbox: in.Sandbox}, &got); err != nil {
-		t.Fatal(err)
+	for _, r := range recs {
+		if r.ID == id {
+			return r.LauncherPID
+		}
 	}
-	if got.Status != StatusExited || !strings.Contains(got.Reason, "supervisor") || got.ExitCode != nil {
-		t.Fatalf("after restart: %+v", got)
-	}
-	if err := c.Call(tctx(t), Request{Op: "attach", Sandbox: in.Sandbox}, nil); !isCode(err, ErrState) {
-		t.Errorf("attach to an unattached sandbox: %v", err)
-	}
-	if err := c.Call(tctx(t), Request{Op: "delete", Sandbox: in.Sandbox}, nil); err != nil {
-		t.Fatal(err)
-	}
-	f.assertNothingLeft(t)
+	t.Fatalf("no launch record for %s", id)
+	return 0
 }
 
 // The official Docker topology: the daemon in its container names

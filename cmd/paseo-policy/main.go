@@ -6,6 +6,11 @@ import (
 	"os"
 
 	"paseo.dev/paseo-policy/cli"
+	"paseo.dev/paseo-policy/supervisor"
 )
 
-func main() { os.Exit(cli.Run()) }
+func main() {
+	// The supervisor re-executes this binary as each sandbox's holder.
+	supervisor.MaybeRunShim()
+	os.Exit(cli.Run())
+}

@@ -1,0 +1,15 @@
+package e2e
+
+import (
+	"os"
+	"testing"
+
+	"paseo.dev/paseo-policy/supervisor"
+)
+
+// TestMain lets the supervisor under test re-execute this test binary as
+// a sandbox holder, as the CLI binary is re-executed in production.
+func TestMain(m *testing.M) {
+	supervisor.MaybeRunShim()
+	os.Exit(m.Run())
+}

@@ -1,0 +1,332 @@
+package supervisor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"paseo.dev/paseo-policy/bridge"
+	"paseo.dev/paseo-policy/launcher"
+)
+
+// The holder: one process per sandbox that owns its stdio
+//
+// `runsc run` ties a sandbox to the process that started it, and a pipe's
+// other end dies with the process holding it. If the supervisor itself ran
+// the launcher, a supervisor restart (upgrade, crash) would end every
+// sandbox and its turn. So the supervisor starts one small holder process
+// per sandbox (this binary, re-executed with ShimEnv set), in a session of
+// its own, that runs the launcher and keeps the sandbox's bridge. The
+// holder serves the bridge on a root-only socket in the state root; the
+// supervisor is its only client. A supervisor that restarts finds the
+// holders' sockets, adopts their sandboxes as running-unattached, and a
+// daemon that attaches with its last acknowledged cursor continues the
+// same turn without a gap. A holder ends only when the supervisor releases
+// it (delete); its death ends its sandbox too (runsc run is its child with
+// a parent-death signal), so a sandbox never runs without an owner of its
+// stdio for longer than runsc takes to notice.
+
+// ShimEnv, when set in a process's environment, makes MaybeRunShim turn the
+// process into a sandbox holder. Every binary that embeds the supervisor
+// (the CLI, test binaries) calls MaybeRunShim first thing.
+const ShimEnv = "PASEO_POLICY_SHIM"
+
+// shimSpec is what the supervisor hands a new holder on its stdin. The
+// secrets and name pins are resolved by the supervisor (its configuration
+// holds the sources); they travel over a pipe only the two processes share.
+type shimSpec struct {
+	ID         string                  `json:"id"`
+	BundleDir  string                  `json:"bundleDir"`
+	StateRoot  string                  `json:"stateRoot"`
+	RunscPath  string                  `json:"runscPath"`
+	Uplink     string                  `json:"uplink,omitempty"`
+	Bridge     bridge.Limits           `json:"bridge"`
+	Deployment string                  `json:"deployment"`
+	Agent      string                  `json:"agent"`
+	Profile    string                  `json:"profile"`
+	Secrets    map[string][]byte       `json:"secrets,omitempty"`
+	Pins       map[string][]netip.Addr `json:"pins,omitempty"`
+}
+
+// shimReady is the holder's one message on its ready pipe (fd 3).
+type shimReady struct {
+	OK          bool   `json:"ok"`
+	Error       string `json:"error,omitempty"`
+	Unavailable bool   `json:"unavailable,omitempty"`
+}
+
+// ShimDir holds the holders' sockets and logs (root-only, in the state root).
+func ShimDir(stateRoot string) string { return filepath.Join(stateRoot, "shims") }
+
+func shimSocket(stateRoot, id string) string { return filepath.Join(ShimDir(stateRoot), id+".sock") }
+
+// MaybeRunShim runs the holder and exits if ShimEnv is set; otherwise it
+// returns at once.
+func MaybeRunShim() {
+	if os.Getenv(ShimEnv) != "1" {
+		return
+	}
+	os.Exit(runShim(os.Stdin, os.NewFile(3, "ready")))
+}
+
+func runShim(in io.Reader, ready *os.File) int {
+	var spec shimSpec
+	dec := json.NewDecoder(io.LimitReader(in, MaxFrame))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		tell(ready, shimReady{Error: "holder spec: " + err.Error()})
+		return 2
+	}
+	h, err := newHolder(spec)
+	if err != nil {
+		tell(ready, shimReady{Error: err.Error()})
+		return 1
+	}
+	return h.run(ready)
+}
+
+func tell(ready *os.File, r shimReady) {
+	if ready == nil {
+		return
+	}
+	data, _ := json.Marshal(r)
+	_, _ = ready.Write(append(data, '\n'))
+	_ = ready.Close()
+}
+
+type holder struct {
+	spec shimSpec
+	ln   net.Listener
+	sess *bridge.Session
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	result launcher.Result
+	err    error
+
+	mu       sync.Mutex
+	detach   context.CancelFunc // the current attachment's stream
+	released chan struct{}
+}
+
+func newHolder(spec shimSpec) (*holder, error) {
+	dir := ShimDir(spec.StateRoot)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	sock := shimSocket(spec.StateRoot, spec.ID)
+	_ = os.Remove(sock)
+	old := unix.Umask(0o177)
+	ln, err := net.Listen("unix", sock)
+	unix.Umask(old)
+	if err != nil {
+		return nil, err
+	}
+	return &holder{spec: spec, ln: ln, done: make(chan struct{}), released: make(chan struct{})}, nil
+}
+
+// run launches the sandbox, reports readiness and serves until released.
+func (h *holder) run(ready *os.File) int {
+	defer os.Remove(shimSocket(h.spec.StateRoot, h.spec.ID))
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	errR, errW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	h.sess = bridge.Start(inW, map[string]io.Reader{"stdout": outR, "stderr": errR}, h.spec.Bridge)
+	started := make(chan struct{})
+	pins := h.spec.Pins
+	secrets := h.spec.Secrets
+	go func() {
+		defer close(h.done)
+		res, err := launcher.Launch(ctx, launcher.Options{
+			BundleDir: h.spec.BundleDir, ID: h.spec.ID, StateRoot: h.spec.StateRoot, RunscPath: h.spec.RunscPath,
+			Secrets: func(ref string) ([]byte, error) {
+				if v, ok := secrets[ref]; ok {
+					return v, nil
+				}
+				return nil, fmt.Errorf("secret %s was not resolved by the supervisor", ref)
+			},
+			Stdin: inR, Stdout: outW, Stderr: errW, Uplink: h.spec.Uplink,
+			Resolve: func(_ context.Context, host string) ([]netip.Addr, error) {
+				if a, ok := pins[host]; ok {
+					return a, nil
+				}
+				return nil, fmt.Errorf("%s was not resolved by the supervisor", host)
+			},
+			OnStart: func() { close(started) },
+		})
+		outW.Close()
+		errW.Close()
+		inR.Close()
+		h.result, h.err = res, err
+		if err == nil {
+			h.sess.Exited(res.ExitCode)
+		} else {
+			h.sess.Exited(-1)
+		}
+		_ = os.RemoveAll(h.spec.BundleDir)
+	}()
+	select {
+	case <-started:
+		tell(ready, shimReady{OK: true})
+	case <-h.done:
+		var ue *launcher.UnavailableError
+		tell(ready, shimReady{Error: h.err.Error(), Unavailable: errors.As(h.err, &ue)})
+		h.sess.Release()
+		return 1
+	}
+	// The secrets are in the sandbox's private run dir now; drop this copy.
+	for k := range secrets {
+		clear(secrets[k])
+	}
+	go func() {
+		for {
+			c, err := h.ln.Accept()
+			if err != nil {
+				return
+			}
+			go h.serve(c.(*net.UnixConn))
+		}
+	}()
+	<-h.released
+	h.ln.Close()
+	return 0
+}
+
+// serve answers one connection. Only root may talk to a holder: the socket
+// is 0600 in a 0700 directory, and the peer is checked anyway.
+func (h *holder) serve(c *net.UnixConn) {
+	defer c.Close()
+	if p, err := peerOf(c); err != nil || p.uid != 0 {
+		return
+	}
+	cn := &conn{c: c, enc: json.NewEncoder(c)}
+	br := bufio.NewReaderSize(c, 64<<10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel() // ends this connection's stream
+	for {
+		line, err := readFrame(br)
+		if err != nil {
+			return
+		}
+		var req Request
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil || req.V != Version {
+			_ = cn.send(Response{V: Version, ID: req.ID, Error: &Error{ErrMalformed, "bad holder request"}})
+			continue
+		}
+		result, e := h.handle(ctx, cn, req)
+		if err := cn.send(Response{V: Version, ID: req.ID, OK: e == nil, Result: result, Error: e}); err != nil {
+			return
+		}
+		if req.Op == "release" && e == nil {
+			close(h.released)
+			return
+		}
+	}
+}
+
+func (h *holder) handle(ctx context.Context, cn *conn, req Request) (any, *Error) {
+	switch req.Op {
+	case "attach":
+		if st := h.sess.State(); req.Cursor < st.Acked {
+			return nil, fail(ErrOutOfOrder, "cursor %d is behind the acknowledged %d", req.Cursor, st.Acked)
+		}
+		h.mu.Lock()
+		if h.detach != nil {
+			h.detach()
+		}
+		actx, stop := context.WithCancel(ctx)
+		h.detach = stop
+		epoch := h.sess.Attach()
+		h.mu.Unlock()
+		go func() {
+			err := h.sess.Stream(actx, req.Cursor, func(r bridge.Record) error {
+				return cn.send(Event{V: Version, Event: "output", Sandbox: h.spec.ID, Seq: r.Seq, Stream: r.Stream, Data: r.Data})
+			})
+			reason := "sandbox ended"
+			if errors.Is(err, context.Canceled) {
+				reason = "superseded or connection closed"
+			} else if err != nil {
+				reason = err.Error()
+			}
+			_ = cn.send(Event{V: Version, Event: "detached", Sandbox: h.spec.ID, Reason: reason})
+		}()
+		return map[string]uint64{"epoch": epoch, "cursor": req.Cursor}, nil
+	case "write":
+		applied, err := h.sess.Write(req.Epoch, req.InputID, req.Data)
+		switch {
+		case errors.Is(err, bridge.ErrFenced):
+			return nil, fail(ErrFenced, "epoch %d is not the current attachment", req.Epoch)
+		case errors.Is(err, bridge.ErrInputClosed):
+			return nil, fail(ErrState, "input closed")
+		case err != nil:
+			return nil, fail(ErrState, "write: %v", err)
+		}
+		return map[string]bool{"applied": applied}, nil
+	case "ack":
+		h.sess.Ack(req.Cursor)
+		return map[string]uint64{"acked": req.Cursor}, nil
+	case "closeInput":
+		if err := h.sess.CloseInput(req.Epoch); err != nil {
+			return nil, fail(ErrFenced, "%v", err)
+		}
+		return map[string]bool{"closed": true}, nil
+	case "inspect":
+		return h.state(), nil
+	case "stop":
+		h.cancel() // the launcher stops runsc and tears everything down
+		select {
+		case <-h.done:
+		case <-time.After(60 * time.Second):
+			return nil, fail(ErrInternal, "sandbox %s did not stop", h.spec.ID)
+		}
+		h.mu.Lock()
+		if h.detach != nil {
+			h.detach()
+		}
+		h.mu.Unlock()
+		return h.state(), nil
+	case "release":
+		select {
+		case <-h.done:
+		default:
+			return nil, fail(ErrState, "sandbox %s still runs: stop it first", h.spec.ID)
+		}
+		h.sess.Release()
+		return map[string]string{"released": h.spec.ID}, nil
+	}
+	return nil, fail(ErrUnknownOp, "unknown holder op %q", req.Op)
+}
+
+func (h *holder) state() Info {
+	s := h.spec
+	in := Info{Sandbox: s.ID, Deployment: s.Deployment, Agent: s.Agent, Profile: s.Profile, Status: StatusRunning}
+	select {
+	case <-h.done:
+		in.Status = StatusExited
+		code := h.result.ExitCode
+		in.ExitCode, in.Reason = &code, h.result.Reason
+		if h.err != nil {
+			in.Reason = h.err.Error()
+		}
+	default:
+	}
+	st := h.sess.State()
+	in.Epoch, in.NextSeq, in.Acked, in.Paused = h.sess.Epoch(), st.Next, st.Acked, st.Paused
+	return in
+}
