@@ -7,18 +7,18 @@
 package bridge
 
 import (
-	"encoding/binary"
 	"errors"
-	"fmt"
-	"io"
 	"os"
+	"sort"
 	"sync"
 	"time"
 )
 
 // Record is one chunk of output, numbered from 1 in the order it was read.
 // Stream is "stdout", "stderr" or "exit" (Data then holds the exit status
-// as decimal text; it is always the last record).
+// as decimal text; it is always the last record). Data handed to
+// Session.Stream's fn is valid only during the call; Log.Read returns
+// copies.
 type Record struct {
 	Seq    uint64    `json:"seq"`
 	Stream string    `json:"stream"`
@@ -52,21 +52,37 @@ type Log struct {
 
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced on every change
-	mem      []Record      // records after the spilled ones
+	mem      []memRecord   // records after the spilled ones
 	memBytes int64
 	spill    *os.File
 	spilled  []spillRef // records in the spill file, oldest first
 	spillEnd int64
+	scratch  []byte // one spill frame
+	spare    []byte // a reader's spill buffer, for the next replay
 	next     uint64 // seq of the next record
 	acked    uint64 // every record <= acked may be dropped
 	closed   bool
 	paused   bool
+
+	// Chunks (chunk.go): memory stays at about MemBytes, plus the chunk
+	// each pump has open and those reader batches pin.
+	chunkSize  int
+	minTail    int // a pump takes a new chunk when less than this is left
+	free       []*chunk
+	maxFree    int
+	freeUsed   bool // a chunk came off the free list this idle period
+	idle       *time.Timer
+	idleAfter  time.Duration
+	released   bool
+	chunks     int // chunks allocated and not yet left to the GC
+	peakChunks int // the most chunks at once, for the memory-bound test
 }
 
-type spillRef struct {
-	seq uint64
-	off int64
-	n   int64
+// memRecord is a record in memory; c is the chunk holding its Data, or nil
+// when Data is a buffer of its own (Append's copy).
+type memRecord struct {
+	Record
+	c *chunk
 }
 
 // NewLog returns an empty log.
@@ -77,7 +93,12 @@ func NewLog(lim Limits) *Log {
 	if lim.SpillBytes <= 0 {
 		lim.SpillBytes = 64 << 20
 	}
-	return &Log{lim: lim, next: 1, changed: make(chan struct{})}
+	cs := chunkSize(lim.MemBytes)
+	return &Log{
+		lim: lim, next: 1, changed: make(chan struct{}),
+		chunkSize: cs, minTail: min(cs, maxRead) / 8,
+		maxFree: int(lim.MemBytes/int64(cs)) + 2, idleAfter: idleRelease,
+	}
 }
 
 func (l *Log) notify() {
@@ -85,13 +106,34 @@ func (l *Log) notify() {
 	l.changed = make(chan struct{})
 }
 
-// Append adds a record and returns its seq. It blocks while the log is
-// full (memory and spill) until Ack frees room or the log closes.
+// Append adds a copy of data as a record and returns its seq. It blocks
+// while the log is full (memory and spill) until Ack frees room or the log
+// closes.
 func (l *Log) Append(stream string, data []byte) (uint64, error) {
 	rec := Record{Stream: stream, Data: append([]byte(nil), data...), Time: time.Now().UTC()}
-	size := int64(len(data)) + 64
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.add(memRecord{Record: rec})
+}
+
+// commit makes the next n bytes of w's chunk (filled since space) a
+// record, without copying them. It blocks like Append.
+func (l *Log) commit(w *writer, stream string, n int) (uint64, error) {
+	c := w.c
+	rec := Record{Stream: stream, Data: c.buf[c.used : c.used+n : c.used+n], Time: time.Now().UTC()}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seq, err := l.add(memRecord{Record: rec, c: c})
+	if err == nil {
+		c.used += n
+		c.refs++
+	}
+	return seq, err
+}
+
+// add waits for room, then numbers and keeps m. Called with mu held.
+func (l *Log) add(m memRecord) (uint64, error) {
+	size := int64(len(m.Data)) + 64
 	for {
 		if l.closed {
 			return 0, ErrClosed
@@ -114,102 +156,80 @@ func (l *Log) Append(stream string, data []byte) (uint64, error) {
 		l.mu.Lock()
 	}
 	l.paused = false
-	rec.Seq = l.next
+	m.Seq = l.next
 	l.next++
-	l.mem = append(l.mem, rec)
+	l.mem = append(l.mem, m)
 	l.memBytes += size
 	l.notify()
-	return rec.Seq, nil
+	return m.Seq, nil
 }
 
-// spillOldest moves the oldest in-memory record to the spill file; false
-// means the spill file is full.
-func (l *Log) spillOldest() (bool, error) {
-	r := l.mem[0]
-	frame := encode(r)
-	if l.spillEnd+int64(len(frame)) > l.lim.SpillBytes {
-		return false, nil
-	}
-	if l.spill == nil {
-		f, err := os.CreateTemp(l.lim.SpillDir, ".bridge-spill-*")
-		if err != nil {
-			return false, fmt.Errorf("bridge: spill file: %w", err)
-		}
-		_ = os.Chmod(f.Name(), 0o600)
-		_ = os.Remove(f.Name()) // only this process holds it now
-		l.spill = f
-	}
-	if _, err := l.spill.WriteAt(frame, l.spillEnd); err != nil {
-		return false, fmt.Errorf("bridge: spill: %w", err)
-	}
-	l.spilled = append(l.spilled, spillRef{seq: r.Seq, off: l.spillEnd, n: int64(len(frame))})
-	l.spillEnd += int64(len(frame))
+// dropOldest forgets the oldest in-memory record (spilled or
+// acknowledged). Called with mu held.
+func (l *Log) dropOldest() {
+	m := l.mem[0]
+	l.mem[0] = memRecord{}
 	l.mem = l.mem[1:]
-	l.memBytes -= int64(len(r.Data)) + 64
-	return true, nil
-}
-
-func encode(r Record) []byte {
-	b := make([]byte, 0, 8+8+1+len(r.Stream)+4+len(r.Data))
-	b = binary.BigEndian.AppendUint64(b, r.Seq)
-	b = binary.BigEndian.AppendUint64(b, uint64(r.Time.UnixNano()))
-	b = append(b, byte(len(r.Stream)))
-	b = append(b, r.Stream...)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(r.Data)))
-	return append(b, r.Data...)
-}
-
-func (l *Log) readSpilled(ref spillRef) (Record, error) {
-	buf := make([]byte, ref.n)
-	if _, err := l.spill.ReadAt(buf, ref.off); err != nil && !errors.Is(err, io.EOF) {
-		return Record{}, err
+	l.memBytes -= int64(len(m.Data)) + 64
+	if m.c != nil {
+		l.unref(m.c)
 	}
-	var r Record
-	r.Seq = binary.BigEndian.Uint64(buf)
-	r.Time = time.Unix(0, int64(binary.BigEndian.Uint64(buf[8:]))).UTC()
-	sl := int(buf[16])
-	r.Stream = string(buf[17 : 17+sl])
-	dl := binary.BigEndian.Uint32(buf[17+sl:])
-	r.Data = buf[21+sl : 21+sl+int(dl)]
-	return r, nil
 }
 
 // Read returns up to max records with seq > after, in order, and a channel
 // that is closed when the log changes (for waiting when none are ready).
 // done is true when the log is closed and everything after `after` has
-// been returned.
+// been returned. The records' Data are copies the caller may keep.
 func (l *Log) Read(after uint64, max int) (recs []Record, changed <-chan struct{}, done bool, err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if after < l.acked {
-		return nil, nil, false, ErrBehind
-	}
-	for _, ref := range l.spilled {
-		if len(recs) == max {
-			break
-		}
-		if ref.seq <= after {
-			continue
-		}
-		r, err := l.readSpilled(ref)
-		if err != nil {
-			return nil, nil, false, err
-		}
+	var b batch
+	changed, done, err = l.read(&b, after, max)
+	for _, r := range b.recs {
+		r.Data = append([]byte(nil), r.Data...)
 		recs = append(recs, r)
 	}
-	for _, r := range l.mem {
-		if len(recs) == max {
-			break
-		}
-		if r.Seq > after {
-			recs = append(recs, r)
-		}
+	l.unpin(&b)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	return recs, changed, done, nil
+}
+
+// read replaces b's records with up to max records with seq > after,
+// without copying: Data stays valid until the next read into b or unpin
+// (b pins the chunks and holds the spill buffer it points into).
+// It may return fewer than max when a batch would pin more than maxPins
+// chunks.
+func (l *Log) read(b *batch, after uint64, max int) (changed <-chan struct{}, done bool, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.unpinLocked(b)
+	if after < l.acked {
+		return nil, false, ErrBehind
+	}
+	if err := l.readSpilled(b, after, max); err != nil {
+		return nil, false, err
 	}
 	last := after
-	if len(recs) > 0 {
-		last = recs[len(recs)-1].Seq
+	if n := len(b.recs); n > 0 {
+		last = b.recs[n-1].Seq
 	}
-	return recs, l.changed, l.closed && last+1 >= l.next, nil
+	// mem holds consecutive seqs.
+	i := 0
+	if len(l.mem) > 0 && last >= l.mem[0].Seq {
+		i = int(last - l.mem[0].Seq + 1)
+	}
+	for ; i < len(l.mem) && len(b.recs) < max; i++ {
+		m := &l.mem[i]
+		if m.Seq != last+1 { // the records before it are still in the spill file
+			break
+		}
+		if m.c != nil && !l.pin(b, m.c) {
+			break
+		}
+		b.recs = append(b.recs, m.Record)
+		last = m.Seq
+	}
+	return l.changed, l.closed && last+1 >= l.next, nil
 }
 
 // Ack drops every record <= seq: the client has them.
@@ -223,22 +243,16 @@ func (l *Log) Ack(seq uint64) {
 		return
 	}
 	l.acked = seq
-	i := 0
-	for i < len(l.spilled) && l.spilled[i].seq <= seq {
-		i++
-	}
+	i := sort.Search(len(l.spilled), func(k int) bool { return l.spilled[k].seq > seq })
 	l.spilled = l.spilled[i:]
 	if len(l.spilled) == 0 && l.spill != nil {
 		// Everything spilled is acknowledged: start the file over.
 		_ = l.spill.Truncate(0)
 		l.spillEnd = 0
 	}
-	j := 0
-	for j < len(l.mem) && l.mem[j].Seq <= seq {
-		l.memBytes -= int64(len(l.mem[j].Data)) + 64
-		j++
+	for len(l.mem) > 0 && l.mem[0].Seq <= seq {
+		l.dropOldest()
 	}
-	l.mem = l.mem[j:]
 	l.notify()
 }
 
@@ -253,7 +267,9 @@ func (l *Log) Close() {
 	l.notify()
 }
 
-// Release frees the spill file; call after Close when no reader remains.
+// Release frees the spill file and the free chunks; call after Close when
+// no reader remains. Chunks still holding records are left to the GC once
+// they are acknowledged or the log is dropped.
 func (l *Log) Release() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -261,6 +277,13 @@ func (l *Log) Release() {
 		l.spill.Close()
 		l.spill = nil
 	}
+	l.released = true
+	if l.idle != nil {
+		l.idle.Stop()
+		l.idle = nil
+	}
+	l.dropFree()
+	l.scratch = nil
 }
 
 // State is a snapshot for inspect.

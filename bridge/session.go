@@ -45,13 +45,16 @@ func Start(stdin io.WriteCloser, outputs map[string]io.Reader, lim Limits) *Sess
 	return s
 }
 
+// pump reads straight into its chunk (chunk.go): the kernel's copy is the
+// only one.
 func (s *Session) pump(name string, r io.Reader) {
 	defer s.pumps.Done()
-	buf := make([]byte, 32<<10)
+	var w writer
+	defer s.log.closeWriter(&w)
 	for {
-		n, err := r.Read(buf)
+		n, err := r.Read(s.log.space(&w))
 		if n > 0 {
-			if _, aerr := s.log.Append(name, buf[:n]); aerr != nil {
+			if _, aerr := s.log.commit(&w, name, n); aerr != nil {
 				// Closed log: keep draining so the writer never blocks.
 				_, _ = io.Copy(io.Discard, r)
 				return
@@ -89,13 +92,18 @@ func (s *Session) Epoch() uint64 {
 
 // Stream sends every record after cursor to fn, in order, then follows
 // new records until ctx ends, fn fails, or the log is closed and drained.
+// A Record's Data is valid only until fn returns: it is the log's own
+// memory, which is reused once the record is acknowledged or spilled and
+// fn has returned. fn must copy what it keeps.
 func (s *Session) Stream(ctx context.Context, cursor uint64, fn func(Record) error) error {
+	var b batch
+	defer s.log.unpin(&b)
 	for {
-		recs, changed, done, err := s.log.Read(cursor, 256)
+		changed, done, err := s.log.read(&b, cursor, 256)
 		if err != nil {
 			return err
 		}
-		for _, r := range recs {
+		for _, r := range b.recs {
 			if err := fn(r); err != nil {
 				return err
 			}
@@ -104,7 +112,7 @@ func (s *Session) Stream(ctx context.Context, cursor uint64, fn func(Record) err
 		if done {
 			return nil
 		}
-		if len(recs) > 0 {
+		if len(b.recs) > 0 {
 			continue
 		}
 		select {
@@ -162,5 +170,6 @@ func (s *Session) CloseInput(epoch uint64) error {
 // State reports the log's state.
 func (s *Session) State() State { return s.log.State() }
 
-// Release frees the session's spill file after the process is gone.
+// Release frees the session's spill file and spare memory after the
+// process is gone.
 func (s *Session) Release() { s.log.Release() }
