@@ -46,8 +46,11 @@ func detail(g grant.Grant) string {
 		}
 		return g.Value
 	case grant.Mount:
-		if g.Type == "bind" {
+		switch g.Type {
+		case "bind":
 			return "<- " + g.Source
+		case "erofs":
+			return "erofs <- " + g.Source + " " + g.Value
 		}
 		return g.Type + " " + strings.Join(g.Options, ",")
 	case grant.Egress:

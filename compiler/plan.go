@@ -2,6 +2,7 @@ package compiler
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -47,6 +48,8 @@ type compilation struct {
 	pins []source
 	// set while planning, read by the renderers
 	limits schema.Limits
+	// image directories mounted from EROFS files; no bind may go inside
+	erofsDirs []string
 }
 
 func (c *compilation) plan() *grant.Plan {
@@ -99,6 +102,53 @@ func (c *compilation) rootfs(p *grant.Plan) {
 	}
 	p.Add(grant.Grant{Kind: grant.Rootfs, Subject: "/", Access: grant.RO, Source: img.Rootfs, Value: img.Version + " " + img.Digest,
 		Reason: "pinned image with Pi, Node, bash, git, rg and fd; read-only so the agent cannot change its own tools", Fact: "registry.image"})
+	c.erofs(p)
+}
+
+// erofs mounts the image's EROFS files over their directories. The Sentry
+// reads an EROFS file itself, so Node's thousands of opens and stats under
+// /usr and /opt no longer cross to the gofer. They are submounts, not
+// gVisor's EROFS root (dev.gvisor.spec.rootfs.*): with root.readonly the
+// pinned runsc puts no overlay over the root, and an EROFS root cannot make
+// the mount points of binds the image does not have (the workspace, the
+// state dirs); the gofer-backed root still can, in the launcher's private
+// overlay. Nothing may be bound inside these directories for the same reason.
+func (c *compilation) erofs(p *grant.Plan) {
+	var dirs []string
+	for i, e := range c.reg.Image.Erofs {
+		fact := fmt.Sprintf("registry.image.erofs[%d]", i)
+		bad := false
+		for _, q := range []string{e.Dir, e.File} {
+			if code, msg := pathform.Check(q); code != "" {
+				c.diags.Addf(diag.Registry, fact, "%s", msg)
+				bad = true
+			}
+		}
+		if bad {
+			continue
+		}
+		for _, r := range append([]string{sandboxTmp}, reservedDest...) {
+			if e.Dir == "/" || pathform.Beneath(r, e.Dir) || pathform.Beneath(e.Dir, r) {
+				c.diags.Addf(diag.Registry, fact+".dir", "an EROFS image may not cover / or the sandbox's own %s", r)
+				bad = true
+				break
+			}
+		}
+		for _, d := range dirs {
+			if pathform.Beneath(d, e.Dir) || pathform.Beneath(e.Dir, d) {
+				c.diags.Addf(diag.Registry, fact+".dir", "overlaps the EROFS image of %s", d)
+				bad = true
+			}
+		}
+		if bad {
+			continue
+		}
+		dirs = append(dirs, e.Dir)
+		p.Add(grant.Grant{Kind: grant.Mount, Subject: e.Dir, Access: grant.RO, Type: "erofs", Source: e.File, Value: e.Digest,
+			Options: []string{"ro", "nosuid", "nodev"}, Fact: fact,
+			Reason: "the image's " + e.Dir + " from its EROFS file, read by the Sentry without gofer round trips; same files as the tree, digest checked at launch"})
+	}
+	c.erofsDirs = dirs
 }
 
 func (c *compilation) process(p *grant.Plan) {
@@ -228,6 +278,12 @@ func (c *compilation) checkDestination(b grant.Grant) {
 	if b.Subject == sandboxTmp || b.Subject == "/" {
 		c.diags.Addf(diag.PathLayout, b.Fact, "would replace the sandbox's %s", b.Subject)
 	}
+	for _, d := range c.erofsDirs {
+		if pathform.Beneath(d, b.Subject) || pathform.Beneath(b.Subject, d) {
+			c.diags.Addf(diag.PathLayout, b.Fact, "would mount over or inside the image's read-only EROFS %s, which cannot hold mount points", d)
+			return
+		}
+	}
 }
 
 func bindOpts(a grant.Access) []string {
@@ -291,7 +347,42 @@ func (c *compilation) binds() []grant.Grant {
 			Reason: "generated MCP config: only Paseo's server, through the launcher's proxy on the gateway; the bearer comes from mcp.tokenRef at launch"})
 	}
 	out = append(out, c.credentialMount()...)
+	if f.State.CacheDir != "" && c.prof.State.CacheDir == "rw" {
+		out = append(out, c.cacheBind(out)...)
+	}
 	return out
+}
+
+// jitiCache is where Pi's extension loader (jiti 2.7) keeps its transpile
+// cache: $TMPDIR/jiti, because no node_modules sits beside Pi's loader. jiti
+// creates the directory if needed and turns its cache off (without failing)
+// when it is not writable, so without this mount every sandbox starts with
+// an empty /tmp and transpiles every TypeScript extension again.
+const jitiCache = sandboxTmp + "/jiti"
+
+// cacheBind mounts state.cacheDir read-write at jiti's cache path. The cache
+// holds code Pi runs, so it must be this agent's own directory: it may not
+// be, contain or lie inside any other bind source, where other agents or the
+// workspace could plant files in it.
+func (c *compilation) cacheBind(others []grant.Grant) []grant.Grant {
+	f := c.facts
+	s, ok := c.src.resolve("state.cacheDir", f.State.CacheDir, "state", c.dep.Roots.State, pathsafe.Dir)
+	if !ok {
+		return nil
+	}
+	overlap := map[string]string{f.State.AgentDir: "state.agentDir", f.State.SessionDir: "state.sessionDir"}
+	for _, g := range others {
+		overlap[g.Subject] = g.Fact
+	}
+	for _, p := range slices.Sorted(maps.Keys(overlap)) {
+		if pathform.Beneath(p, f.State.CacheDir) || pathform.Beneath(f.State.CacheDir, p) {
+			c.diags.Addf(diag.PathLayout, "state.cacheDir", "the jiti cache must be a directory of its own, apart from %s", overlap[p])
+			return nil
+		}
+	}
+	c.pins = append(c.pins, s)
+	return []grant.Grant{{Kind: grant.Mount, Subject: jitiCache, Access: grant.RW, Type: "bind", Source: s.host, Options: bindOpts(grant.RW), Fact: "state.cacheDir",
+		Reason: "this agent's jiti cache: Pi's TypeScript extensions stay transpiled between starts; code Pi runs, so never shared between agents"}}
 }
 
 // mcpRouted reports whether this launch gets the private MCP route: network

@@ -189,7 +189,7 @@ var invariants = []invariant{
 	{"mounts", checkMounts},
 }
 
-var mountTypes = map[string]bool{"bind": true, "tmpfs": true, "proc": true, "sysfs": true, "devpts": true, "mqueue": true}
+var mountTypes = map[string]bool{"bind": true, "tmpfs": true, "proc": true, "sysfs": true, "devpts": true, "mqueue": true, "erofs": true}
 
 func checkMounts(s *specs.Spec, dir string) error {
 	var problems []string
@@ -197,12 +197,15 @@ func checkMounts(s *specs.Spec, dir string) error {
 		if !mountTypes[m.Type] {
 			problems = append(problems, fmt.Sprintf("%s: type %q is not one runsc supports here", m.Destination, m.Type))
 		}
-		if m.Type != "bind" {
-			continue
-		}
 		has := map[string]bool{}
 		for _, o := range m.Options {
 			has[o] = true
+		}
+		if m.Type == "erofs" && (!filepath.IsAbs(m.Source) || !has["ro"] || !has["nosuid"] || !has["nodev"]) {
+			problems = append(problems, fmt.Sprintf("%s: an EROFS image must be an absolute file mounted ro, nosuid, nodev", m.Destination))
+		}
+		if m.Type != "bind" {
+			continue
 		}
 		if !has["bind"] || has["rbind"] || !(has["ro"] || has["rw"]) || !has["nosuid"] || !has["nodev"] {
 			problems = append(problems, fmt.Sprintf("%s: binds must be non-recursive, nosuid, nodev, with explicit ro or rw", m.Destination))

@@ -39,7 +39,7 @@ func factsPrecheck(raw any, l *diag.List) {
 var pathFields = map[string]bool{
 	"workspace.cwd": true, "workspace.git.gitdir": true, "workspace.git.commondir": true,
 	"credential.authFile": true, "state.agentDir": true, "state.sessionDir": true,
-	"launch.extension": true, "launch.mcpConfig": true, "launch.session": true,
+	"state.cacheDir": true, "launch.extension": true, "launch.mcpConfig": true, "launch.session": true,
 }
 
 func isPathField(p string) bool {

@@ -58,6 +58,7 @@ type MCP struct {
 type State struct {
 	AgentDir   string `json:"agentDir"`
 	SessionDir string `json:"sessionDir"`
+	CacheDir   string `json:"cacheDir,omitempty"`
 }
 
 type Launch struct {
@@ -108,12 +109,20 @@ type Daemon struct {
 }
 
 type Image struct {
-	Version string `json:"version"`
-	Rootfs  string `json:"rootfs"`
-	Digest  string `json:"digest"`
-	UID     uint32 `json:"uid"`
-	GID     uint32 `json:"gid"`
-	Path    string `json:"path"`
+	Version string  `json:"version"`
+	Rootfs  string  `json:"rootfs"`
+	Digest  string  `json:"digest"`
+	UID     uint32  `json:"uid"`
+	GID     uint32  `json:"gid"`
+	Path    string  `json:"path"`
+	Erofs   []Erofs `json:"erofs,omitempty"`
+}
+
+// Erofs is one EROFS file of an image directory.
+type Erofs struct {
+	Dir    string `json:"dir"`
+	File   string `json:"file"`
+	Digest string `json:"digest"`
 }
 
 type Network struct {
@@ -149,6 +158,7 @@ type Profile struct {
 	State   struct {
 		AgentDir   string `json:"agentDir"`
 		SessionDir string `json:"sessionDir"`
+		CacheDir   string `json:"cacheDir"`
 	} `json:"state"`
 	Limits       map[string]float64 `json:"limits"`
 	Egress       []string           `json:"egress"`
