@@ -51,8 +51,9 @@ type Log struct {
 	lim Limits
 
 	mu       sync.Mutex
-	changed  chan struct{} // closed and replaced on every change
-	mem      []memRecord   // records after the spilled ones
+	changed  chan struct{} // closed and replaced on a change, if watched
+	watched  bool
+	mem      []memRecord // records after the spilled ones
 	memBytes int64
 	spill    *os.File
 	spilled  []spillRef // records in the spill file, oldest first
@@ -101,9 +102,21 @@ func NewLog(lim Limits) *Log {
 	}
 }
 
+// notify closes changed if anyone took it since the last change, so a
+// stream of appends that nobody waits for costs no channel each.
 func (l *Log) notify() {
-	close(l.changed)
-	l.changed = make(chan struct{})
+	if l.watched {
+		close(l.changed)
+		l.changed = make(chan struct{})
+		l.watched = false
+	}
+}
+
+// changedCh returns the channel the next change closes. Called with mu
+// held.
+func (l *Log) changedCh() chan struct{} {
+	l.watched = true
+	return l.changed
 }
 
 // Append adds a copy of data as a record and returns its seq. It blocks
@@ -150,7 +163,7 @@ func (l *Log) add(m memRecord) (uint64, error) {
 		}
 		// Full: wait for an acknowledgement.
 		l.paused = true
-		ch := l.changed
+		ch := l.changedCh()
 		l.mu.Unlock()
 		<-ch
 		l.mu.Lock()
@@ -182,7 +195,7 @@ func (l *Log) dropOldest() {
 // been returned. The records' Data are copies the caller may keep.
 func (l *Log) Read(after uint64, max int) (recs []Record, changed <-chan struct{}, done bool, err error) {
 	var b batch
-	changed, done, err = l.read(&b, after, max)
+	changed, done, err = l.read(&b, after, max, true)
 	for _, r := range b.recs {
 		r.Data = append([]byte(nil), r.Data...)
 		recs = append(recs, r)
@@ -198,8 +211,9 @@ func (l *Log) Read(after uint64, max int) (recs []Record, changed <-chan struct{
 // without copying: Data stays valid until the next read into b or unpin
 // (b pins the chunks and holds the spill buffer it points into).
 // It may return fewer than max when a batch would pin more than maxPins
-// chunks.
-func (l *Log) read(b *batch, after uint64, max int) (changed <-chan struct{}, done bool, err error) {
+// chunks. changed is nil when there are records and !watch: a reader busy
+// with records does not make every append allocate a channel.
+func (l *Log) read(b *batch, after uint64, max int, watch bool) (changed <-chan struct{}, done bool, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.unpinLocked(b)
@@ -229,7 +243,11 @@ func (l *Log) read(b *batch, after uint64, max int) (changed <-chan struct{}, do
 		b.recs = append(b.recs, m.Record)
 		last = m.Seq
 	}
-	return l.changed, l.closed && last+1 >= l.next, nil
+	done = l.closed && last+1 >= l.next
+	if len(b.recs) == 0 && !done || watch {
+		changed = l.changedCh()
+	}
+	return changed, done, nil
 }
 
 // Ack drops every record <= seq: the client has them.

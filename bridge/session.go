@@ -99,7 +99,7 @@ func (s *Session) Stream(ctx context.Context, cursor uint64, fn func(Record) err
 	var b batch
 	defer s.log.unpin(&b)
 	for {
-		changed, done, err := s.log.read(&b, cursor, 256)
+		changed, done, err := s.log.read(&b, cursor, 256, false)
 		if err != nil {
 			return err
 		}
