@@ -296,10 +296,11 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 // preflightOptions are the checks a launch runs: everything doctor checks
 // but the nftables probe (network none uses no filter; in sandbox mode
 // programming the real rules proves nftables and fails closed), with the
-// runsc digest cached in the state root.
+// runsc and EROFS digests cached in the state root.
 func preflightOptions(opts Options) preflight.Options {
 	return preflight.Options{RunscPath: opts.RunscPath, BundleDir: opts.BundleDir,
-		DigestCache: filepath.Join(opts.StateRoot, "runsc-digest.json"), SkipNftablesProbe: true}
+		DigestCache: filepath.Join(opts.StateRoot, "runsc-digest.json"), ImageDigestCache: filepath.Join(opts.StateRoot, "image-digests"),
+		SkipNftablesProbe: true}
 }
 
 func orDiscard(w io.Writer) io.Writer {

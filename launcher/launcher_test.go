@@ -261,3 +261,56 @@ func listTree(t *testing.T, root string) string {
 	}
 	return b.String()
 }
+
+// An image directory can come from an EROFS file (registry image.erofs):
+// the agent runs the file's programs, cannot write there, and a file that
+// no longer has the compiled digest stops the launch before anything runs.
+func TestLaunchErofs(t *testing.T) {
+	if _, err := exec.LookPath("mkfs.erofs"); err != nil {
+		t.Fatal("mkfs.erofs missing: apt-get install erofs-utils (.ci/run does)")
+	}
+	src := filepath.Join(t.TempDir(), "bin")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	busybox, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "busybox"), busybox, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "from-erofs"), []byte("erofs\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "bin.erofs")
+	if out, err := exec.Command("mkfs.erofs", "--quiet", "-E", "noinline_data", file, src).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.erofs: %v %s", err, out)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := fmt.Sprintf(`{"image":{"erofs":[{"dir":"/bin","file":%q,"digest":%q}]}}`, file, bundle.Digest(data))
+	script := "echo started > $PASEO_AGENT_CWD/started; cat /bin/from-erofs > $PASEO_AGENT_CWD/seen; touch /bin/x 2>> $PASEO_AGENT_CWD/seen; echo done"
+
+	s := compileScript(t, script, patch)
+	res, stdout, stderr, err := s.launch(t, staticSecret("v"))
+	if err != nil || res.ExitCode != 0 || !strings.Contains(stdout, "done") {
+		t.Fatalf("launch: %v exit %d stdout %q stderr %q", err, res.ExitCode, stdout, stderr)
+	}
+	seen, _ := os.ReadFile(filepath.Join(s.host, "srv/paseo/workspace/proj-feature/seen"))
+	if !strings.HasPrefix(string(seen), "erofs\n") || !strings.Contains(string(seen), "Read-only file system") {
+		t.Errorf("want /bin from the EROFS file and read-only, the agent saw %q", seen)
+	}
+	s.assertClean(t)
+
+	// The same bundle after the file changed.
+	s = compileScript(t, script, patch)
+	if err := os.WriteFile(file, append(data, 0), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, err = s.launch(t, staticSecret("v"))
+	wantUnavailable(t, err, "erofs file "+strings.ToLower(file)+" has sha256:")
+	s.assertNotStarted(t)
+}

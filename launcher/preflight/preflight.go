@@ -1,8 +1,9 @@
 // Package preflight checks, before the launcher starts anything, that the
 // host can run a bundle safely: root, a kernel with openat2, a pinned static
 // runsc, cgroups (v2, or v1 controllers) with the controllers the limits need, working nftables,
-// and (given a bundle) that the bundle is intact, hook-free and that every
-// bind source it pinned at compile time is still the same object.
+// and (given a bundle) that the bundle is intact, hook-free, that every
+// bind source it pinned at compile time is still the same object and that
+// the image's EROFS files it mounts still have their digests.
 //
 // Every check runs and reports; nothing stops at the first failure, so one
 // run tells an operator everything that is wrong. Details carry the reason
@@ -29,6 +30,7 @@ const (
 	CheckBundleDigests = "bundle-digests"
 	CheckBundleHooks   = "bundle-no-hooks"
 	CheckBundlePins    = "bundle-pins"
+	CheckImageErofs    = "image-erofs"
 )
 
 // Check is the outcome of one check. Detail says what was found when OK and
@@ -111,6 +113,10 @@ type Options struct {
 	// DigestCache is a root-only file caching the runsc digest by file
 	// identity (digestcache.go); empty hashes the binary every time.
 	DigestCache string
+	// ImageDigestCache is a root-only directory caching the digests of the
+	// image's EROFS files by file identity (erofs.go); empty hashes them
+	// every time.
+	ImageDigestCache string
 	// SkipNftablesProbe leaves out the nftables probe. The launcher sets
 	// it: network mode none uses no packet filter, and in sandbox mode
 	// programming the real rules proves nftables and fails closed.
@@ -159,6 +165,8 @@ func Run(opts Options) Report {
 		add(CheckBundleDigests, b.digests, fmt.Sprintf("%s: every output matches the manifest digest", opts.BundleDir))
 		add(CheckBundleHooks, b.hooks, fmt.Sprintf("%s: no hooks", bundleConfigName))
 		add(CheckBundlePins, b.pins, b.pinsOK)
+		detail, err := checkErofs(opts.BundleDir, opts.ImageDigestCache)
+		add(CheckImageErofs, err, detail)
 	}
 	return r
 }

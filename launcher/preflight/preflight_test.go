@@ -692,7 +692,7 @@ func TestRunPasses(t *testing.T) {
 	writeBundle(t, bdir, minimalConfig(t, nil), []bundle.Pin{pinOf(t, "/workspace", host)})
 
 	r := Run(Options{RunscPath: bin, BundleDir: bdir}) // digest file defaults to bin+".sha256"
-	names := []string{CheckRoot, CheckKernel, CheckRunscStatic, CheckRunscDigest, CheckCgroup, CheckNftables, CheckBundleDigests, CheckBundleHooks, CheckBundlePins}
+	names := []string{CheckRoot, CheckKernel, CheckRunscStatic, CheckRunscDigest, CheckCgroup, CheckNftables, CheckBundleDigests, CheckBundleHooks, CheckBundlePins, CheckImageErofs}
 	if len(r.Checks) != len(names) {
 		t.Fatalf("got %d checks, want %d: %+v", len(r.Checks), len(names), r.Checks)
 	}
