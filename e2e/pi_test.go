@@ -43,6 +43,12 @@ type imageInfo struct {
 	Version string `json:"version"`
 	Digest  string `json:"digest"`
 	Rootfs  string `json:"rootfs"`
+	// The image's EROFS files, as the registry's image.erofs names them.
+	Erofs []struct {
+		Dir    string `json:"dir"`
+		File   string `json:"file"`
+		Digest string `json:"digest"`
+	} `json:"erofs"`
 }
 
 func image(t testing.TB) imageInfo {
@@ -57,6 +63,13 @@ func image(t testing.TB) imageInfo {
 		t.Fatal(err)
 	}
 	im.Rootfs = filepath.Join(filepath.Dir(p), "rootfs")
+	// Users run the image with its EROFS files, so the real-Pi tests do too.
+	if len(im.Erofs) == 0 {
+		t.Fatalf("%s lists no EROFS files: rebuild the image with `make image` (erofs-utils)", p)
+	}
+	for i := range im.Erofs {
+		im.Erofs[i].File = filepath.Join(filepath.Dir(p), "erofs", filepath.Base(im.Erofs[i].File))
+	}
 	return im
 }
 
@@ -124,8 +137,12 @@ func (e *env) sceneArgv(t testing.TB, profile, factsPatch string, argv []string)
 			t.Fatal(err)
 		}
 	}
+	erofs, err := json.Marshal(e.image.Erofs)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sc := testbundle.New(t, testbundle.Options{Host: e.host, Rootfs: e.image.Rootfs, Profile: profile, Argv: argv,
-		RegistryPatch: fmt.Sprintf(`{"network":{"mode":"sandbox"},"image":{"version":%q,"digest":%q},"deployments":{"host-alice":{"peers":{"uids":[0],"gids":[1000]}}}}`, e.image.Version, e.image.Digest),
+		RegistryPatch: fmt.Sprintf(`{"network":{"mode":"sandbox"},"image":{"version":%q,"digest":%q,"erofs":%s},"deployments":{"host-alice":{"peers":{"uids":[0],"gids":[1000]}}}}`, e.image.Version, e.image.Digest, erofs),
 		FactsPatch:    string(facts)})
 	e.prepareState(t, sc)
 	return sc
@@ -138,7 +155,9 @@ func (e *env) prepareState(t testing.TB, sc *testbundle.Scene) {
  "models":[{"id":"fake-1","input":["text"],"contextWindow":128000,"maxTokens":16384}]}}}`)
 	write(t, filepath.Join(agent, "settings.json"), `{"packages":["/opt/pi/node_modules/pi-mcp-adapter"]}`)
 	write(t, filepath.Join(sc.Host, "srv/paseo/launch/paseo-pi-extension-a1/paseo-integration.mjs"), "export default function () {}\n")
-	for _, d := range []string{agent, filepath.Join(sc.Host, "srv/paseo/state/pi-sessions")} {
+	// The daemon gives each agent its own jiti cache dir, owned by the
+	// sandbox user (testdata/base: state.cacheDir).
+	for _, d := range []string{agent, filepath.Join(sc.Host, "srv/paseo/state/pi-sessions"), filepath.Join(sc.Host, "srv/paseo/state/pi-cache/agent-7f3c")} {
 		chownTree(t, d, 1000, 1000)
 	}
 }
@@ -260,7 +279,14 @@ func (p *pi) call(t *testing.T, c context.Context, cmd map[string]any) piproto.F
 	t.Helper()
 	resp, _, err := p.Call(c, cmd)
 	if err != nil {
-		t.Fatalf("%v: %v\nstderr: %s", cmd["type"], err, p.stderr.String())
+		// Pi's output ended: say how the launch ended, if it did.
+		launch := "still running"
+		select {
+		case <-p.done:
+			launch = fmt.Sprintf("%+v, %v", p.result.res, p.result.err)
+		case <-time.After(5 * time.Second):
+		}
+		t.Fatalf("%v: %v\nlaunch: %s\nstderr: %s", cmd["type"], err, launch, p.stderr.String())
 	}
 	if !resp.OK() {
 		t.Fatalf("%v failed: %s %s\nstderr: %s", cmd["type"], resp.Error, resp.Raw, p.stderr.String())

