@@ -2,8 +2,10 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"testing"
@@ -335,4 +337,90 @@ func (l *Log) chunkCount() (all, free int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.chunks, len(l.free)
+}
+
+// A deterministic mix of writes, copies, acknowledgements, spills and
+// readers that hold their batches across all of them: every record a
+// batch holds keeps its bytes until the reader moves on, and at the end
+// every chunk is free again (no reference leaked or dropped twice).
+func TestHeldBatchesAgainstAModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	l := NewLog(Limits{MemBytes: 48 << 10, SpillBytes: 256 << 20, SpillDir: t.TempDir()})
+	defer l.Release()
+	type span struct{ off, n int }
+	var recs []span // recs[seq-1]
+	var w writer
+	off := 0
+	type reader struct {
+		b      batch
+		cursor uint64
+	}
+	readers := make([]reader, 3)
+	check := func(k int) {
+		t.Helper()
+		for _, r := range readers[k].b.recs {
+			want := recs[r.Seq-1]
+			if len(r.Data) != want.n {
+				t.Fatalf("reader %d, record %d: %d bytes, want %d", k, r.Seq, len(r.Data), want.n)
+			}
+			if bad := mismatch(r.Data, want.off); bad >= 0 {
+				t.Fatalf("reader %d, record %d: wrong byte at offset %d", k, r.Seq, bad)
+			}
+		}
+	}
+	for step := 0; step < 20000; step++ {
+		switch op := rng.IntN(100); {
+		case op < 40: // the pump reads straight into its chunk
+			buf := l.space(&w)
+			n := 1 + rng.IntN(len(buf))
+			fill(buf[:n], off)
+			if _, err := l.commit(&w, "stdout", n); err != nil {
+				t.Fatal(err)
+			}
+			recs = append(recs, span{off, n})
+			off += n
+		case op < 45: // a copied record
+			b := make([]byte, 1+rng.IntN(300))
+			fill(b, off)
+			if _, err := l.Append("stderr", b); err != nil {
+				t.Fatal(err)
+			}
+			recs = append(recs, span{off, len(b)})
+			off += len(b)
+		case op < 55:
+			l.Ack(uint64(rng.IntN(len(recs) + 1)))
+		case op < 95: // a reader checks what it holds, then moves on
+			k := rng.IntN(len(readers))
+			rd := &readers[k]
+			check(k)
+			if n := len(rd.b.recs); n > 0 {
+				rd.cursor = rd.b.recs[n-1].Seq
+			}
+			_, _, err := l.read(&rd.b, rd.cursor, 1+rng.IntN(300), false)
+			if errors.Is(err, ErrBehind) {
+				rd.cursor = l.State().Acked
+				_, _, err = l.read(&rd.b, rd.cursor, 1+rng.IntN(300), false)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(k)
+		default: // a reader stops
+			k := rng.IntN(len(readers))
+			check(k)
+			l.unpin(&readers[k].b)
+		}
+	}
+	for k := range readers {
+		check(k)
+		l.unpin(&readers[k].b)
+	}
+	l.closeWriter(&w)
+	l.Ack(uint64(len(recs)))
+	if all, free := l.chunkCount(); all != free {
+		t.Fatalf("%d chunks, %d free: a reference leaked", all, free)
+	}
+	if st := l.State(); st.Next != uint64(len(recs))+1 {
+		t.Fatalf("%d records in the log, %d written", st.Next-1, len(recs))
+	}
 }
