@@ -597,6 +597,7 @@ func (s *Server) delete(b *box) error {
 		}
 	}
 	if sock == "" {
+		s.awaitLauncherEnd(b.id, 10*time.Second)
 		rep, err := s.inventory().Remove(b.id)
 		if err != nil {
 			return err
@@ -612,6 +613,22 @@ func (s *Server) delete(b *box) error {
 	delete(s.boxes, b.id)
 	s.mu.Unlock()
 	return nil
+}
+
+// awaitLauncherEnd gives a holder that just died the moment it takes to be
+// reaped (a zombie still counts as a live launcher), so that delete does
+// not refuse it.
+func (s *Server) awaitLauncherEnd(id string, d time.Duration) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		recs, err := launcher.Records(s.cfg.StateRoot)
+		if err != nil {
+			return
+		}
+		i := slices.IndexFunc(recs, func(r launcher.Record) bool { return r.ID == id })
+		if i < 0 || !recs[i].LauncherAlive() {
+			return
+		}
+	}
 }
 
 func newID() string {

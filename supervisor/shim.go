@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/bridge"
+	"paseo.dev/paseo-policy/execution"
 	"paseo.dev/paseo-policy/launcher"
 )
 
@@ -110,11 +111,10 @@ type holder struct {
 	spec shimSpec
 	ln   net.Listener
 	sess *bridge.Session
+	proc execution.Process
 
-	cancel context.CancelFunc
-	done   chan struct{}
-	result launcher.Result
-	err    error
+	done chan struct{}
+	exit execution.Exit
 
 	mu       sync.Mutex
 	detach   context.CancelFunc // the current attachment's stream
@@ -140,54 +140,41 @@ func newHolder(spec shimSpec) (*holder, error) {
 // run launches the sandbox, reports readiness and serves until released.
 func (h *holder) run(ready *os.File) int {
 	defer os.Remove(shimSocket(h.spec.StateRoot, h.spec.ID))
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	errR, errW := io.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel = cancel
-	h.sess = bridge.Start(inW, map[string]io.Reader{"stdout": outR, "stderr": errR}, h.spec.Bridge)
-	started := make(chan struct{})
-	pins := h.spec.Pins
-	secrets := h.spec.Secrets
+	pins, secrets := h.spec.Pins, h.spec.Secrets
+	backend := execution.OCI{StateRoot: h.spec.StateRoot, RunscPath: h.spec.RunscPath, Uplink: h.spec.Uplink,
+		Secrets: func(ref string) ([]byte, error) {
+			if v, ok := secrets[ref]; ok {
+				return v, nil
+			}
+			return nil, fmt.Errorf("secret %s was not resolved by the supervisor", ref)
+		},
+		Resolve: func(_ context.Context, host string) ([]netip.Addr, error) {
+			if a, ok := pins[host]; ok {
+				return a, nil
+			}
+			return nil, fmt.Errorf("%s was not resolved by the supervisor", host)
+		},
+	}
+	proc, err := backend.Start(context.Background(), execution.Spec{ID: h.spec.ID, Bundle: h.spec.BundleDir})
+	if err != nil {
+		_ = os.RemoveAll(h.spec.BundleDir)
+		var ue *launcher.UnavailableError
+		tell(ready, shimReady{Error: err.Error(), Unavailable: errors.As(err, &ue)})
+		return 1
+	}
+	h.proc = proc
+	h.sess = bridge.Start(proc.Stdin(), map[string]io.Reader{"stdout": proc.Stdout(), "stderr": proc.Stderr()}, h.spec.Bridge)
 	go func() {
 		defer close(h.done)
-		res, err := launcher.Launch(ctx, launcher.Options{
-			BundleDir: h.spec.BundleDir, ID: h.spec.ID, StateRoot: h.spec.StateRoot, RunscPath: h.spec.RunscPath,
-			Secrets: func(ref string) ([]byte, error) {
-				if v, ok := secrets[ref]; ok {
-					return v, nil
-				}
-				return nil, fmt.Errorf("secret %s was not resolved by the supervisor", ref)
-			},
-			Stdin: inR, Stdout: outW, Stderr: errW, Uplink: h.spec.Uplink,
-			Resolve: func(_ context.Context, host string) ([]netip.Addr, error) {
-				if a, ok := pins[host]; ok {
-					return a, nil
-				}
-				return nil, fmt.Errorf("%s was not resolved by the supervisor", host)
-			},
-			OnStart: func() { close(started) },
-		})
-		outW.Close()
-		errW.Close()
-		inR.Close()
-		h.result, h.err = res, err
-		if err == nil {
-			h.sess.Exited(res.ExitCode)
+		h.exit = proc.Wait()
+		if h.exit.Err == nil {
+			h.sess.Exited(h.exit.Code)
 		} else {
 			h.sess.Exited(-1)
 		}
 		_ = os.RemoveAll(h.spec.BundleDir)
 	}()
-	select {
-	case <-started:
-		tell(ready, shimReady{OK: true})
-	case <-h.done:
-		var ue *launcher.UnavailableError
-		tell(ready, shimReady{Error: h.err.Error(), Unavailable: errors.As(h.err, &ue)})
-		h.sess.Release()
-		return 1
-	}
+	tell(ready, shimReady{OK: true})
 	// The secrets are in the sandbox's private run dir now; drop this copy.
 	for k := range secrets {
 		clear(secrets[k])
@@ -289,7 +276,7 @@ func (h *holder) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 	case "inspect":
 		return h.state(), nil
 	case "stop":
-		h.cancel() // the launcher stops runsc and tears everything down
+		go h.proc.Stop() // the launcher stops runsc and tears everything down
 		select {
 		case <-h.done:
 		case <-time.After(60 * time.Second):
@@ -319,10 +306,10 @@ func (h *holder) state() Info {
 	select {
 	case <-h.done:
 		in.Status = StatusExited
-		code := h.result.ExitCode
-		in.ExitCode, in.Reason = &code, h.result.Reason
-		if h.err != nil {
-			in.Reason = h.err.Error()
+		code := h.exit.Code
+		in.ExitCode, in.Reason = &code, h.exit.Reason
+		if h.exit.Err != nil {
+			in.Reason = h.exit.Err.Error()
 		}
 	default:
 	}
