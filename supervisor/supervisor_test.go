@@ -403,26 +403,6 @@ func asOtherUser(t *testing.T, socket string, facts []byte) (string, error) {
 	return string(out), err
 }
 
-// The helper process is a supervisor that the test kills with SIGKILL.
-func TestHelperSupervisorProcess(t *testing.T) {
-	cfgFile := os.Getenv("PASEO_TEST_SUPERVISOR")
-	if cfgFile == "" {
-		return
-	}
-	var h struct{ Registry, Socket, State, Runsc string }
-	data, _ := os.ReadFile(cfgFile)
-	if err := json.Unmarshal(data, &h); err != nil {
-		t.Fatal(err)
-	}
-	reg, _ := os.ReadFile(h.Registry)
-	srv, err := New(Config{Registry: schema.Input{Name: "registry.json", Data: reg}, Socket: h.Socket, SocketGID: socketGID,
-		StateRoot: h.State, RunscPath: h.Runsc, Secrets: func(string) ([]byte, error) { return []byte("k"), nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = srv.Listen(context.Background())
-}
-
 // A supervisor killed with SIGKILL in the middle of a streaming turn. The
 // sandbox's holder keeps its stdio and bridge, so the turn goes on; the
 // next supervisor adopts it as running-unattached, a client reattaches from
@@ -523,16 +503,25 @@ func TestSupervisorRestartKeepsTheTurn(t *testing.T) {
 	f.assertNothingLeft(t)
 }
 
-// supervisorProcess runs a supervisor over the fixture's state in a child
-// process the test can kill.
+// supervisorProcess runs the real `paseo-policy supervise` over the
+// fixture's state, as systemd would, so the test can kill it; its holders
+// are that binary re-executed.
 func (f *fixture) supervisorProcess(t *testing.T) *exec.Cmd {
+	bin := testbundle.BuildStatic(t, "./cmd/paseo-policy")
 	dir := t.TempDir()
-	regFile, cfgFile := filepath.Join(dir, "registry.json"), filepath.Join(dir, "cfg.json")
+	regFile, secrets := filepath.Join(dir, "registry.json"), filepath.Join(dir, "secrets")
 	write(t, regFile, string(f.sc.Registry))
-	cfg, _ := json.Marshal(map[string]string{"Registry": regFile, "Socket": f.socket, "State": f.sc.State, "Runsc": f.sc.Runsc})
-	write(t, cfgFile, string(cfg))
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperSupervisorProcess$")
-	cmd.Env = append(os.Environ(), "PASEO_TEST_SUPERVISOR="+cfgFile)
+	for _, ref := range []string{"alice/fake-llm", "paseo/mcp-token"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(secrets, ref)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(secrets, ref), []byte("test-key\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(bin, "supervise", "--registry", regFile, "--socket", f.socket, "--socket-group", fmt.Sprint(socketGID),
+		"--state-root", f.sc.State, "--runsc", f.sc.Runsc, "--secrets-dir", secrets)
+	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
