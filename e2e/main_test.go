@@ -10,6 +10,6 @@ import (
 // TestMain lets the supervisor under test re-execute this test binary as
 // a sandbox holder, as the CLI binary is re-executed in production.
 func TestMain(m *testing.M) {
-	supervisor.MaybeRunShim()
+	supervisor.MaybeRunHolder()
 	os.Exit(m.Run())
 }

@@ -19,7 +19,7 @@ import (
 	"paseo.dev/paseo-policy/launcher/sandboxnet"
 )
 
-// The supervisor's side of the holders (see shim.go).
+// The supervisor's side of the holders (see holder.go).
 
 // holderExe is what the supervisor re-executes as a holder. /proc/self/exe
 // is this very binary even after an upgrade replaced the file on disk, so
@@ -59,7 +59,7 @@ func typed(err error, format string, a ...any) *Error {
 // prepare resolves, on the supervisor's side, what the launch will need
 // from the supervisor's configuration: the secrets the bundle names and
 // the egress host names to pin.
-func (s *Server) prepare(spec *shimSpec) *Error {
+func (s *Server) prepare(spec *holderSpec) *Error {
 	files, err := bundle.Read(spec.BundleDir)
 	if err != nil {
 		return fail(ErrInternal, "bundle: %v", err)
@@ -108,8 +108,8 @@ func (s *Server) prepare(spec *shimSpec) *Error {
 // launch failed). The holder runs in a session of its own, so signals for
 // the supervisor's process group do not reach it; this process reaps it if
 // it is still the parent when the holder ends.
-func (s *Server) spawn(spec shimSpec) *Error {
-	dir := ShimDir(spec.StateRoot)
+func (s *Server) spawn(spec holderSpec) *Error {
+	dir := HolderDir(spec.StateRoot)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fail(ErrInternal, "%v", err)
 	}
@@ -131,7 +131,7 @@ func (s *Server) spawn(spec shimSpec) *Error {
 	defer readyR.Close()
 	cmd := exec.Command(holderExe)
 	cmd.Args = []string{"paseo-sandbox-holder", spec.ID}
-	cmd.Env = []string{ShimEnv + "=1", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Env = []string{HolderEnv + "=1", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.Dir = "/"
 	cmd.Stdin, cmd.Stderr = specR, logf
 	cmd.ExtraFiles = []*os.File{readyW}
@@ -151,7 +151,7 @@ func (s *Server) spawn(spec shimSpec) *Error {
 		return fail(ErrInternal, "holder spec: %v", err)
 	}
 	line, rerr := bufio.NewReader(readyR).ReadBytes('\n')
-	var ready shimReady
+	var ready holderReady
 	if json.Unmarshal(line, &ready) != nil {
 		return fail(ErrInternal, "the holder ended before its sandbox started (%v); see %s", rerr, logf.Name())
 	}
@@ -169,13 +169,13 @@ func (s *Server) spawn(spec shimSpec) *Error {
 // answers inspect with its sandbox's identity and state; a socket nobody
 // answers on is a holder that died, and is removed.
 func (s *Server) adoptHolders() {
-	ents, _ := os.ReadDir(ShimDir(s.cfg.StateRoot))
+	ents, _ := os.ReadDir(HolderDir(s.cfg.StateRoot))
 	for _, e := range ents {
 		name := e.Name()
 		if filepath.Ext(name) != ".sock" {
 			continue
 		}
-		sock := filepath.Join(ShimDir(s.cfg.StateRoot), name)
+		sock := filepath.Join(HolderDir(s.cfg.StateRoot), name)
 		var in Info
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := holderCall(ctx, sock, Request{Op: "inspect"}, &in)

@@ -84,7 +84,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Bridge.SpillDir == "" {
 		cfg.Bridge.SpillDir = filepath.Join(cfg.StateRoot, "spill")
 	}
-	for _, d := range []string{cfg.StateRoot, cfg.Bridge.SpillDir, filepath.Join(cfg.StateRoot, "bundles"), ShimDir(cfg.StateRoot)} {
+	for _, d := range []string{cfg.StateRoot, cfg.Bridge.SpillDir, filepath.Join(cfg.StateRoot, "bundles"), HolderDir(cfg.StateRoot)} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
@@ -439,7 +439,7 @@ func (s *Server) create(p peer, req Request) (any, *Error) {
 // start launches the bundle in a new holder, which keeps its stdio on a
 // bridge, and waits until runsc runs it (or the launch failed).
 func (s *Server) start(id, bundleDir, deployment, agent, profile string) (*box, *Error) {
-	spec := shimSpec{ID: id, BundleDir: bundleDir, StateRoot: s.cfg.StateRoot, RunscPath: s.cfg.RunscPath,
+	spec := holderSpec{ID: id, BundleDir: bundleDir, StateRoot: s.cfg.StateRoot, RunscPath: s.cfg.RunscPath,
 		Uplink: s.cfg.Uplink, Bridge: s.cfg.Bridge, Deployment: deployment, Agent: agent, Profile: profile}
 	if e := s.prepare(&spec); e != nil {
 		return nil, e
@@ -447,7 +447,7 @@ func (s *Server) start(id, bundleDir, deployment, agent, profile string) (*box, 
 	if e := s.spawn(spec); e != nil {
 		return nil, e
 	}
-	b := &box{id: id, deployment: deployment, agent: agent, profile: profile, sock: shimSocket(s.cfg.StateRoot, id)}
+	b := &box{id: id, deployment: deployment, agent: agent, profile: profile, sock: holderSocket(s.cfg.StateRoot, id)}
 	s.mu.Lock()
 	s.boxes[id] = b
 	s.mu.Unlock()
@@ -607,8 +607,8 @@ func (s *Server) delete(b *box) error {
 		}
 	}
 	_ = os.RemoveAll(filepath.Join(s.cfg.StateRoot, "bundles", b.id))
-	_ = os.Remove(filepath.Join(ShimDir(s.cfg.StateRoot), b.id+".log"))
-	_ = os.Remove(shimSocket(s.cfg.StateRoot, b.id))
+	_ = os.Remove(filepath.Join(HolderDir(s.cfg.StateRoot), b.id+".log"))
+	_ = os.Remove(holderSocket(s.cfg.StateRoot, b.id))
 	s.mu.Lock()
 	delete(s.boxes, b.id)
 	s.mu.Unlock()

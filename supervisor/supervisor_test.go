@@ -305,7 +305,7 @@ func (f *fixture) assertNothingLeft(t *testing.T) {
 	if err != nil || len(entries) != 0 {
 		t.Errorf("left after delete: %+v %v", entries, err)
 	}
-	for _, d := range []string{"run", "records", "net/netns", "net/leases", "bundles", "shims"} {
+	for _, d := range []string{"run", "records", "net/netns", "net/leases", "bundles", "holders"} {
 		if ents, _ := os.ReadDir(filepath.Join(f.sc.State, d)); len(ents) > 0 {
 			t.Errorf("%s left: %v", d, ents)
 		}
@@ -447,7 +447,7 @@ func TestSupervisorRestartKeepsTheTurn(t *testing.T) {
 		t.Fatalf("after restart: %+v", got)
 	}
 	// Only root reaches a holder: its socket is 0600 in a 0700 directory.
-	for p, want := range map[string]os.FileMode{ShimDir(f.sc.State): 0o700, shimSocket(f.sc.State, in.Sandbox): 0o600} {
+	for p, want := range map[string]os.FileMode{HolderDir(f.sc.State): 0o700, holderSocket(f.sc.State, in.Sandbox): 0o600} {
 		fi, err := os.Stat(p)
 		if err != nil || fi.Mode().Perm() != want || fi.Sys().(*syscall.Stat_t).Uid != 0 {
 			t.Errorf("%s: %v %v, want root-owned %v", p, fi.Mode(), err, want)

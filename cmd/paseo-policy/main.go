@@ -11,6 +11,6 @@ import (
 
 func main() {
 	// The supervisor re-executes this binary as each sandbox's holder.
-	supervisor.MaybeRunShim()
+	supervisor.MaybeRunHolder()
 	os.Exit(cli.Run())
 }

@@ -28,7 +28,7 @@ import (
 // other end dies with the process holding it. If the supervisor itself ran
 // the launcher, a supervisor restart (upgrade, crash) would end every
 // sandbox and its turn. So the supervisor starts one small holder process
-// per sandbox (this binary, re-executed with ShimEnv set), in a session of
+// per sandbox (this binary, re-executed with HolderEnv set), in a session of
 // its own, that runs the launcher and keeps the sandbox's bridge. The
 // holder serves the bridge on a root-only socket in the state root; the
 // supervisor is its only client. A supervisor that restarts finds the
@@ -39,15 +39,15 @@ import (
 // a parent-death signal), so a sandbox never runs without an owner of its
 // stdio for longer than runsc takes to notice.
 
-// ShimEnv, when set in a process's environment, makes MaybeRunShim turn the
+// HolderEnv, when set in a process's environment, makes MaybeRunHolder turn the
 // process into a sandbox holder. Every binary that embeds the supervisor
-// (the CLI, test binaries) calls MaybeRunShim first thing.
-const ShimEnv = "PASEO_POLICY_SHIM"
+// (the CLI, test binaries) calls MaybeRunHolder first thing.
+const HolderEnv = "PASEO_POLICY_HOLDER"
 
-// shimSpec is what the supervisor hands a new holder on its stdin. The
+// holderSpec is what the supervisor hands a new holder on its stdin. The
 // secrets and name pins are resolved by the supervisor (its configuration
 // holds the sources); they travel over a pipe only the two processes share.
-type shimSpec struct {
+type holderSpec struct {
 	ID         string                  `json:"id"`
 	BundleDir  string                  `json:"bundleDir"`
 	StateRoot  string                  `json:"stateRoot"`
@@ -61,44 +61,46 @@ type shimSpec struct {
 	Pins       map[string][]netip.Addr `json:"pins,omitempty"`
 }
 
-// shimReady is the holder's one message on its ready pipe (fd 3).
-type shimReady struct {
+// holderReady is the holder's one message on its ready pipe (fd 3).
+type holderReady struct {
 	OK          bool   `json:"ok"`
 	Error       string `json:"error,omitempty"`
 	Unavailable bool   `json:"unavailable,omitempty"`
 }
 
-// ShimDir holds the holders' sockets and logs (root-only, in the state root).
-func ShimDir(stateRoot string) string { return filepath.Join(stateRoot, "shims") }
+// HolderDir holds the holders' sockets and logs (root-only, in the state root).
+func HolderDir(stateRoot string) string { return filepath.Join(stateRoot, "holders") }
 
-func shimSocket(stateRoot, id string) string { return filepath.Join(ShimDir(stateRoot), id+".sock") }
-
-// MaybeRunShim runs the holder and exits if ShimEnv is set; otherwise it
-// returns at once.
-func MaybeRunShim() {
-	if os.Getenv(ShimEnv) != "1" {
-		return
-	}
-	os.Exit(runShim(os.Stdin, os.NewFile(3, "ready")))
+func holderSocket(stateRoot, id string) string {
+	return filepath.Join(HolderDir(stateRoot), id+".sock")
 }
 
-func runShim(in io.Reader, ready *os.File) int {
-	var spec shimSpec
+// MaybeRunHolder runs the holder and exits if HolderEnv is set; otherwise it
+// returns at once.
+func MaybeRunHolder() {
+	if os.Getenv(HolderEnv) != "1" {
+		return
+	}
+	os.Exit(runHolder(os.Stdin, os.NewFile(3, "ready")))
+}
+
+func runHolder(in io.Reader, ready *os.File) int {
+	var spec holderSpec
 	dec := json.NewDecoder(io.LimitReader(in, MaxFrame))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&spec); err != nil {
-		tell(ready, shimReady{Error: "holder spec: " + err.Error()})
+		tell(ready, holderReady{Error: "holder spec: " + err.Error()})
 		return 2
 	}
 	h, err := newHolder(spec)
 	if err != nil {
-		tell(ready, shimReady{Error: err.Error()})
+		tell(ready, holderReady{Error: err.Error()})
 		return 1
 	}
 	return h.run(ready)
 }
 
-func tell(ready *os.File, r shimReady) {
+func tell(ready *os.File, r holderReady) {
 	if ready == nil {
 		return
 	}
@@ -108,7 +110,7 @@ func tell(ready *os.File, r shimReady) {
 }
 
 type holder struct {
-	spec shimSpec
+	spec holderSpec
 	ln   net.Listener
 	sess *bridge.Session
 	proc execution.Process
@@ -121,12 +123,12 @@ type holder struct {
 	released chan struct{}
 }
 
-func newHolder(spec shimSpec) (*holder, error) {
-	dir := ShimDir(spec.StateRoot)
+func newHolder(spec holderSpec) (*holder, error) {
+	dir := HolderDir(spec.StateRoot)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	sock := shimSocket(spec.StateRoot, spec.ID)
+	sock := holderSocket(spec.StateRoot, spec.ID)
 	_ = os.Remove(sock)
 	old := unix.Umask(0o177)
 	ln, err := net.Listen("unix", sock)
@@ -139,7 +141,7 @@ func newHolder(spec shimSpec) (*holder, error) {
 
 // run launches the sandbox, reports readiness and serves until released.
 func (h *holder) run(ready *os.File) int {
-	defer os.Remove(shimSocket(h.spec.StateRoot, h.spec.ID))
+	defer os.Remove(holderSocket(h.spec.StateRoot, h.spec.ID))
 	pins, secrets := h.spec.Pins, h.spec.Secrets
 	backend := execution.OCI{StateRoot: h.spec.StateRoot, RunscPath: h.spec.RunscPath, Uplink: h.spec.Uplink,
 		Secrets: func(ref string) ([]byte, error) {
@@ -159,7 +161,7 @@ func (h *holder) run(ready *os.File) int {
 	if err != nil {
 		_ = os.RemoveAll(h.spec.BundleDir)
 		var ue *launcher.UnavailableError
-		tell(ready, shimReady{Error: err.Error(), Unavailable: errors.As(err, &ue)})
+		tell(ready, holderReady{Error: err.Error(), Unavailable: errors.As(err, &ue)})
 		return 1
 	}
 	h.proc = proc
@@ -174,7 +176,7 @@ func (h *holder) run(ready *os.File) int {
 		}
 		_ = os.RemoveAll(h.spec.BundleDir)
 	}()
-	tell(ready, shimReady{OK: true})
+	tell(ready, holderReady{OK: true})
 	// The secrets are in the sandbox's private run dir now; drop this copy.
 	for k := range secrets {
 		clear(secrets[k])
