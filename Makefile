@@ -38,9 +38,10 @@ e2e-pi: runsc image
 	$(GO) test -count=1 -v -run '^TestPi(Session|Probes|MCPRoute)$$' ./e2e
 
 # Continuity through the supervisor: 20 mid-turn disconnects with the fake
-# Pi, fencing, duplicate inputs, peer checks, restart reconciliation, the
-# Docker topology, then the real Pi surviving dropped connections and a
-# killed client process. Root.
+# Pi, fencing, duplicate inputs, peer checks, a supervisor killed mid-turn
+# (its sandbox adopted from its holder), the Docker topology, then the real
+# Pi surviving dropped connections, a killed client process and a
+# supervisor restart. Root.
 e2e-continuity: runsc image
 	$(GO) test -count=1 -v ./supervisor
 	$(GO) test -count=1 -v -run '^TestPiContinuityThroughSupervisor$$' ./e2e
