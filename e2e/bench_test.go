@@ -17,9 +17,11 @@ package e2e
 //     exec → response. It runs the compiled process (argv, env with the
 //     secrets filled in, cwd, uid/gid) chrooted into a private overlay over
 //     the same image, with the compiled mounts rebuilt by the host kernel
-//     (proc, tmpfs, devpts, sysfs, the binds of the state dirs, workspace,
-//     extension, mcp.json, hosts, resolv.conf), so Node reads the same files
-//     with no gofer in between. mcp.json names the fake daemon on loopback
+//     (proc, tmpfs, devpts, sysfs, the binds of the state dirs, the agent's
+//     jiti cache at /tmp/jiti, workspace, extension, mcp.json, hosts,
+//     resolv.conf; not the EROFS mounts: the tree under the overlay holds
+//     the same files), so Node reads the same files with no gofer in between
+//     and keeps its jiti cache between starts, as a host Pi keeps /tmp/jiti. mcp.json names the fake daemon on loopback
 //     instead of the sandbox gateway. No cgroup limits, no rlimits.
 //   - BenchmarkPiRunscFirstResponse: investigation. The bundle the launcher
 //     materialized for one Launch (copied while it ran) is run by hand with
@@ -39,16 +41,22 @@ package e2e
 //	                  running the profile's argv under /usr/bin/env (the
 //	                  compiler has no per-test env); "{agent}" is the agent
 //	                  dir's path (the same inside and outside the sandbox)
-//	PI_BENCH_CLEAR    paths under the agent dir removed before every start
-//	                  (timed or not): a cold cache
+//	PI_BENCH_CLEAR    paths under the scene's state root (srv/paseo/state:
+//	                  pi-agent/…, pi-cache/agent-7f3c for the jiti cache)
+//	                  emptied before every start (timed or not): a cold
+//	                  cache. A directory keeps itself (it is a pinned bind
+//	                  source) and loses its contents.
 //	PI_BENCH_STRACE   host benchmark only: a file; Pi runs under
 //	                  `strace -f` writing to it; PI_BENCH_STRACE_SET is
 //	                  its -e trace= set (default: file syscalls, reads,
 //	                  mmap, execve, write)
 //	PI_BENCH_RUNSC_VARIANTS  "name=words;name=words…" for
 //	                  BenchmarkPiRunscFirstResponse; words are runsc flags,
-//	                  or @erofs (the rootfs from the EROFS image in
-//	                  PI_BENCH_EROFS, via gVisor's rootfs annotations),
+//	                  or @erofs (the rootfs from the EROFS image of the
+//	                  whole tree in PI_BENCH_EROFS, via gVisor's rootfs
+//	                  annotations, instead of the compiled /usr and /opt
+//	                  EROFS mounts), @tree (no EROFS at all: every file
+//	                  through the gofer, as before image.erofs),
 //	                  @rootrw (root.readonly false), @metrics=FILE (gVisor's
 //	                  final metrics written to FILE, one sample per variant)
 //	PI_BENCH_ROUNDS   rounds of those variants (default 5)
@@ -210,11 +218,21 @@ func envInt(tb testing.TB, name string, def int) int {
 	return n
 }
 
-// clearCaches removes the PI_BENCH_CLEAR paths from the agent dir.
+// clearCaches empties the PI_BENCH_CLEAR paths under the state root.
 func (o benchOptions) clearCaches(tb testing.TB, sc *testbundle.Scene) {
 	for _, p := range o.clear {
-		if err := os.RemoveAll(filepath.Join(benchAgentDir(sc.Host), filepath.Clean("/"+p))); err != nil {
-			tb.Fatal(err)
+		p = filepath.Join(sc.Host, "srv/paseo/state", filepath.Clean("/"+p))
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			if err := os.RemoveAll(p); err != nil {
+				tb.Fatal(err)
+			}
+			continue
+		}
+		for _, e := range ents {
+			if err := os.RemoveAll(filepath.Join(p, e.Name())); err != nil {
+				tb.Fatal(err)
+			}
 		}
 	}
 }
@@ -402,6 +420,9 @@ func newHostPi(tb testing.TB, e *env, sc *testbundle.Scene) *hostPi {
 			}
 			mount(tb, src, dst, "", unix.MS_BIND, "")
 			mount(tb, "", dst, "", unix.MS_REMOUNT|unix.MS_BIND|flags, "")
+		case "erofs":
+			// The overlay's lower layer is the tree the EROFS file was
+			// built from: the same files, read by the host kernel.
 		default:
 			tb.Fatalf("host Pi: mount type %q not handled", m.Type)
 		}
@@ -701,6 +722,9 @@ func newHandRun(tb testing.TB, sc *testbundle.Scene, capture string, words []str
 			}
 			spec.Annotations["dev.gvisor.spec.rootfs.source"] = img
 			spec.Annotations["dev.gvisor.spec.rootfs.type"] = "erofs"
+			spec.Mounts = withoutErofs(spec.Mounts)
+		case w == "@tree":
+			spec.Mounts = withoutErofs(spec.Mounts)
 		case w == "@rootrw":
 			spec.Root.Readonly = false
 		case strings.HasPrefix(w, "@metrics="):
@@ -719,6 +743,17 @@ func newHandRun(tb testing.TB, sc *testbundle.Scene, capture string, words []str
 		tb.Fatal(err)
 	}
 	return h
+}
+
+// withoutErofs drops the compiled EROFS mounts (the tree has the same files).
+func withoutErofs(ms []rspec.Mount) []rspec.Mount {
+	var out []rspec.Mount
+	for _, m := range ms {
+		if m.Type != "erofs" {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 func (h *handRun) remove() {

@@ -6,25 +6,25 @@
 # timed); this script runs them and reduces them to medians.
 #
 #   1. Target: BenchmarkPiSandboxedFirstResponse (Launch -> get_state
-#      response, the e2e scene) against BenchmarkPiHostFirstResponse (the
-#      same compiled process, chrooted into the same image on the host).
+#      response, the e2e scene: the image's /usr and /opt from its EROFS
+#      files, the agent's jiti cache at /tmp/jiti) against
+#      BenchmarkPiHostFirstResponse (the same compiled process, chrooted into
+#      the same image tree on the host, the same jiti cache bind).
 #      ROUNDS rounds, one sample of each per round, order alternating; each
-#      sample is its own process with one untimed start first. Ratio of the
-#      medians, target <= 1.5.
+#      sample is its own process with one untimed start first, which fills
+#      the jiti cache on both sides (both warm, as a host Pi keeps /tmp/jiti
+#      between starts). Ratio of the medians, target <= 1.5.
 #   2. File access: the host start under strace up to the get_state
 #      response (opens, failed lookups, stats, reads), and gVisor's own
 #      counters for one sandboxed start (--final-metrics-log).
-#   3. Caches in the agent's state dir, second start (the untimed start
-#      fills them), host and sandboxed, ROUNDS rounds each:
-#      NODE_COMPILE_CACHE (V8 code cache), jiti's transform cache (TMPDIR in
-#      the agent dir: Pi loads pi-mcp-adapter's TypeScript through jiti,
-#      which caches under $TMPDIR/jiti, a fresh tmpfs in every sandbox), both.
-#   4. runsc by hand on the bundle a Launch materialized (network none),
-#      variants interleaved per round: --overlay2 none / root:memory /
-#      root:self, a writable root with root:memory, --dcache, and the rootfs
-#      as an EROFS image (gVisor's rootfs annotations; needs mkfs.erofs from
-#      erofs-utils, skipped without it); then default vs EROFS with the
-#      jiti cache warm.
+#   3. An agent's first start: the jiti cache emptied before every start
+#      (timed or not), host and sandboxed, ROUNDS rounds.
+#   4. runsc by hand on the bundle a Launch materialized (network none, jiti
+#      cache warm), variants interleaved per round: as compiled (/usr and
+#      /opt from EROFS files), the whole tree through the gofer (no EROFS),
+#      and gVisor's EROFS root of the whole tree (rootfs annotations; works
+#      here only because the e2e scene's binds all lie under /tmp, see
+#      docs/image.md; needs mkfs.erofs).
 #   5. runsc checkpoint of a Pi that answered get_state, then runsc restore
 #      -> response to a new get_state.
 #
@@ -151,22 +151,13 @@ if [[ $skip != *" 2 "* ]]; then
   fi
 fi
 
-# --- 3. caches in the agent dir ---------------------------------------------------
-declare -A cache_env=(
-  [compile-cache]="NODE_COMPILE_CACHE={agent}/node-compile-cache"
-  [jiti-cache]="TMPDIR={agent}/tmp"
-  [both]="NODE_COMPILE_CACHE={agent}/node-compile-cache TMPDIR={agent}/tmp"
-)
+# --- 3. an agent's first start -------------------------------------------------
 if [[ $skip != *" 3 "* ]]; then
   echo
-  echo "== 3. caches in the agent's state dir (second start; the untimed start fills them): $rounds rounds each"
-  for v in compile-cache jiti-cache both; do
-    pair "$tmp/cache-$v.txt" PI_BENCH_ENV="${cache_env[$v]}"
-    echo "   $v (${cache_env[$v]}): host $(samples "$tmp/cache-$v.txt.m" $H first-response-ns)| sandboxed $(samples "$tmp/cache-$v.txt.m" $S first-response-ns)"
-  done
-  # The cost of a cold cache: the first start of an agent, cache empty.
-  pair "$tmp/cache-cold.txt" PI_BENCH_ENV="${cache_env[both]}" PI_BENCH_CLEAR="node-compile-cache tmp"
-  echo "   both, cleared before every start: host $(samples "$tmp/cache-cold.txt.m" $H first-response-ns)| sandboxed $(samples "$tmp/cache-cold.txt.m" $S first-response-ns)"
+  echo "== 3. an agent's first start (jiti cache emptied before every start): $rounds rounds"
+  pair "$tmp/cache-cold.txt" PI_BENCH_CLEAR="pi-cache/agent-7f3c"
+  echo "   host s:      $(samples "$tmp/cache-cold.txt.m" $H first-response-ns)"
+  echo "   sandboxed s: $(samples "$tmp/cache-cold.txt.m" $S first-response-ns)"
 fi
 
 # --- 4. runsc by hand -------------------------------------------------------------
@@ -177,15 +168,15 @@ if [[ $skip != *" 4 "* ]]; then
     # gVisor maps regular files' data straight from the image, so no inline
     # (tail-packed) data.
     if mkfs.erofs -E noinline_data "$tmp/rootfs.erofs" .image/rootfs >"$tmp/mkfs.log" 2>&1; then
-      erofs="erofs=@erofs"
-      echo "== 4. runsc by hand (network none), $rounds rounds; EROFS image $(du -m "$tmp/rootfs.erofs" | cut -f1) MiB"
+      erofs="erofs-root=@erofs"
+      echo "== 4. runsc by hand (network none, jiti cache warm), $rounds rounds; whole-tree EROFS image $(du -m "$tmp/rootfs.erofs" | cut -f1) MiB"
     else
-      echo "== 4. runsc by hand (network none), $rounds rounds; mkfs.erofs failed ($(tail -n 1 "$tmp/mkfs.log")): EROFS skipped"
+      echo "== 4. runsc by hand (network none, jiti cache warm), $rounds rounds; mkfs.erofs failed ($(tail -n 1 "$tmp/mkfs.log")): EROFS root skipped"
     fi
   else
-    echo "== 4. runsc by hand (network none), $rounds rounds; no mkfs.erofs (apt-get install erofs-utils): EROFS skipped"
+    echo "== 4. runsc by hand (network none, jiti cache warm), $rounds rounds; no mkfs.erofs (apt-get install erofs-utils): EROFS root skipped"
   fi
-  variants="default=;overlay2-none=--overlay2=none;overlay2-root-memory=--overlay2=root:memory;overlay2-root-self=--overlay2=root:self;rw-root-memory=@rootrw --overlay2=root:memory;dcache-50000=--dcache=50000${erofs:+;$erofs}"
+  variants="default=;tree=@tree${erofs:+;$erofs}"
   bench "$tmp/hand.txt" '^BenchmarkPiRunscFirstResponse$' 1x PI_BENCH_ROUNDS="$rounds" PI_BENCH_RUNSC_VARIANTS="$variants" PI_BENCH_EROFS="$tmp/rootfs.erofs"
   metrics "$tmp/hand.txt" >"$tmp/hand.m"
   hd=$(metric "$tmp/hand.m" BenchmarkPiRunscFirstResponse/default first-response-ns)
@@ -194,14 +185,6 @@ if [[ $skip != *" 4 "* ]]; then
     printf '   %-22s median %s s vs default %s (%d samples: %s)\n' "$v" "$(s "$m")" "$(gain "$m" "$hd")" \
       "$(count "$tmp/hand.m" "BenchmarkPiRunscFirstResponse/$v" first-response-ns)" "$(samples "$tmp/hand.m" "BenchmarkPiRunscFirstResponse/$v" first-response-ns)"
   done
-  if [[ -n $erofs ]]; then
-    bench "$tmp/hand-warm.txt" '^BenchmarkPiRunscFirstResponse$' 1x PI_BENCH_ROUNDS="$rounds" PI_BENCH_RUNSC_VARIANTS="default=;$erofs" \
-      PI_BENCH_EROFS="$tmp/rootfs.erofs" PI_BENCH_ENV="${cache_env[jiti-cache]}"
-    metrics "$tmp/hand-warm.txt" >"$tmp/hand-warm.m"
-    hwd=$(metric "$tmp/hand-warm.m" BenchmarkPiRunscFirstResponse/default first-response-ns)
-    hwe=$(metric "$tmp/hand-warm.m" BenchmarkPiRunscFirstResponse/erofs first-response-ns)
-    echo "   jiti cache warm: default $(s "$hwd") s ($(samples "$tmp/hand-warm.m" BenchmarkPiRunscFirstResponse/default first-response-ns)), erofs $(s "$hwe") s ($(samples "$tmp/hand-warm.m" BenchmarkPiRunscFirstResponse/erofs first-response-ns)): $(gain "$hwe" "$hwd")"
-  fi
 fi
 
 # --- 5. checkpoint / restore ------------------------------------------------------
@@ -223,14 +206,9 @@ echo "host start -> first response:      $(s "$host_ns") s ($(count "$tmp/main.t
 echo "sandboxed start -> first response: $(s "$sbx_ns") s ($(count "$tmp/main.txt.m" $S first-response-ns) samples)"
 echo "ratio sandboxed/host: $main_ratio (median of per-round ratios: $(awk -v v="$paired" 'BEGIN { printf "%.2f", v }')); target <= 1.5: $(verdict "$main_ratio" 1.5)"
 if [[ $skip != *" 3 "* ]]; then
-  for v in compile-cache jiti-cache both; do
-    h=$(metric "$tmp/cache-$v.txt.m" $H first-response-ns)
-    x=$(metric "$tmp/cache-$v.txt.m" $S first-response-ns)
-    echo "$v: host $(s "$h") s ($(gain "$h" "$host_ns")), sandboxed $(s "$x") s ($(gain "$x" "$sbx_ns")), ratio $(ratio "$x" "$h"); sandboxed vs the plain host figure: $(ratio "$x" "$host_ns")"
-  done
   h=$(metric "$tmp/cache-cold.txt.m" $H first-response-ns)
   x=$(metric "$tmp/cache-cold.txt.m" $S first-response-ns)
-  echo "both caches, cold (an agent's first start): host $(s "$h") s ($(gain "$h" "$host_ns")), sandboxed $(s "$x") s ($(gain "$x" "$sbx_ns"))"
+  echo "jiti cache cold (an agent's first start): host $(s "$h") s ($(gain "$h" "$host_ns")), sandboxed $(s "$x") s ($(gain "$x" "$sbx_ns")), ratio $(ratio "$x" "$h")"
 fi
 if [[ $skip != *" 5 "* ]]; then
   rs=$(metric "$tmp/restore.m" BenchmarkPiRestoreFirstResponse first-response-ns)
