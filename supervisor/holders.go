@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -166,8 +165,8 @@ func (s *Server) spawn(spec holderSpec) *Error {
 }
 
 // adoptHolders finds the holders an earlier supervisor started. Each one
-// answers inspect with its sandbox's identity and state; a socket nobody
-// answers on is a holder that died, and is removed.
+// answers inspect with its sandbox's identity and state; a socket nothing
+// listens on is a holder that died, and is removed.
 func (s *Server) adoptHolders() {
 	ents, _ := os.ReadDir(HolderDir(s.cfg.StateRoot))
 	for _, e := range ents {
@@ -180,8 +179,13 @@ func (s *Server) adoptHolders() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := holderCall(ctx, sock, Request{Op: "inspect"}, &in)
 		cancel()
-		if err != nil || in.Sandbox+".sock" != name {
+		if err != nil && holderDead(err) {
 			_ = os.Remove(sock)
+			continue
+		}
+		if err != nil || in.Sandbox+".sock" != name {
+			// Slow or confused: leave it for the next reconcile rather
+			// than cut a live holder off from every supervisor.
 			continue
 		}
 		s.boxes[in.Sandbox] = &box{id: in.Sandbox, deployment: in.Deployment, agent: in.Agent, profile: in.Profile,
@@ -189,6 +193,8 @@ func (s *Server) adoptHolders() {
 	}
 }
 
-func holderGone(err error) error {
-	return fmt.Errorf("the sandbox's holder is gone: %w", err)
+// holderDead tells a holder that is gone (nothing listens on its socket,
+// or the socket is gone) from one that is only slow to answer.
+func holderDead(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT)
 }

@@ -68,10 +68,16 @@ type box struct {
 	mu       sync.Mutex
 	detach   context.CancelFunc // the current attachment's streamer
 	attached bool               // a client attached through this supervisor
-	// gone is set when the holder is gone: runsc still runs the sandbox
-	// (orphaned) or it has ended and its output is lost.
-	gone     bool
+	// orphaned is set when the holder is gone while runsc still runs the
+	// sandbox; a gone holder with no running sandbox means it ended.
 	orphaned bool
+}
+
+// holder is the holder's socket, or "" once the holder is gone.
+func (b *box) holder() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sock
 }
 
 // New loads the registry and reconciles the sandboxes an earlier
@@ -125,7 +131,7 @@ func (s *Server) reconcile() error {
 			continue // not one of ours: gc's business
 		}
 		r := recs[i]
-		s.boxes[r.ID] = &box{id: r.ID, deployment: r.Deployment, agent: r.Agent, profile: r.Profile, gone: true,
+		s.boxes[r.ID] = &box{id: r.ID, deployment: r.Deployment, agent: r.Agent, profile: r.Profile,
 			orphaned: e.Status == "running" || e.Status == "created"}
 	}
 	return nil
@@ -352,11 +358,12 @@ func (s *Server) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 	case "write", "ack", "closeInput":
 		// The holder owns the bridge: fencing, duplicate suppression and
 		// acknowledgment happen there.
-		if b.sock == "" {
+		sock := b.holder()
+		if sock == "" {
 			return nil, fail(ErrState, "sandbox %s is %s: its stdio is gone", b.id, s.info(b).Status)
 		}
 		var result json.RawMessage
-		if err := holderCall(ctx, b.sock, Request{Op: req.Op, Cursor: req.Cursor, Epoch: req.Epoch, InputID: req.InputID, Data: req.Data}, &result); err != nil {
+		if err := holderCall(ctx, sock, Request{Op: req.Op, Cursor: req.Cursor, Epoch: req.Epoch, InputID: req.InputID, Data: req.Data}, &result); err != nil {
 			return nil, typed(err, "%s", req.Op)
 		}
 		return result, nil
@@ -459,13 +466,16 @@ func (s *Server) start(id, bundleDir, deployment, agent, profile string) (*box, 
 // cursor and then streams live output, which this supervisor relays. An
 // earlier attachment is told it was superseded.
 func (s *Server) attach(ctx context.Context, cn *conn, b *box, cursor uint64) (any, *Error) {
-	if b.sock == "" {
+	sock := b.holder()
+	if sock == "" {
 		return nil, fail(ErrState, "sandbox %s is %s: its output cannot be recovered", b.id, s.info(b).Status)
 	}
-	hc, err := dialHolder(b.sock, 256)
+	hc, err := dialHolder(sock, 256)
 	if err != nil {
-		s.lose(b)
-		return nil, fail(ErrState, "sandbox %s: %v", b.id, holderGone(err))
+		if holderDead(err) {
+			s.lose(b)
+		}
+		return nil, fail(ErrState, "sandbox %s: the holder does not answer: %v", b.id, err)
 	}
 	b.mu.Lock()
 	if b.detach != nil {
@@ -520,15 +530,12 @@ func (s *Server) lose(b *box) {
 		}
 	}
 	b.mu.Lock()
-	b.sock, b.gone, b.orphaned = "", true, orphaned
+	b.sock, b.orphaned = "", orphaned
 	b.mu.Unlock()
 }
 
 func (s *Server) info(b *box) Info {
-	b.mu.Lock()
-	sock := b.sock
-	b.mu.Unlock()
-	if sock != "" {
+	if sock := b.holder(); sock != "" {
 		var in Info
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := holderCall(ctx, sock, Request{Op: "inspect"}, &in)
@@ -540,6 +547,11 @@ func (s *Server) info(b *box) Info {
 			}
 			b.mu.Unlock()
 			return in
+		}
+		if !holderDead(err) {
+			// Slow, not gone: report what is known and keep the holder.
+			return Info{Sandbox: b.id, Deployment: b.deployment, Agent: b.agent, Profile: b.profile, Status: StatusRunning,
+				Reason: fmt.Sprintf("its holder did not answer inspect: %v", err)}
 		}
 		s.lose(b)
 	}
@@ -588,9 +600,8 @@ func (s *Server) delete(b *box) error {
 			err = holderCall(ctx, sock, Request{Op: "release"}, nil)
 		}
 		if err != nil {
-			var e *Error
-			if errors.As(err, &e) {
-				return e
+			if !holderDead(err) {
+				return err
 			}
 			s.lose(b) // the holder died meanwhile: remove as gc would
 			sock = ""

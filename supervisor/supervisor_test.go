@@ -570,14 +570,15 @@ func TestDockerTopology(t *testing.T) {
 		RegistryPatch: fmt.Sprintf(`{"deployments":{"docker-official":{"peers":{"uids":[%d],"gids":[4243]}}}}`, allowedUID),
 	})
 	hostWS := filepath.Join(sc.Host, "srv/paseo-docker/workspace/app")
-	for _, d := range []string{hostWS, filepath.Join(sc.Host, "srv/paseo-docker/state/pi-agent"), filepath.Join(sc.Host, "srv/paseo-docker/state/pi-sessions")} {
+	for _, d := range []string{hostWS, filepath.Join(sc.Host, "srv/paseo-docker/state/pi-agent"), filepath.Join(sc.Host, "srv/paseo-docker/state/pi-sessions"),
+		filepath.Join(sc.Host, "srv/paseo-docker/state/pi-cache/agent-b2")} {
 		if err := os.Chown(d, 1000, 1000); err != nil {
 			t.Fatal(err)
 		}
 	}
 	write(t, filepath.Join(hostWS, ".fake-pi-env"), "FAKE_PI_TURN_MS=200\n")
 	dockerFacts, err := patchJSON(sc.Facts, `{"deployment":{"id":"docker-official"},"workspace":{"cwd":"/workspace/app","git":null},
-		"state":{"agentDir":"/paseo-state/pi-agent","sessionDir":"/paseo-state/pi-sessions"},
+		"state":{"agentDir":"/paseo-state/pi-agent","sessionDir":"/paseo-state/pi-sessions","cacheDir":"/paseo-state/pi-cache/agent-b2"},
 		"launch":{"extension":"/tmp/paseo-pi-extension-b2/paseo-integration.mjs","mcpConfig":"/tmp/paseo-pi-mcp-b2/mcp.json"}}`)
 	if err != nil {
 		t.Fatal(err)
