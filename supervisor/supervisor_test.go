@@ -63,6 +63,7 @@ func newFixture(t *testing.T, turnMS int) *fixture {
 	f := &fixture{sc: sc, socket: filepath.Join(dir, "supervisor.sock")}
 	f.cfg = Config{Registry: schema.Input{Name: "registry.json", Data: sc.Registry}, Socket: f.socket, SocketGID: socketGID,
 		StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: func(string) ([]byte, error) { return []byte("test-key"), nil }}
+	f.sweepHolders(t)
 	f.start(t)
 	return f
 }
@@ -93,6 +94,19 @@ func (f *fixture) start(t *testing.T) {
 	t.Cleanup(func() {
 		cancel()
 		srv.Shutdown()
+	})
+}
+
+// sweepHolders makes sure no holder outlives the test, even one whose
+// supervisor the test killed before it could delete: at the very end, a
+// supervisor over the same state adopts whatever is left and deletes it.
+func (f *fixture) sweepHolders(t *testing.T) {
+	t.Cleanup(func() {
+		cfg := f.cfg
+		cfg.Socket = ""
+		if srv, err := New(cfg); err == nil {
+			srv.Shutdown()
+		}
 	})
 }
 
@@ -594,6 +608,7 @@ func TestDockerTopology(t *testing.T) {
 	f := &fixture{sc: sc, socket: filepath.Join(dir, "supervisor.sock")}
 	f.cfg = Config{Registry: schema.Input{Name: "registry.json", Data: sc.Registry}, Socket: f.socket, SocketGID: socketGID,
 		StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: func(string) ([]byte, error) { return []byte("test-key"), nil }}
+	f.sweepHolders(t)
 	f.start(t)
 	c := f.dial(t)
 
