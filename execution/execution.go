@@ -13,6 +13,8 @@ package execution
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"io"
 	"syscall"
 )
@@ -95,4 +97,12 @@ func (p *pipes) closeBackend() {
 	p.outW.Close()
 	p.errW.Close()
 	p.inR.Close()
+}
+
+// NewID returns prefix followed by 16 random hex digits: an identity no
+// earlier run has used.
+func NewID(prefix string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
 }

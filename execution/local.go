@@ -2,8 +2,6 @@ package execution
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -36,9 +34,7 @@ func (l Local) Start(ctx context.Context, spec Spec) (Process, error) {
 	}
 	id := spec.ID
 	if id == "" {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		id = "local-" + hex.EncodeToString(b[:])
+		id = NewID("local-")
 	}
 	c := spec.Command
 	cmd := exec.Command(c.Argv[0], c.Argv[1:]...)

@@ -2,8 +2,6 @@ package execution
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -37,9 +35,7 @@ func (o OCI) Start(ctx context.Context, spec Spec) (Process, error) {
 	}
 	id := spec.ID
 	if id == "" {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		id = "pp-" + hex.EncodeToString(b[:])
+		id = NewID("pp-")
 	}
 	p := &ociProcess{id: id, pipes: newPipes(), inv: o.inventory(), done: make(chan struct{})}
 	lctx, cancel := context.WithCancel(context.Background())

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +20,7 @@ import (
 
 	"paseo.dev/paseo-policy/bridge"
 	"paseo.dev/paseo-policy/compiler"
+	"paseo.dev/paseo-policy/execution"
 	"paseo.dev/paseo-policy/launcher"
 	"paseo.dev/paseo-policy/launcher/sandboxnet"
 	"paseo.dev/paseo-policy/schema"
@@ -642,8 +641,4 @@ func (s *Server) awaitLauncherEnd(id string, d time.Duration) {
 	}
 }
 
-func newID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "pp-" + hex.EncodeToString(b[:])
-}
+func newID() string { return execution.NewID("pp-") }
