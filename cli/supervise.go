@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -65,5 +66,6 @@ sandbox through the protocol, or use kill/gc, to stop it.`,
 	f.StringVar(&cfg.RunscPath, "runsc", defaultRunsc(), "the pinned runsc binary")
 	f.StringVar(&secretsDir, "secrets-dir", "", "root-only directory holding one file per secretRef")
 	f.StringVar(&cfg.Uplink, "uplink-netns", "", "network namespace (path) sandbox veth peers live in (default: this process's)")
+	f.DurationVar(&cfg.HolderLinger, "holder-linger", 24*time.Hour, "how long an ended sandbox's unread output waits for a daemon, after the last connection, before its holder exits")
 	return cmd
 }

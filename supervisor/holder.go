@@ -59,6 +59,9 @@ type holderSpec struct {
 	Profile    string                  `json:"profile"`
 	Secrets    map[string][]byte       `json:"secrets,omitempty"`
 	Pins       map[string][]netip.Addr `json:"pins,omitempty"`
+	// Linger is how long an ended sandbox's holder keeps its output for a
+	// client after the last connection closed, before it exits on its own.
+	Linger time.Duration `json:"linger"`
 }
 
 // holderReady is the holder's one message on its ready pipe (fd 3).
@@ -120,7 +123,44 @@ type holder struct {
 
 	mu       sync.Mutex
 	detach   context.CancelFunc // the current attachment's stream
+	conns    int                // open connections
+	contact  time.Time          // when the last connection closed
 	released chan struct{}
+	release  sync.Once
+}
+
+// end makes run return: the supervisor released the holder, or its ended
+// sandbox's output lingered unread for spec.Linger.
+func (h *holder) end() { h.release.Do(func() { close(h.released) }) }
+
+// contacted counts a connection opening (+1) or closing (-1).
+func (h *holder) contacted(delta int) {
+	h.mu.Lock()
+	h.conns += delta
+	h.contact = time.Now()
+	h.mu.Unlock()
+}
+
+// linger ends the holder once its sandbox has ended and no connection has
+// been open for spec.Linger: a supervisor that never comes back to delete
+// does not leave holders and their output behind for ever.
+func (h *holder) linger() {
+	<-h.done
+	for {
+		h.mu.Lock()
+		idle, conns := time.Since(h.contact), h.conns
+		h.mu.Unlock()
+		if conns == 0 && idle >= h.spec.Linger {
+			h.sess.Release()
+			h.end()
+			return
+		}
+		select {
+		case <-time.After(max(h.spec.Linger-idle, 100*time.Millisecond)):
+		case <-h.released:
+			return
+		}
+	}
 }
 
 func newHolder(spec holderSpec) (*holder, error) {
@@ -181,13 +221,19 @@ func (h *holder) run(ready *os.File) int {
 	for k := range secrets {
 		clear(secrets[k])
 	}
+	h.contacted(0)
+	go h.linger()
 	go func() {
 		for {
 			c, err := h.ln.Accept()
 			if err != nil {
 				return
 			}
-			go h.serve(c.(*net.UnixConn))
+			h.contacted(+1)
+			go func() {
+				defer h.contacted(-1)
+				h.serve(c.(*net.UnixConn))
+			}()
 		}
 	}()
 	<-h.released
@@ -223,7 +269,7 @@ func (h *holder) serve(c *net.UnixConn) {
 			return
 		}
 		if req.Op == "release" && e == nil {
-			close(h.released)
+			h.end()
 			return
 		}
 	}

@@ -42,6 +42,9 @@ type Config struct {
 	Uplink    string
 	Resolve   sandboxnet.Resolver
 	Bridge    bridge.Limits
+	// HolderLinger is how long an ended sandbox's output waits, unread and
+	// undeleted, before its holder exits (zero: 24 hours).
+	HolderLinger time.Duration
 }
 
 // Server serves the protocol.
@@ -446,7 +449,11 @@ func (s *Server) create(p peer, req Request) (any, *Error) {
 // bridge, and waits until runsc runs it (or the launch failed).
 func (s *Server) start(id, bundleDir, deployment, agent, profile string) (*box, *Error) {
 	spec := holderSpec{ID: id, BundleDir: bundleDir, StateRoot: s.cfg.StateRoot, RunscPath: s.cfg.RunscPath,
-		Uplink: s.cfg.Uplink, Bridge: s.cfg.Bridge, Deployment: deployment, Agent: agent, Profile: profile}
+		Uplink: s.cfg.Uplink, Bridge: s.cfg.Bridge, Deployment: deployment, Agent: agent, Profile: profile,
+		Linger: s.cfg.HolderLinger}
+	if spec.Linger <= 0 {
+		spec.Linger = 24 * time.Hour
+	}
 	if e := s.prepare(&spec); e != nil {
 		return nil, e
 	}

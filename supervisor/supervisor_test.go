@@ -717,3 +717,66 @@ func TestSocketDirectoryChecks(t *testing.T) {
 		t.Errorf("socket in the state root: %v", err)
 	}
 }
+
+// An ended sandbox that nobody deletes: its holder keeps the output for
+// HolderLinger after the last connection closed, then exits on its own;
+// the supervisor then reports the sandbox ended with its output lost, and
+// delete still removes every trace.
+func TestHolderLingersThenExits(t *testing.T) {
+	f := newFixture(t, 200)
+	f.cancel()
+	f.srv.Close()
+	<-f.served
+	_ = os.Remove(f.socket)
+	f.cfg.HolderLinger = time.Second
+	f.start(t)
+
+	c := f.dial(t)
+	in := f.create(t, c)
+	var att struct{ Epoch uint64 }
+	if err := c.Call(tctx(t), Request{Op: "attach", Sandbox: in.Sandbox}, &att); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Call(tctx(t), Request{Op: "closeInput", Sandbox: in.Sandbox, Epoch: att.Epoch}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var got Info
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if err := c.Call(tctx(t), Request{Op: "inspect", Sandbox: in.Sandbox}, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Status == StatusExited || time.Now().After(deadline) {
+			break
+		}
+	}
+	if got.Status != StatusExited || got.ExitCode == nil || *got.ExitCode != 0 {
+		t.Fatalf("after its input closed: %+v", got)
+	}
+	c.Close() // the last connection to the holder goes with the attachment
+
+	sock := holderSocket(f.sc.State, in.Sandbox)
+	start := time.Now()
+	for {
+		if _, err := os.Stat(sock); os.IsNotExist(err) {
+			break
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatal("the holder of an ended sandbox never exited")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if time.Since(start) < 900*time.Millisecond {
+		t.Errorf("the holder exited after %v, before its linger of 1s", time.Since(start))
+	}
+	c = f.dial(t)
+	if err := c.Call(tctx(t), Request{Op: "inspect", Sandbox: in.Sandbox}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != StatusExited || !strings.Contains(got.Reason, "lost") {
+		t.Errorf("after the holder lingered out: %+v", got)
+	}
+	if err := c.Call(tctx(t), Request{Op: "delete", Sandbox: in.Sandbox}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.assertNothingLeft(t)
+}
