@@ -46,6 +46,9 @@ package e2e
 //	                  emptied before every start (timed or not): a cold
 //	                  cache. A directory keeps itself (it is a pinned bind
 //	                  source) and loses its contents.
+//	PI_BENCH_SEED     1: after PI_BENCH_CLEAR, copy the image's jiti seed
+//	                  (/opt/pi-jiti-seed) into the agent's cache dir, as a
+//	                  daemon would for a new agent
 //	PI_BENCH_STRACE   host benchmark only: a file; Pi runs under
 //	                  `strace -f` writing to it; PI_BENCH_STRACE_SET is
 //	                  its -e trace= set (default: file syscalls, reads,
@@ -199,11 +202,13 @@ type benchOptions struct {
 	warmup int
 	env    []string // NAME=VALUE, {agent} not yet expanded
 	clear  []string
+	seed   bool
 }
 
 func benchOptionsFromEnv(tb testing.TB) benchOptions {
 	return benchOptions{warmup: envInt(tb, "PI_BENCH_WARMUP", 1),
-		env: strings.Fields(os.Getenv("PI_BENCH_ENV")), clear: strings.Fields(os.Getenv("PI_BENCH_CLEAR"))}
+		env: strings.Fields(os.Getenv("PI_BENCH_ENV")), clear: strings.Fields(os.Getenv("PI_BENCH_CLEAR")),
+		seed: os.Getenv("PI_BENCH_SEED") == "1"}
 }
 
 func envInt(tb testing.TB, name string, def int) int {
@@ -218,8 +223,34 @@ func envInt(tb testing.TB, name string, def int) int {
 	return n
 }
 
-// clearCaches empties the PI_BENCH_CLEAR paths under the state root.
+// clearCaches empties the PI_BENCH_CLEAR paths under the state root and,
+// with PI_BENCH_SEED, copies the image's jiti seed into the agent's cache
+// dir, as a daemon would for a new agent.
 func (o benchOptions) clearCaches(tb testing.TB, sc *testbundle.Scene) {
+	defer func() {
+		if !o.seed {
+			return
+		}
+		seed := filepath.Join(sc.Rootfs, "opt/pi-jiti-seed")
+		ents, err := os.ReadDir(seed)
+		if err != nil || len(ents) == 0 {
+			tb.Fatalf("PI_BENCH_SEED: the image has no jiti seed at %s (%v): rebuild it with make image", seed, err)
+		}
+		cache := filepath.Join(sc.Host, "srv/paseo/state/pi-cache/agent-7f3c")
+		for _, e := range ents {
+			data, err := os.ReadFile(filepath.Join(seed, e.Name()))
+			if err != nil {
+				tb.Fatal(err)
+			}
+			p := filepath.Join(cache, e.Name())
+			if err := os.WriteFile(p, data, 0o644); err != nil {
+				tb.Fatal(err)
+			}
+			if err := os.Chown(p, 1000, 1000); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}()
 	for _, p := range o.clear {
 		p = filepath.Join(sc.Host, "srv/paseo/state", filepath.Clean("/"+p))
 		ents, err := os.ReadDir(p)

@@ -246,6 +246,28 @@ EOF
 chmod 0755 "$rootfs/usr/local/bin/pi"
 t_pi=$((SECONDS - t0))
 
+# ---------------------------------------------------------------- jiti seed
+# Pi loads pi-mcp-adapter's TypeScript through jiti, which keeps what it
+# transpiled in $TMPDIR/jiti; an agent whose cache dir (state.cacheDir,
+# mounted there) starts empty transpiles all of it on its first start. This
+# is that cache, made once: a daemon can copy /opt/pi-jiti-seed into a new
+# agent's cache dir (docs/image.md). jiti names each entry by a hash of the
+# source's absolute path, so Pi runs with the tree's /opt bound read-only at
+# /opt, in a private mount namespace (the host's /opt is untouched).
+log "jiti cache seed"
+seed=$work/seed
+mkdir -p "$seed/tmp" "$seed/agent" "$seed/cwd"
+printf '{"packages":["/opt/pi/node_modules/pi-mcp-adapter"]}\n' >"$seed/agent/settings.json"
+# shellcheck disable=SC2016 # expanded by the inner shell
+printf '{"id":"seed","type":"get_commands"}\n' | unshare -m sh -c '
+	mount --make-rprivate / && mount --bind "$1/opt" /opt && mount -o remount,bind,ro /opt &&
+	cd "$2/cwd" && exec env -i HOME="$2" PATH=/usr/bin:/bin TMPDIR="$2/tmp" PI_OFFLINE=1 PI_CODING_AGENT_DIR="$2/agent" \
+		"$1/usr/local/bin/node" "$3" --mode rpc --no-session' sh "$rootfs" "$seed" "$pi_cli" >"$seed/out.jsonl" 2>"$seed/err.txt" ||
+	{ tail -n 20 "$seed/err.txt" >&2; die "Pi failed while seeding the jiti cache"; }
+grep -q '"name":"mcp"' "$seed/out.jsonl" || { tail -n 20 "$seed/err.txt" >&2; die "the seeding Pi did not load pi-mcp-adapter"; }
+install -d -m 0755 "$rootfs/opt/pi-jiti-seed"
+install -m 0644 "$seed/tmp/jiti/"* "$rootfs/opt/pi-jiti-seed/"
+
 # ---------------------------------------------------------------- contract
 cat >"$rootfs/etc/paseo-image.env" <<EOF
 # The environment this image expects (docs/image.md). The compiler sets the
