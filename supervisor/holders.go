@@ -145,7 +145,9 @@ func (s *Server) spawn(spec holderSpec) *Error {
 	go func() { _ = cmd.Wait() }()
 	err = json.NewEncoder(specW).Encode(spec)
 	specW.Close()
-	clear(spec.Secrets)
+	for _, v := range spec.Secrets {
+		clear(v) // the holder has them now; no copy stays here
+	}
 	if err != nil {
 		return fail(ErrInternal, "holder spec: %v", err)
 	}

@@ -110,6 +110,15 @@ func (f *fixture) sweepHolders(t *testing.T) {
 	})
 }
 
+// stop stops the fixture's supervisor as SIGTERM would: its sandboxes go
+// on in their holders.
+func (f *fixture) stop() {
+	f.cancel()
+	f.srv.Close()
+	<-f.served
+	_ = os.Remove(f.socket)
+}
+
 func write(t *testing.T, p, s string) {
 	t.Helper()
 	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
@@ -426,10 +435,7 @@ func asOtherUser(t *testing.T, socket string, facts []byte) (string, error) {
 // its child), which the supervisor reports with its output lost.
 func TestSupervisorRestartKeepsTheTurn(t *testing.T) {
 	f := newFixture(t, 5000)
-	f.cancel()
-	f.srv.Close()
-	<-f.served
-	_ = os.Remove(f.socket)
+	f.stop()
 
 	sup := f.supervisorProcess(t)
 	c := f.waitDial(t)
@@ -724,10 +730,7 @@ func TestSocketDirectoryChecks(t *testing.T) {
 // delete still removes every trace.
 func TestHolderLingersThenExits(t *testing.T) {
 	f := newFixture(t, 200)
-	f.cancel()
-	f.srv.Close()
-	<-f.served
-	_ = os.Remove(f.socket)
+	f.stop()
 	f.cfg.HolderLinger = time.Second
 	f.start(t)
 
