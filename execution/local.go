@@ -37,6 +37,9 @@ func (l Local) Start(ctx context.Context, spec Spec) (Process, error) {
 		id = NewID("local-")
 	}
 	c := spec.Command
+	if (c.UID == nil) != (c.GID == nil) {
+		return nil, errors.New("a local command's credentials need both uid and gid")
+	}
 	cmd := exec.Command(c.Argv[0], c.Argv[1:]...)
 	cmd.Env, cmd.Dir = c.Env, c.Dir
 	p := &localProcess{id: id, cmd: cmd, grace: l.Grace, done: make(chan struct{})}
@@ -66,10 +69,7 @@ func (l Local) Start(ctx context.Context, spec Spec) (Process, error) {
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = theirs[0], theirs[1], theirs[2]
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if c.UID != nil || c.GID != nil {
-		if c.UID == nil || c.GID == nil {
-			return nil, errors.New("a local command's credentials need both uid and gid")
-		}
+	if c.UID != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: *c.UID, Gid: *c.GID}
 	}
 	if err := cmd.Start(); err != nil {
@@ -101,7 +101,10 @@ func (l Local) Start(ctx context.Context, spec Spec) (Process, error) {
 	return p, nil
 }
 
-// Cleanup has nothing to do: a local process dies with its owner.
+// Cleanup has nothing to do: a local process's leader dies with its owner
+// (parent-death signal) and its group with the leader's end in Wait. A
+// descendant of a leader killed that way can outlive it; the local backend
+// is the unenforced one, chosen explicitly.
 func (Local) Cleanup(context.Context) ([]string, error) { return nil, nil }
 
 type localProcess struct {
