@@ -1,8 +1,6 @@
 package supervisor
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -249,29 +247,14 @@ func (h *holder) serve(c *net.UnixConn) {
 		return
 	}
 	cn := &conn{c: c, enc: json.NewEncoder(c)}
-	br := bufio.NewReaderSize(c, 64<<10)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel() // ends this connection's stream
-	for {
-		line, err := readFrame(br)
-		if err != nil {
-			return
-		}
-		var req Request
-		dec := json.NewDecoder(bytes.NewReader(line))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil || req.V != Version {
-			_ = cn.send(Response{V: Version, ID: req.ID, Error: &Error{ErrMalformed, "bad holder request"}})
-			continue
-		}
+	released := false
+	serveLines(context.Background(), cn, func(ctx context.Context, req Request) (any, *Error, bool) {
 		result, e := h.handle(ctx, cn, req)
-		if err := cn.send(Response{V: Version, ID: req.ID, OK: e == nil, Result: result, Error: e}); err != nil {
-			return
-		}
-		if req.Op == "release" && e == nil {
-			h.end()
-			return
-		}
+		released = req.Op == "release" && e == nil
+		return result, e, released
+	})
+	if released {
+		h.end() // only now: the response has been sent
 	}
 }
 

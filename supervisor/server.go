@@ -285,9 +285,20 @@ func (s *Server) serveConn(ctx context.Context, uc *net.UnixConn) {
 		return
 	}
 	cn := &conn{c: uc, peer: p, enc: json.NewEncoder(uc)}
+	serveLines(ctx, cn, func(ctx context.Context, req Request) (any, *Error, bool) {
+		result, e := s.handle(ctx, cn, req)
+		return result, e, false
+	})
+}
+
+// serveLines answers one connection's JSON-line requests, strictly decoded,
+// each with its response, until the peer hangs up, a send fails, or handle
+// says stop (after its response went out). The context handle gets ends
+// with the connection, and with it any stream the connection started.
+func serveLines(ctx context.Context, cn *conn, handle func(context.Context, Request) (result any, e *Error, stop bool)) {
 	cctx, cancel := context.WithCancel(ctx)
-	defer cancel() // ends this connection's attachments
-	br := bufio.NewReaderSize(uc, 64<<10)
+	defer cancel()
+	br := bufio.NewReaderSize(cn.c, 64<<10)
 	for {
 		line, err := readFrame(br)
 		if err != nil {
@@ -303,9 +314,8 @@ func (s *Server) serveConn(ctx context.Context, uc *net.UnixConn) {
 			_ = cn.send(Response{V: Version, ID: req.ID, OK: false, Error: &Error{ErrMalformed, "want one JSON request with v 1, an id and known fields only"}})
 			continue
 		}
-		result, e := s.handle(cctx, cn, req)
-		resp := Response{V: Version, ID: req.ID, OK: e == nil, Result: result, Error: e}
-		if err := cn.send(resp); err != nil {
+		result, e, stop := handle(cctx, req)
+		if err := cn.send(Response{V: Version, ID: req.ID, OK: e == nil, Result: result, Error: e}); err != nil || stop {
 			return
 		}
 	}
