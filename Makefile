@@ -18,24 +18,30 @@ runsc:
 demo: build
 	./scripts/demo.sh
 
-test: runsc image vet fuzz race unit acceptance e2e-pi e2e-continuity
+test: runsc image vet fuzz unit acceptance e2e-pi e2e-continuity
 
 vet:
 	$(GO) vet ./...
 
-# The compiler promises that concurrent compiles share nothing mutable.
-race:
-	$(GO) test -race -count=1 -run 'Concurrent|Golden' ./compiler ./schema
+# Every test runs under the race detector: the launcher, supervisor,
+# holders, bridge, execution and route proxy have goroutines, and the
+# compiler promises that concurrent compiles share nothing mutable.
+RACE := -race
 
 # Every package but the acceptance proof, the real-Pi tests and the
-# supervisor's continuity tests, which have their own targets.
+# supervisor's continuity tests, which have their own targets (also -race).
 unit:
-	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e '/acceptance$$' -e '/e2e$$' -e '/supervisor$$')
+	$(GO) test $(RACE) -count=1 $$($(GO) list ./... | grep -v -e '/acceptance$$' -e '/e2e$$' -e '/supervisor$$')
+
+# Every package with goroutines under the race detector: unit, then the
+# supervisor (e2e-continuity and acceptance run -race as well).
+race: unit
+	$(GO) test $(RACE) -count=1 ./supervisor
 
 # The real Pi (the pinned image) in gVisor: turns, tool calls, denied
 # escapes, session resume, the probes and the MCP route. Root.
 e2e-pi: runsc image
-	$(GO) test -count=1 -v -run '^TestPi(Session|Probes|MCPRoute)$$' ./e2e
+	$(GO) test $(RACE) -count=1 -v -run '^TestPi(Session|Probes|MCPRoute)$$' ./e2e
 
 # Continuity through the supervisor: 20 mid-turn disconnects with the fake
 # Pi, fencing, duplicate inputs, peer checks, a supervisor killed mid-turn
@@ -43,15 +49,15 @@ e2e-pi: runsc image
 # Pi surviving dropped connections, a killed client process and a
 # supervisor restart. Root.
 e2e-continuity: runsc image
-	$(GO) test -count=1 -v ./supervisor
-	$(GO) test -count=1 -v -run '^TestPiContinuityThroughSupervisor$$' ./e2e
+	$(GO) test $(RACE) -count=1 -v ./supervisor
+	$(GO) test $(RACE) -count=1 -v -run '^TestPiContinuityThroughSupervisor$$' ./e2e
 
 # The escape probe as a plain host process (control: every escape must
 # succeed) and under the launcher (contained: none may), plus one sandbox
 # per resource limit; writes out/acceptance.json and fails unless it is a
 # pass. Root, like the launcher tests.
 acceptance: runsc
-	$(GO) test -count=1 -v -run '^TestAcceptance$$' ./acceptance
+	$(GO) test $(RACE) -count=1 -v -run '^TestAcceptance$$' ./acceptance
 
 # Each fuzz target runs briefly; a finding fails the build and leaves its
 # input under testdata/fuzz for the regression run in `unit`.

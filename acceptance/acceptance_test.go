@@ -65,6 +65,7 @@ type Verdict struct {
 	Control       Run              `json:"control"`
 	Contained     Run              `json:"contained"`
 	Resources     []ResourceRun    `json:"resources"`
+	Outside       []OutsideAttack  `json:"outside_attacks"`
 	Observations  []Observation    `json:"host_observations"`
 	Exemptions    []Exemption      `json:"exemptions"`
 	Result        string           `json:"verdict"`
@@ -141,6 +142,10 @@ func TestAcceptance(t *testing.T) {
 		v.Observations = append(v.Observations, Observation{ID: id, Before: before[id], After: after[id], Unchanged: before[id] == after[id]})
 	}
 	v.Resources = s.resourceRuns(t)
+	v.Outside = s.runOutside(t)
+	for _, a := range v.Outside {
+		t.Log(a)
+	}
 	v.judge()
 
 	out := os.Getenv("PASEO_ACCEPTANCE_OUT")
@@ -444,6 +449,7 @@ func (v *Verdict) judge() {
 			unsure("control:%s did not escape on the host (%s)", r.Probe, r.Control)
 		}
 	}
+	judgeOutside(v.Outside, fail, unsure)
 	v.Result = "pass"
 	if len(v.Failed) > 0 {
 		v.Result = "fail"
