@@ -94,11 +94,13 @@ type Result struct {
 type RouteStats struct {
 	Forwarded int64 `json:"forwarded"`
 	Refused   int64 `json:"refused"`
+	// RefusedConns are connections past the proxy's cap, closed at accept.
+	RefusedConns int64 `json:"refusedConns,omitempty"`
 }
 
 // startRoute runs the proxy of one private route on the sandbox's gateway.
 func startRoute(n *sandboxnet.Network, r bundle.Route) (*routeproxy.Proxy, error) {
-	proxy, err := routeproxy.New(r)
+	proxy, err := routeproxy.New(r, routeproxy.Limits{})
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +204,8 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 				if res.Routes == nil {
 					res.Routes = map[string]RouteStats{}
 				}
-				res.Routes[r.Purpose] = RouteStats{Forwarded: proxy.Stats.Forwarded.Load(), Refused: proxy.Stats.Refused.Load()}
+				res.Routes[r.Purpose] = RouteStats{Forwarded: proxy.Stats.Forwarded.Load(), Refused: proxy.Stats.Refused.Load(),
+					RefusedConns: proxy.Stats.RefusedConns.Load()}
 			}()
 		}
 		if opts.OnNetwork != nil {
