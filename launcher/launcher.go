@@ -67,6 +67,8 @@ type Options struct {
 	Uplink  string
 	Pool    netip.Prefix
 	Resolve sandboxnet.Resolver
+	// NetCaps bounds the sandbox's connections (zero: sandboxnet.DefaultCaps).
+	NetCaps sandboxnet.Caps
 	// OnNetwork, when set, is called once the sandbox network exists and
 	// before runsc starts (tests read counters and addresses from it).
 	OnNetwork func(*sandboxnet.Network)
@@ -178,7 +180,7 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 	spec := runtimeState{cgroupsPath: CgroupsPath(opts.ID), privateRoot: true}
 	if eg.Mode == "sandbox" {
 		net, err := sandboxnet.Setup(ctx, sandboxnet.Config{ID: opts.ID, Egress: *eg, StateDir: filepath.Join(opts.StateRoot, "net"),
-			Uplink: opts.Uplink, Pool: opts.Pool, Resolve: opts.Resolve})
+			Uplink: opts.Uplink, Pool: opts.Pool, Resolve: opts.Resolve, Caps: opts.NetCaps})
 		if err != nil {
 			return res, &UnavailableError{Reason: "sandbox network: " + err.Error()}
 		}

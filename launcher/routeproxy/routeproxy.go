@@ -44,8 +44,8 @@ type Limits struct {
 // DefaultLimits: an agent's MCP client keeps one or two connections and
 // sends small JSON-RPC requests, so 32 connections, 64 KiB of headers and
 // 1 MiB of body (a long prompt for a new agent fits many times) leave
-// ample room while bounding a flooding sandbox to about 34 MiB of the
-// holder's buffers. 10 s for headers and 30 s for a whole request cut a
+// ample room while bounding a flooding sandbox to a few MiB of the
+// holder's buffers (headers are buffered, bodies stream through). 10 s for headers and 30 s for a whole request cut a
 // slow sender early; a minute idle is longer than any client's keep-alive
 // reuse needs; 30 minutes for a response is the longest one tool call
 // (waiting for another agent's turn) may stream.
