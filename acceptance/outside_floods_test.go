@@ -11,8 +11,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +26,8 @@ import (
 	"paseo.dev/paseo-policy/launcher"
 	"paseo.dev/paseo-policy/launcher/routeproxy"
 	"paseo.dev/paseo-policy/launcher/sandboxnet"
+	"paseo.dev/paseo-policy/schema"
+	"paseo.dev/paseo-policy/supervisor"
 )
 
 // Floods of shared resources (issue 10, item 4): a sandbox opening
@@ -36,7 +42,7 @@ import (
 func init() { registerOutside("floods", floods) }
 
 func floods(t *testing.T, s *scene) []OutsideAttack {
-	return []OutsideAttack{s.egressFlood(t), s.routeProxyFlood(t)}
+	return []OutsideAttack{s.egressFlood(t), s.routeProxyFlood(t), s.supervisorFlood(t)}
 }
 
 // Separate one-link pools: the scene's own pool may still be leased.
@@ -257,4 +263,133 @@ func (s *scene) routeProxyFlood(t *testing.T) OutsideAttack {
 	a.ControlRun = run(routeproxy.Limits{MaxConns: 1 << 20})
 	a.Evidence = strings.Join(evidence, "; ")
 	return a
+}
+
+// The other peer of the supervisor flood: a uid and group of its own.
+const floodPeerID = 4242
+
+// supervisorFlood: uid 0 opens four times its per-uid cap of connections
+// to a supervisor (each asks list, so each answer shows whether it got a
+// slot), and while they are held a client of another uid asks list too.
+// The control is the same supervisor with its connection caps lifted.
+func (s *scene) supervisorFlood(t *testing.T) OutsideAttack {
+	per := supervisor.DefaultLimits.MaxConnsPerUID
+	n := 4 * per
+	a := OutsideAttack{Name: "peer-floods-supervisor-connections", Attacker: "flood",
+		Goal:    fmt.Sprintf("hold %d connections of one peer uid to the supervisor, past its per-uid cap of %d, and starve another uid's client", n, per),
+		Control: "the same supervisor with its connection caps lifted (frame and idle timeouts unchanged)"}
+	reg, err := os.ReadFile(testbundle.Repo(t, "testdata/base/registry.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("/run", "paseo-acceptance-flood-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(dir, "peer")
+	if data, err := os.ReadFile(os.Args[0]); err != nil {
+		t.Fatal(err)
+	} else if err := os.WriteFile(exe, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	otherPeer := func(socket string) string {
+		cmd := exec.Command(exe, "-test.run=^TestHelperFloodPeer$")
+		cmd.Env = []string{"PASEO_ACCEPTANCE_FLOOD_SOCKET=" + socket}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: floodPeerID, Gid: floodPeerID}}
+		out, _ := cmd.CombinedOutput()
+		return string(out)
+	}
+
+	var evidence []string
+	run := func(lim supervisor.Limits) (tally Tally) {
+		socket := filepath.Join(dir, "supervisor.sock")
+		srv, err := supervisor.New(supervisor.Config{Registry: schema.Input{Name: "registry.json", Data: reg},
+			Socket: socket, SocketGID: floodPeerID, StateRoot: t.TempDir(), Limits: lim})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		served := make(chan error, 1)
+		go func() { served <- srv.Listen(ctx) }()
+		defer func() { cancel(); srv.Close(); <-served }()
+		for i := 0; ; i++ {
+			if c, err := net.Dial("unix", socket); err == nil {
+				c.Close()
+				break
+			}
+			if i == 200 {
+				t.Fatal("the supervisor socket never came up")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(200 * time.Millisecond) // the probe connection gives its slot back
+
+		held, busy := 0, 0
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for i := 0; i < n; i++ {
+			c, err := net.Dial("unix", socket)
+			if err != nil {
+				busy++
+				continue
+			}
+			conns = append(conns, c)
+			fmt.Fprintln(c, `{"v":1,"id":"f","op":"list"}`)
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			var r supervisor.Response
+			line, err := bufio.NewReader(c).ReadBytes('\n')
+			switch {
+			case err == nil && json.Unmarshal(line, &r) == nil && r.OK:
+				held++
+			case r.Error != nil && r.Error.Code == supervisor.ErrBusy:
+				busy++
+			}
+		}
+		out := otherPeer(socket)
+		neighbourServed := strings.Contains(out, "served")
+		if !neighbourServed {
+			t.Errorf("a client of uid %d during the flood: %q", floodPeerID, out)
+		}
+		tally = Tally{Attempts: n, Refusals: busy}
+		if held > per {
+			tally.Wins = held - per
+		}
+		evidence = append(evidence, fmt.Sprintf("per-uid cap %d: uid 0 held %d of %d connections, %d refused busy; uid %d served: %v",
+			max(lim.MaxConnsPerUID, per), held, n, busy, floodPeerID, neighbourServed))
+		return tally
+	}
+	a.Contained = run(supervisor.Limits{})
+	a.ControlRun = run(supervisor.Limits{MaxConns: 1 << 20, MaxConnsPerUID: 1 << 20})
+	a.Evidence = strings.Join(evidence, "; ")
+	return a
+}
+
+// TestHelperFloodPeer is the supervisor flood's other peer, run by
+// supervisorFlood as uid 4242; on its own it does nothing.
+func TestHelperFloodPeer(t *testing.T) {
+	socket := os.Getenv("PASEO_ACCEPTANCE_FLOOD_SOCKET")
+	if socket == "" {
+		return
+	}
+	c, err := supervisor.Dial(socket)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Call(ctx, supervisor.Request{Op: "list"}, nil); err != nil {
+		fmt.Println("refused:", err)
+		return
+	}
+	fmt.Println("served")
 }
