@@ -96,8 +96,10 @@ type Result struct {
 type RouteStats struct {
 	Forwarded int64 `json:"forwarded"`
 	Refused   int64 `json:"refused"`
-	// RefusedConns are connections past the proxy's cap, closed at accept.
+	// RefusedConns are connections past the proxy's cap, closed at accept;
+	// Cut requests ended before the guard (headers too large or too slow).
 	RefusedConns int64 `json:"refusedConns,omitempty"`
+	Cut          int64 `json:"cut,omitempty"`
 }
 
 // startRoute runs the proxy of one private route on the sandbox's gateway.
@@ -207,7 +209,7 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 					res.Routes = map[string]RouteStats{}
 				}
 				res.Routes[r.Purpose] = RouteStats{Forwarded: proxy.Stats.Forwarded.Load(), Refused: proxy.Stats.Refused.Load(),
-					RefusedConns: proxy.Stats.RefusedConns.Load()}
+					RefusedConns: proxy.Stats.RefusedConns.Load(), Cut: proxy.Stats.Cut.Load()}
 			}()
 		}
 		if opts.OnNetwork != nil {

@@ -121,7 +121,7 @@ func TestTimeoutsFreeTheSlot(t *testing.T) {
 	}
 	for name, slow := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, base := setupWith(t, &fakeDaemon{}, lim)
+			p, base := setupWith(t, &fakeDaemon{}, lim)
 			other := neighbour(t)
 			c := rawConn(t, base)
 			slow(c)
@@ -133,6 +133,15 @@ func TestTimeoutsFreeTheSlot(t *testing.T) {
 			}
 			if err := served(base); err != nil {
 				t.Errorf("after the %s timeout: %v", name, err)
+			}
+			// Only a request that never reached the guard is a cut: the
+			// slow body was forwarded (and failed upstream), idle is no refusal.
+			want := map[string]int64{"header": 1}[name]
+			for i := 0; p.Stats.Cut.Load() != want && i < 50; i++ {
+				time.Sleep(20 * time.Millisecond) // the server counts the close after making it
+			}
+			if p.Stats.Cut.Load() != want {
+				t.Errorf("cut %d requests, want %d", p.Stats.Cut.Load(), want)
 			}
 		})
 	}
@@ -187,6 +196,12 @@ func TestHeaderAndBodySize(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
 		t.Errorf("oversized headers: status %d", resp.StatusCode)
+	}
+	for i := 0; p.Stats.Cut.Load() != 1 && i < 50; i++ {
+		time.Sleep(20 * time.Millisecond) // the server closes after answering
+	}
+	if p.Stats.Cut.Load() != 1 {
+		t.Errorf("oversized headers counted as cut %d times, want 1", p.Stats.Cut.Load())
 	}
 	for _, chunked := range []bool{false, true} {
 		var body io.Reader = strings.NewReader(strings.Repeat("x", 2<<10))

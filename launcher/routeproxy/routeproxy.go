@@ -83,6 +83,9 @@ type Stats struct {
 	// proxy already served its cap.
 	Refused      atomic.Int64
 	RefusedConns atomic.Int64
+	// Cut counts requests the server ended before the guard saw them:
+	// headers too large, or too slow to arrive.
+	Cut atomic.Int64
 }
 
 // Proxy serves one route.
@@ -93,6 +96,40 @@ type Proxy struct {
 	srv      *http.Server
 	Stats    Stats
 	wg       sync.WaitGroup
+	// reached tracks, per connection with a request under way, whether
+	// that request got to the guard (so a close before it is a cut).
+	mu      sync.Mutex
+	reached map[net.Conn]bool
+}
+
+type connKey struct{}
+
+// track follows each connection's state to count requests cut before the
+// guard: a connection that read request bytes (active) and closed without
+// its request reaching the guard.
+func (p *Proxy) track(c net.Conn, st http.ConnState) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch st {
+	case http.StateActive:
+		p.reached[c] = false
+	case http.StateIdle:
+		delete(p.reached, c)
+	case http.StateClosed, http.StateHijacked:
+		if got, ok := p.reached[c]; ok && !got {
+			p.Stats.Cut.Add(1)
+		}
+		delete(p.reached, c)
+	}
+}
+
+func (p *Proxy) arrived(req *http.Request) {
+	c, _ := req.Context().Value(connKey{}).(net.Conn)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.reached[c]; ok {
+		p.reached[c] = true
+	}
 }
 
 // New checks the route and prepares its proxy. The upstream must be plain
@@ -105,7 +142,7 @@ func New(r bundle.Route, l Limits) (*Proxy, error) {
 	if r.Method != http.MethodPost || r.Path == "" || u.Path != r.Path || r.CallerAgentID == "" {
 		return nil, fmt.Errorf("route %s: only POST to the upstream's own path for one caller agent id is supported", r.Purpose)
 	}
-	p := &Proxy{route: r, upstream: u, limits: l.withDefaults()}
+	p := &Proxy{route: r, upstream: u, limits: l.withDefaults(), reached: map[net.Conn]bool{}}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = u.Scheme, u.Host
@@ -133,6 +170,8 @@ func New(r bundle.Route, l Limits) (*Proxy, error) {
 	lim := p.limits
 	p.srv = &http.Server{Handler: p.guard(rp), ReadHeaderTimeout: lim.ReadHeader, ReadTimeout: lim.Read,
 		IdleTimeout: lim.Idle, WriteTimeout: lim.Write, MaxHeaderBytes: lim.MaxHeaderBytes,
+		ConnState:   p.track,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) },
 		// What an agent sends is not the launcher's log.
 		ErrorLog: log.New(io.Discard, "", 0)}
 	return p, nil
@@ -141,6 +180,7 @@ func New(r bundle.Route, l Limits) (*Proxy, error) {
 // guard refuses everything but the route before the reverse proxy sees it.
 func (p *Proxy) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		p.arrived(req)
 		refuse := func(code int, why string) {
 			p.Stats.Refused.Add(1)
 			http.Error(w, why, code)
@@ -201,7 +241,8 @@ func (c *capped) Accept() (net.Conn, error) {
 	}
 }
 
-// slotConn gives its slot back once, when closed.
+// slotConn gives its slot back once, when closed: before the close, so a
+// client that saw this connection end and reconnects finds the slot free.
 type slotConn struct {
 	net.Conn
 	once sync.Once
@@ -209,9 +250,8 @@ type slotConn struct {
 }
 
 func (s *slotConn) Close() error {
-	err := s.Conn.Close()
 	s.once.Do(s.free)
-	return err
+	return s.Conn.Close()
 }
 
 // Close stops the proxy and waits for it.
