@@ -67,6 +67,8 @@ type Options struct {
 	Uplink  string
 	Pool    netip.Prefix
 	Resolve sandboxnet.Resolver
+	// NetCaps bounds the sandbox's connections (zero: sandboxnet.DefaultCaps).
+	NetCaps sandboxnet.Caps
 	// OnNetwork, when set, is called once the sandbox network exists and
 	// before runsc starts (tests read counters and addresses from it).
 	OnNetwork func(*sandboxnet.Network)
@@ -94,11 +96,15 @@ type Result struct {
 type RouteStats struct {
 	Forwarded int64 `json:"forwarded"`
 	Refused   int64 `json:"refused"`
+	// RefusedConns are connections past the proxy's cap, closed at accept;
+	// Cut requests ended before the guard (headers too large or too slow).
+	RefusedConns int64 `json:"refusedConns,omitempty"`
+	Cut          int64 `json:"cut,omitempty"`
 }
 
 // startRoute runs the proxy of one private route on the sandbox's gateway.
 func startRoute(n *sandboxnet.Network, r bundle.Route) (*routeproxy.Proxy, error) {
-	proxy, err := routeproxy.New(r)
+	proxy, err := routeproxy.New(r, routeproxy.Limits{})
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +182,7 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 	spec := runtimeState{cgroupsPath: CgroupsPath(opts.ID), privateRoot: true}
 	if eg.Mode == "sandbox" {
 		net, err := sandboxnet.Setup(ctx, sandboxnet.Config{ID: opts.ID, Egress: *eg, StateDir: filepath.Join(opts.StateRoot, "net"),
-			Uplink: opts.Uplink, Pool: opts.Pool, Resolve: opts.Resolve})
+			Uplink: opts.Uplink, Pool: opts.Pool, Resolve: opts.Resolve, Caps: opts.NetCaps})
 		if err != nil {
 			return res, &UnavailableError{Reason: "sandbox network: " + err.Error()}
 		}
@@ -202,7 +208,8 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 				if res.Routes == nil {
 					res.Routes = map[string]RouteStats{}
 				}
-				res.Routes[r.Purpose] = RouteStats{Forwarded: proxy.Stats.Forwarded.Load(), Refused: proxy.Stats.Refused.Load()}
+				res.Routes[r.Purpose] = RouteStats{Forwarded: proxy.Stats.Forwarded.Load(), Refused: proxy.Stats.Refused.Load(),
+					RefusedConns: proxy.Stats.RefusedConns.Load(), Cut: proxy.Stats.Cut.Load()}
 			}()
 		}
 		if opts.OnNetwork != nil {

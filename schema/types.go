@@ -84,6 +84,9 @@ type Deployment struct {
 	Roots    Roots     `json:"roots"`
 	Mappings []Mapping `json:"mappings,omitempty"`
 	Daemon   *Daemon   `json:"daemon,omitempty"`
+	// MaxSandboxes is the supervisor's cap on the deployment's sandboxes
+	// (the CUE default fills it; see registry.cue).
+	MaxSandboxes int `json:"maxSandboxes"`
 }
 
 type Peers struct {

@@ -22,6 +22,9 @@ type Client struct {
 	Events chan Event
 	done   chan struct{}
 	err    error
+	// refusal is a response to no request: the supervisor refusing the
+	// connection itself (busy, a frame it could not read) before closing.
+	refusal *Error
 }
 
 // Dial connects to the supervisor's socket.
@@ -66,6 +69,9 @@ func (c *Client) read() {
 		if json.Unmarshal(line, &r) != nil {
 			continue
 		}
+		if r.ID == "" && !r.OK && r.Error != nil {
+			c.refusal = r.Error
+		}
 		c.mu.Lock()
 		ch := c.wait[r.ID]
 		delete(c.wait, r.ID)
@@ -94,6 +100,14 @@ func (c *Client) Call(ctx context.Context, req Request, result any) error {
 	_, err = c.c.Write(append(data, '\n'))
 	c.wmu.Unlock()
 	if err != nil {
+		// A refused connection is closed; say why rather than "broken pipe".
+		select {
+		case <-c.done:
+			if c.refusal != nil {
+				return c.refusal
+			}
+		case <-ctx.Done():
+		}
 		return err
 	}
 	select {
@@ -110,6 +124,9 @@ func (c *Client) Call(ctx context.Context, req Request, result any) error {
 		}
 		return nil
 	case <-c.done:
+		if c.refusal != nil {
+			return c.refusal
+		}
 		return fmt.Errorf("connection closed: %v", c.err)
 	case <-ctx.Done():
 		return ctx.Err()

@@ -87,7 +87,7 @@ func MaybeRunHolder() {
 
 func runHolder(in io.Reader, ready *os.File) int {
 	var spec holderSpec
-	dec := json.NewDecoder(io.LimitReader(in, MaxFrame))
+	dec := json.NewDecoder(io.LimitReader(in, MaxWriteFrame)) // the supervisor's own spec: trusted, bounded anyway
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&spec); err != nil {
 		tell(ready, holderReady{Error: "holder spec: " + err.Error()})

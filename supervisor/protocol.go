@@ -15,9 +15,6 @@ import (
 // Version is the protocol version every frame carries.
 const Version = 1
 
-// MaxFrame bounds one request line; facts are small.
-const MaxFrame = 1 << 20
-
 // Request is one line from a client.
 type Request struct {
 	V  int    `json:"v"`
@@ -74,6 +71,8 @@ const (
 	ErrFenced      = "fenced"       // write from a superseded attachment
 	ErrState       = "state"        // op not valid in the sandbox's state
 	ErrOutOfOrder  = "out-of-order" // cursor behind the acknowledged position
+	ErrBusy        = "busy"         // connection cap reached (overall or for the peer uid)
+	ErrQuota       = "quota"        // the deployment holds its maxSandboxes
 	ErrInternal    = "internal"
 )
 

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -45,6 +46,8 @@ type Config struct {
 	// HolderLinger is how long an ended sandbox's output waits, unread and
 	// undeleted, before its holder exits (zero: 24 hours).
 	HolderLinger time.Duration
+	// Limits bound connections and frames (zero fields: DefaultLimits).
+	Limits Limits
 }
 
 // Server serves the protocol.
@@ -54,7 +57,11 @@ type Server struct {
 	ln    net.Listener
 	mu    sync.Mutex
 	boxes map[string]*box
-	wg    sync.WaitGroup
+	// pending counts creations under way per deployment, which hold a
+	// place under its maxSandboxes before their box exists.
+	pending map[string]int
+	gate    gate
+	wg      sync.WaitGroup
 }
 
 // box is one sandbox the supervisor knows.
@@ -97,7 +104,9 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	s := &Server{cfg: cfg, reg: reg, boxes: map[string]*box{}}
+	cfg.Limits = cfg.Limits.withDefaults()
+	s := &Server{cfg: cfg, reg: reg, boxes: map[string]*box{}, pending: map[string]int{},
+		gate: gate{lim: cfg.Limits, perUID: map[int]int{}}}
 	if err := s.reconcile(); err != nil {
 		return nil, err
 	}
@@ -269,6 +278,11 @@ type conn struct {
 	peer peer
 	wmu  sync.Mutex
 	enc  *json.Encoder
+	// frameTimeout bounds one request's arrival once it began (zero: no
+	// bound); idleTimeout the wait for the next request while nothing
+	// streams to the connection (zero: none).
+	frameTimeout, idleTimeout time.Duration
+	streams                   atomic.Int32
 }
 
 func (c *conn) send(v any) error {
@@ -284,7 +298,14 @@ func (s *Server) serveConn(ctx context.Context, uc *net.UnixConn) {
 	if err != nil {
 		return
 	}
-	cn := &conn{c: uc, peer: p, enc: json.NewEncoder(uc)}
+	cn := &conn{c: uc, peer: p, enc: json.NewEncoder(uc), frameTimeout: s.cfg.Limits.FrameTimeout, idleTimeout: s.cfg.Limits.IdleTimeout}
+	release, why := s.gate.enter(p.uid)
+	if release == nil {
+		_ = uc.SetWriteDeadline(time.Now().Add(time.Second))
+		_ = cn.enc.Encode(Response{V: Version, OK: false, Error: &Error{ErrBusy, why}})
+		return
+	}
+	defer release()
 	serveLines(ctx, cn, func(ctx context.Context, req Request) (any, *Error, bool) {
 		result, e := s.handle(ctx, cn, req)
 		return result, e, false
@@ -298,10 +319,20 @@ func (s *Server) serveConn(ctx context.Context, uc *net.UnixConn) {
 func serveLines(ctx context.Context, cn *conn, handle func(context.Context, Request) (result any, e *Error, stop bool)) {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	br := bufio.NewReaderSize(cn.c, 64<<10)
+	br := bufio.NewReaderSize(cn.c, 16<<10)
 	for {
+		if err := cn.awaitRequest(br); err != nil {
+			return
+		}
+		if cn.frameTimeout > 0 {
+			_ = cn.c.SetReadDeadline(time.Now().Add(cn.frameTimeout))
+		}
 		line, err := readFrame(br)
+		_ = cn.c.SetReadDeadline(time.Time{})
 		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				err = fmt.Errorf("request did not arrive whole within %s", cn.frameTimeout)
+			}
 			if !errors.Is(err, io.EOF) {
 				_ = cn.send(Response{V: Version, OK: false, Error: &Error{ErrMalformed, err.Error()}})
 			}
@@ -314,6 +345,11 @@ func serveLines(ctx context.Context, cn *conn, handle func(context.Context, Requ
 			_ = cn.send(Response{V: Version, ID: req.ID, OK: false, Error: &Error{ErrMalformed, "want one JSON request with v 1, an id and known fields only"}})
 			continue
 		}
+		if len(line) > MaxFrame && req.Op != "write" {
+			// A duplicate "op" key can get a large frame past opOf.
+			_ = cn.send(Response{V: Version, ID: req.ID, OK: false, Error: &Error{ErrMalformed, fmt.Sprintf("only write may be longer than %d bytes", MaxFrame)}})
+			return
+		}
 		result, e, stop := handle(cctx, req)
 		if err := cn.send(Response{V: Version, ID: req.ID, OK: e == nil, Result: result, Error: e}); err != nil || stop {
 			return
@@ -321,13 +357,42 @@ func serveLines(ctx context.Context, cn *conn, handle func(context.Context, Requ
 	}
 }
 
+// awaitRequest waits for the first byte of the next request. Without a
+// stream to the connection, an idle timeout ends the wait (and so the
+// connection); with one, the client may stay silent while it listens.
+func (cn *conn) awaitRequest(br *bufio.Reader) error {
+	for {
+		if cn.idleTimeout > 0 {
+			_ = cn.c.SetReadDeadline(time.Now().Add(cn.idleTimeout))
+		}
+		_, err := br.Peek(1)
+		if err == nil {
+			return nil
+		}
+		if ne, ok := err.(net.Error); ok && ne.Timeout() && cn.streams.Load() > 0 {
+			continue
+		}
+		return err
+	}
+}
+
+// readFrame reads one request line: at most MaxFrame bytes, or
+// MaxWriteFrame for a write (its op found in the first MaxFrame bytes).
 func readFrame(br *bufio.Reader) ([]byte, error) {
 	var line []byte
+	limit := MaxFrame
 	for {
 		chunk, err := br.ReadSlice('\n')
 		line = append(line, chunk...)
-		if len(line) > MaxFrame {
-			return nil, fmt.Errorf("request longer than %d bytes", MaxFrame)
+		if len(line) > limit {
+			if limit == MaxFrame && opOf(line[:MaxFrame]) == "write" {
+				limit = MaxWriteFrame
+			} else {
+				return nil, fmt.Errorf("request longer than %d bytes (only write may be longer, up to %d)", MaxFrame, MaxWriteFrame)
+			}
+		}
+		if len(line) > limit {
+			return nil, fmt.Errorf("write request longer than %d bytes", MaxWriteFrame)
 		}
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
@@ -439,6 +504,10 @@ func (s *Server) create(p peer, req Request) (any, *Error) {
 		}
 		return nil, fail(ErrRefused, "%s", strings.Join(msgs, "; "))
 	}
+	if e := s.reserve(req.Deployment); e != nil {
+		return nil, e
+	}
+	defer s.unreserve(req.Deployment)
 	id := newID()
 	dir := filepath.Join(s.cfg.StateRoot, "bundles", id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -453,6 +522,50 @@ func (s *Server) create(p peer, req Request) (any, *Error) {
 		return nil, e
 	}
 	return s.info(b), nil
+}
+
+// reserve takes a place under the deployment's maxSandboxes for a
+// creation; unreserve gives it back once the box exists or the creation
+// failed. A sandbox counts from createSandbox until delete, or until its
+// holder is gone and runsc no longer runs it: an ended sandbox's holder
+// still keeps its output.
+func (s *Server) reserve(deployment string) *Error {
+	max := s.reg.Deployments[deployment].MaxSandboxes
+	if max <= 0 {
+		max = DefaultMaxSandboxes // a registry built in Go, not through the schema
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.pending[deployment]
+	for _, b := range s.boxes {
+		if b.deployment == deployment && b.live() {
+			n++
+		}
+	}
+	if n >= max {
+		return fail(ErrQuota, "deployment %q has %d sandboxes, its registry cap (maxSandboxes %d); delete one first", deployment, n, max)
+	}
+	s.pending[deployment]++
+	return nil
+}
+
+func (s *Server) unreserve(deployment string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending[deployment]--; s.pending[deployment] <= 0 {
+		delete(s.pending, deployment)
+	}
+}
+
+// DefaultMaxSandboxes is the schema's default for maxSandboxes.
+const DefaultMaxSandboxes = 32
+
+// live reports whether the box still costs the host something: a holder,
+// or a sandbox runsc runs.
+func (b *box) live() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sock != "" || b.orphaned
 }
 
 // start launches the bundle in a new holder, which keeps its stdio on a
@@ -509,7 +622,9 @@ func (s *Server) attach(ctx context.Context, cn *conn, b *box, cursor uint64) (a
 	b.mu.Lock()
 	b.attached = true
 	b.mu.Unlock()
+	cn.streams.Add(1)
 	go func() {
+		defer cn.streams.Add(-1)
 		defer stop()
 		go func() { <-actx.Done(); hc.Close() }()
 		reason := "the sandbox's holder is gone"

@@ -9,6 +9,7 @@ package routeproxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -23,8 +24,52 @@ import (
 	"paseo.dev/paseo-policy/bundle"
 )
 
-// MaxBody bounds a request body; MCP tool calls are small JSON documents.
-const MaxBody = 4 << 20
+// Limits bound what one sandbox can take of its proxy, which runs as root
+// in the sandbox's holder, outside the sandbox's cgroup. Zero fields take
+// DefaultLimits. Every proxy serves one sandbox, so each limit is per
+// sandbox: exhausting one's own proxy never slows a neighbour's.
+type Limits struct {
+	// MaxConns is how many connections the proxy serves at once; further
+	// ones are closed at accept and counted in Stats.RefusedConns.
+	MaxConns int
+	// ReadHeader bounds the request line and headers; Read the whole
+	// request; Idle a kept-alive connection between requests; Write a
+	// response, from the end of its request (MCP answers may stream).
+	ReadHeader, Read, Idle, Write time.Duration
+	// MaxHeaderBytes and MaxBody bound a request's headers and body.
+	MaxHeaderBytes int
+	MaxBody        int64
+}
+
+// DefaultLimits: an agent's MCP client keeps one or two connections and
+// sends small JSON-RPC requests, so 32 connections, 64 KiB of headers and
+// 1 MiB of body (a long prompt for a new agent fits many times) leave
+// ample room while bounding a flooding sandbox to a few MiB of the
+// holder's buffers (headers are buffered, bodies stream through). 10 s for headers and 30 s for a whole request cut a
+// slow sender early; a minute idle is longer than any client's keep-alive
+// reuse needs; 30 minutes for a response is the longest one tool call
+// (waiting for another agent's turn) may stream.
+var DefaultLimits = Limits{MaxConns: 32, ReadHeader: 10 * time.Second, Read: 30 * time.Second,
+	Idle: time.Minute, Write: 30 * time.Minute, MaxHeaderBytes: 64 << 10, MaxBody: 1 << 20}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	if l.MaxConns > 0 {
+		d.MaxConns = l.MaxConns
+	}
+	for _, p := range []struct{ dst, src *time.Duration }{{&d.ReadHeader, &l.ReadHeader}, {&d.Read, &l.Read}, {&d.Idle, &l.Idle}, {&d.Write, &l.Write}} {
+		if *p.src > 0 {
+			*p.dst = *p.src
+		}
+	}
+	if l.MaxHeaderBytes > 0 {
+		d.MaxHeaderBytes = l.MaxHeaderBytes
+	}
+	if l.MaxBody > 0 {
+		d.MaxBody = l.MaxBody
+	}
+	return d
+}
 
 // forwarded are the request headers that reach the daemon; the rest
 // (cookies, forwarding headers, anything the agent invents) are dropped.
@@ -33,21 +78,63 @@ var forwarded = []string{"Authorization", "Content-Type", "Accept", "Mcp-Session
 // Stats counts what the proxy did, for the launch result and tests.
 type Stats struct {
 	Forwarded atomic.Int64
-	Refused   atomic.Int64
+	// Refused counts requests the guard refused (route, caller, bearer,
+	// body size); RefusedConns connections closed at accept because the
+	// proxy already served its cap.
+	Refused      atomic.Int64
+	RefusedConns atomic.Int64
+	// Cut counts requests the server ended before the guard saw them:
+	// headers too large, or too slow to arrive.
+	Cut atomic.Int64
 }
 
 // Proxy serves one route.
 type Proxy struct {
 	route    bundle.Route
+	limits   Limits
 	upstream *url.URL
 	srv      *http.Server
 	Stats    Stats
 	wg       sync.WaitGroup
+	// reached tracks, per connection with a request under way, whether
+	// that request got to the guard (so a close before it is a cut).
+	mu      sync.Mutex
+	reached map[net.Conn]bool
+}
+
+type connKey struct{}
+
+// track follows each connection's state to count requests cut before the
+// guard: a connection that read request bytes (active) and closed without
+// its request reaching the guard.
+func (p *Proxy) track(c net.Conn, st http.ConnState) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch st {
+	case http.StateActive:
+		p.reached[c] = false
+	case http.StateIdle:
+		delete(p.reached, c)
+	case http.StateClosed, http.StateHijacked:
+		if got, ok := p.reached[c]; ok && !got {
+			p.Stats.Cut.Add(1)
+		}
+		delete(p.reached, c)
+	}
+}
+
+func (p *Proxy) arrived(req *http.Request) {
+	c, _ := req.Context().Value(connKey{}).(net.Conn)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.reached[c]; ok {
+		p.reached[c] = true
+	}
 }
 
 // New checks the route and prepares its proxy. The upstream must be plain
 // http to a daemon listener; its path must equal the route's path.
-func New(r bundle.Route) (*Proxy, error) {
+func New(r bundle.Route, l Limits) (*Proxy, error) {
 	u, err := url.Parse(r.Upstream)
 	if err != nil || u.Scheme != "http" || u.Host == "" || u.RawQuery != "" || u.User != nil {
 		return nil, fmt.Errorf("route %s: upstream must be http://host:port/path without query or user information", r.Purpose)
@@ -55,7 +142,7 @@ func New(r bundle.Route) (*Proxy, error) {
 	if r.Method != http.MethodPost || r.Path == "" || u.Path != r.Path || r.CallerAgentID == "" {
 		return nil, fmt.Errorf("route %s: only POST to the upstream's own path for one caller agent id is supported", r.Purpose)
 	}
-	p := &Proxy{route: r, upstream: u}
+	p := &Proxy{route: r, upstream: u, limits: l.withDefaults(), reached: map[net.Conn]bool{}}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = u.Scheme, u.Host
@@ -72,10 +159,19 @@ func New(r bundle.Route) (*Proxy, error) {
 		// MCP answers may stream (SSE): pass bytes on as they come.
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+				p.Stats.Refused.Add(1)
+				http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+				return
+			}
 			http.Error(w, "upstream unavailable", http.StatusBadGateway)
 		},
 	}
-	p.srv = &http.Server{Handler: p.guard(rp), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
+	lim := p.limits
+	p.srv = &http.Server{Handler: p.guard(rp), ReadHeaderTimeout: lim.ReadHeader, ReadTimeout: lim.Read,
+		IdleTimeout: lim.Idle, WriteTimeout: lim.Write, MaxHeaderBytes: lim.MaxHeaderBytes,
+		ConnState:   p.track,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) },
 		// What an agent sends is not the launcher's log.
 		ErrorLog: log.New(io.Discard, "", 0)}
 	return p, nil
@@ -84,6 +180,7 @@ func New(r bundle.Route) (*Proxy, error) {
 // guard refuses everything but the route before the reverse proxy sees it.
 func (p *Proxy) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		p.arrived(req)
 		refuse := func(code int, why string) {
 			p.Stats.Refused.Add(1)
 			http.Error(w, why, code)
@@ -97,8 +194,11 @@ func (p *Proxy) guard(next http.Handler) http.Handler {
 			refuse(http.StatusForbidden, "this sandbox may only call as its own agent")
 		case req.Header.Get("Authorization") == "":
 			refuse(http.StatusUnauthorized, "bearer token required")
+		case req.ContentLength > p.limits.MaxBody:
+			refuse(http.StatusRequestEntityTooLarge, "request body too large")
 		default:
-			req.Body = http.MaxBytesReader(w, req.Body, MaxBody)
+			// A chunked body is cut at the limit while it streams.
+			req.Body = http.MaxBytesReader(w, req.Body, p.limits.MaxBody)
 			p.Stats.Forwarded.Add(1)
 			next.ServeHTTP(w, req)
 		}
@@ -112,8 +212,46 @@ func (p *Proxy) Serve(l net.Listener) {
 		defer p.wg.Done()
 		// Serve returns when Close shuts the server down or the listener
 		// goes away with the sandbox; either way there is nothing to report.
-		_ = p.srv.Serve(l)
+		_ = p.srv.Serve(&capped{Listener: l, slots: make(chan struct{}, p.limits.MaxConns), refused: &p.Stats.RefusedConns})
 	}()
+}
+
+// capped closes connections past its slots at accept: the refused client
+// learns at once, and the kernel's backlog never fills with a flood that
+// would otherwise wait there for a slot.
+type capped struct {
+	net.Listener
+	slots   chan struct{}
+	refused *atomic.Int64
+}
+
+func (c *capped) Accept() (net.Conn, error) {
+	for {
+		conn, err := c.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case c.slots <- struct{}{}:
+			return &slotConn{Conn: conn, free: func() { <-c.slots }}, nil
+		default:
+			c.refused.Add(1)
+			conn.Close()
+		}
+	}
+}
+
+// slotConn gives its slot back once, when closed: before the close, so a
+// client that saw this connection end and reconnects finds the slot free.
+type slotConn struct {
+	net.Conn
+	once sync.Once
+	free func()
+}
+
+func (s *slotConn) Close() error {
+	s.once.Do(s.free)
+	return s.Conn.Close()
 }
 
 // Close stops the proxy and waits for it.

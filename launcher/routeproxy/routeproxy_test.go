@@ -31,10 +31,16 @@ func (d *fakeDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func setup(t *testing.T) (*fakeDaemon, string) {
 	d := &fakeDaemon{}
-	up := httptest.NewServer(d)
+	_, base := setupWith(t, d, Limits{})
+	return d, base
+}
+
+// setupWith starts a proxy with limits in front of the upstream handler.
+func setupWith(t *testing.T, h http.Handler, lim Limits) (*Proxy, string) {
+	up := httptest.NewServer(h)
 	t.Cleanup(up.Close)
 	p, err := New(bundle.Route{Purpose: "mcp", Listen: "gateway", Method: "POST", Path: "/mcp/agents",
-		CallerAgentID: "agent-7f3c", Upstream: up.URL + "/mcp/agents"})
+		CallerAgentID: "agent-7f3c", Upstream: up.URL + "/mcp/agents"}, lim)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +50,7 @@ func setup(t *testing.T) (*fakeDaemon, string) {
 	}
 	p.Serve(l)
 	t.Cleanup(func() { p.Close() })
-	return d, "http://" + l.Addr().String()
+	return p, "http://" + l.Addr().String()
 }
 
 func do(t *testing.T, method, url string, hdr map[string]string, body string) (int, string) {
@@ -108,8 +114,8 @@ func TestForwardsOnlyTheRoute(t *testing.T) {
 	if len(d.reqs) != 1 {
 		t.Errorf("refused requests reached the daemon: %d requests", len(d.reqs))
 	}
-	code, _ = do(t, "POST", base+"/mcp/agents?callerAgentId=agent-7f3c", auth, strings.Repeat("x", MaxBody+1))
-	if code != http.StatusRequestEntityTooLarge && code != http.StatusBadGateway {
+	code, _ = do(t, "POST", base+"/mcp/agents?callerAgentId=agent-7f3c", auth, strings.Repeat("x", int(DefaultLimits.MaxBody)+1))
+	if code != http.StatusRequestEntityTooLarge {
 		t.Errorf("oversized body: status %d", code)
 	}
 }
@@ -122,7 +128,7 @@ func TestRefusesRoutesItCannotEnforce(t *testing.T) {
 		{Purpose: "mcp", Method: "POST", Path: "/mcp/agents", CallerAgentID: "a", Upstream: "http://127.0.0.1:1/other"},
 		{Purpose: "mcp", Method: "POST", Path: "/mcp/agents", CallerAgentID: "a", Upstream: "http://127.0.0.1:1/mcp/agents?x=1"},
 	} {
-		if _, err := New(r); err == nil {
+		if _, err := New(r, Limits{}); err == nil {
 			t.Errorf("accepted %+v", r)
 		}
 	}

@@ -42,6 +42,7 @@ type ruleset struct {
 	// gatewayPorts are TCP ports on the gateway address the sandbox may
 	// reach: the launcher's private route proxies.
 	gatewayPorts []int
+	caps         Caps
 }
 
 // Rule tags (user data) that tests and `ps` read counters by.
@@ -56,6 +57,10 @@ const (
 	TagEstablished  = "established"
 	TagMasquerade   = "masquerade"
 	TagOutboundDrop = "drop-host-to-sandbox"
+	// New connections refused because the sandbox already holds its cap
+	// of live connections, or opens them faster than its rate.
+	TagConnLimit = "drop-conn-limit"
+	TagConnRate  = "drop-conn-rate"
 )
 
 func (r *ruleset) apply(c *nftables.Conn) error {
@@ -68,6 +73,17 @@ func (r *ruleset) apply(c *nftables.Conn) error {
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, UserData: []byte(tag), Exprs: exprs})
 	}
 	in, out := iif(r.peer), oif(r.peer)
+
+	// Every new connection the sandbox opens, to the gateway or beyond,
+	// passes the caps first: prerouting sees both before routing splits
+	// them into input and forward, and runs after conntrack, so "new" and
+	// the count are conntrack's own. The count is this rule's list of the
+	// sandbox's live connections (closed TCP ones drop out of it), so no
+	// sandbox's flood touches another's allowance.
+	pre := chain("prerouting", nftables.ChainHookPrerouting, nftables.ChainTypeFilter, nftables.ChainPriorityFilter)
+	add(pre, TagConnLimit, cat(in, ctNew(), &expr.Connlimit{Count: r.caps.Conns, Flags: expr.NFT_CONNLIMIT_F_INV}, counter(), drop())...)
+	add(pre, TagConnRate, cat(in, ctNew(), &expr.Limit{Type: expr.LimitTypePkts, Rate: r.caps.NewPerMinute, Unit: expr.LimitTimeMinute,
+		Burst: r.caps.Burst, Over: true}, counter(), drop())...)
 
 	// Traffic from the sandbox to anywhere but the gateway.
 	fwd := chain("forward", nftables.ChainHookForward, nftables.ChainTypeFilter, nftables.ChainPriorityFilter)
@@ -179,6 +195,17 @@ func established() []expr.Any {
 		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
 			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+			Xor:  binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}
+}
+
+// ctNew matches a packet that opens a connection (conntrack state new).
+func ctNew() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitNEW),
 			Xor:  binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
 	}

@@ -53,6 +53,45 @@ type Config struct {
 	// Pool is the range sandbox links come from; zero means DefaultPool.
 	Pool    netip.Prefix
 	Resolve Resolver
+	// Caps bounds the connections the sandbox may open; zero fields take
+	// DefaultCaps.
+	Caps Caps
+}
+
+// Caps bounds what one sandbox can take of the host's connection tracking
+// and of the masquerade ports toward destinations sandboxes share.
+type Caps struct {
+	// Conns is how many connections the sandbox may hold open at once
+	// (conntrack entries it created that are not closed).
+	Conns uint32
+	// NewPerMinute and Burst bound how fast it may open new ones: closed
+	// TCP connections stay in conntrack (TIME_WAIT, two minutes) and keep
+	// their masquerade port, which the live cap does not count.
+	NewPerMinute uint64
+	Burst        uint32
+}
+
+// DefaultCaps are the launcher's caps. An agent talks to a model provider
+// and a few tools over keep-alive connections: a dozen live ones is
+// typical, so 256 leaves room for a package install's parallel fetches
+// while 1000 sandboxes still fit the kernel's default conntrack size
+// (262144 on a 24 GiB host). 20 new connections a second (burst 100) keep
+// a sandbox's closed connections below about 2,400 (two minutes of
+// TIME_WAIT), a tenth of the masquerade ports toward one shared provider
+// address and port.
+var DefaultCaps = Caps{Conns: 256, NewPerMinute: 1200, Burst: 100}
+
+func (c Caps) withDefaults() Caps {
+	if c.Conns == 0 {
+		c.Conns = DefaultCaps.Conns
+	}
+	if c.NewPerMinute == 0 {
+		c.NewPerMinute = DefaultCaps.NewPerMinute
+	}
+	if c.Burst == 0 {
+		c.Burst = DefaultCaps.Burst
+	}
+	return c
 }
 
 // Pin is a resolved egress host name.
@@ -175,7 +214,7 @@ func Setup(ctx context.Context, cfg Config) (n *Network, err error) {
 	if err != nil {
 		return n, fmt.Errorf("nftables in the uplink: %w", err)
 	}
-	rs := &ruleset{table: table, peer: peer, sandbox: n.Address, gateway: n.Gateway, allow: n.Allowed}
+	rs := &ruleset{table: table, peer: peer, sandbox: n.Address, gateway: n.Gateway, allow: n.Allowed, caps: cfg.Caps.withDefaults()}
 	for _, r := range cfg.Egress.Routes {
 		if r.Listen != "gateway" {
 			return n, fmt.Errorf("route %s listens on %q; only the gateway is supported", r.Purpose, r.Listen)
