@@ -3,6 +3,7 @@ package launcher
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -212,6 +213,10 @@ func fillMCP(data []byte, slots []SecretSlot, values map[string][]byte) ([]byte,
 	return bundle.Marshal(&doc)
 }
 
+// ErrStrayPlaceholder means a secret placeholder sits where the compiler
+// puts none; the launch is refused before any secret is read.
+var ErrStrayPlaceholder = errors.New("a secret placeholder where the compiler puts none")
+
 // refuseStrayMarkers fails when the placeholder marker appears anywhere
 // in the bundle but the slots (and the manifest grant that records the
 // credential's). JSON files are decoded first, so an escaped marker
@@ -221,7 +226,7 @@ func refuseStrayMarkers(files bundle.Files, slots []SecretSlot) error {
 		data := files[name]
 		if !strings.HasSuffix(name, ".json") {
 			if bytes.Contains(data, []byte(bundle.SecretMarker)) {
-				return fmt.Errorf("%s contains a secret placeholder; only the credential's env entry and the MCP bearer may", name)
+				return fmt.Errorf("%s: %w (only the credential's env entry and the MCP bearer are filled)", name, ErrStrayPlaceholder)
 			}
 			continue
 		}
@@ -238,7 +243,7 @@ func refuseStrayMarkers(files bundle.Files, slots []SecretSlot) error {
 			}
 		})
 		if stray != "" {
-			return fmt.Errorf("%s: a secret placeholder at %s, where the compiler puts none; only the credential's env entry and the MCP bearer are filled", name, stray)
+			return fmt.Errorf("%s at %s: %w (only the credential's env entry and the MCP bearer are filled)", name, stray, ErrStrayPlaceholder)
 		}
 	}
 	return nil

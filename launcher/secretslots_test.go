@@ -138,8 +138,8 @@ func TestFillSecretsRefusesStrayPlaceholders(t *testing.T) {
 			}
 			files[c.file] = []byte(edited)
 			src := &recordingSource{}
-			if _, err := fillSecrets(files, src.get); err == nil {
-				t.Fatal("filled a bundle with a stray placeholder")
+			if _, err := fillSecrets(files, src.get); !errors.Is(err, ErrStrayPlaceholder) {
+				t.Fatalf("got %v, want ErrStrayPlaceholder", err)
 			}
 			if len(src.asked) > 0 {
 				t.Errorf("looked up %v before refusing", src.asked)
