@@ -38,12 +38,12 @@ func (r *recordingSource) get(deployment, ref string) ([]byte, error) {
 }
 
 func TestSecretSlotsAreTheCompilersTwo(t *testing.T) {
-	slots, err := SecretSlots(goldenBundle(t))
+	slots, err := bundle.SecretSlots(goldenBundle(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []SecretSlot{{Kind: SlotCredentialEnv, Ref: "alice/fake-llm", Env: "FAKE_LLM_KEY"}, {Kind: SlotMCPBearer, Ref: "paseo/mcp-token"}}
-	if diff := cmp.Diff(want, slots, cmpopts.IgnoreUnexported(SecretSlot{})); diff != "" {
+	want := []bundle.SecretSlot{{Kind: bundle.SlotCredentialEnv, Ref: "alice/fake-llm", Env: "FAKE_LLM_KEY"}, {Kind: bundle.SlotMCPBearer, Ref: "paseo/mcp-token"}}
+	if diff := cmp.Diff(want, slots, cmpopts.IgnoreUnexported(bundle.SecretSlot{})); diff != "" {
 		t.Errorf("slots (-want +got):\n%s", diff)
 	}
 }
