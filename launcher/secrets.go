@@ -16,7 +16,8 @@ import (
 // SecretSource returns the value of secret ref of one deployment. The
 // deployment is part of the lookup: a ref means nothing outside the
 // deployment whose facts name it, so deployment A's facts naming B's ref
-// find nothing.
+// find nothing. The launcher wipes the returned bytes once they are in
+// its private copy, so a source returns a fresh slice on every call.
 type SecretSource func(deployment, ref string) ([]byte, error)
 
 // deploymentID is schema/facts.cue's #ID: what the manifest's deployment
