@@ -55,6 +55,10 @@ func SecretSlots(files Files) ([]SecretSlot, error) {
 	if err != nil {
 		return nil, err
 	}
+	return slotsOf(files, m)
+}
+
+func slotsOf(files Files, m *Manifest) ([]SecretSlot, error) {
 	var slots []SecretSlot
 	for i, g := range m.Grants {
 		switch {
@@ -105,6 +109,18 @@ func refuseStrayMarkers(files Files, slots []SecretSlot) error {
 			if bytes.Contains(data, []byte(SecretMarker)) {
 				return fmt.Errorf("%s: %w (only the credential's env entry and the MCP bearer are filled)", name, ErrStrayPlaceholder)
 			}
+			continue
+		}
+		// Decoded strings hold the marker only if the bytes do, or if a
+		// \u escape could spell it; files with neither need no walk.
+		n := bytes.Count(data, []byte(SecretMarker))
+		if n == 0 && !bytes.Contains(data, []byte(`\u`)) {
+			continue
+		}
+		// The manifest is large and never reaches the sandbox; slotsOf
+		// found the credential's placeholder in its typed grant, so one
+		// occurrence, unescaped, is that one.
+		if name == ManifestFile && !bytes.Contains(data, []byte(`\u`)) && n == credentialSlots(slots) {
 			continue
 		}
 		dec := json.NewDecoder(bytes.NewReader(data))
@@ -178,13 +194,27 @@ func walkStrings(v any, path []string, visit func(path []string, s string, isKey
 // CheckSecretPlaceholders returns the bundle's secret slots after
 // refusing a placeholder marker anywhere else in it: what the launcher
 // checks before it reads any secret, and what validate reports.
-func CheckSecretPlaceholders(files Files) ([]SecretSlot, error) {
-	slots, err := SecretSlots(files)
+// It returns the manifest's deployment, whose secrets the slots name.
+func CheckSecretPlaceholders(files Files) (deployment string, slots []SecretSlot, err error) {
+	m, err := files.Manifest()
 	if err != nil {
-		return nil, err
+		return "", nil, err
+	}
+	if slots, err = slotsOf(files, m); err != nil {
+		return "", nil, err
 	}
 	if err := refuseStrayMarkers(files, slots); err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	return slots, nil
+	return m.Deployment, slots, nil
+}
+
+func credentialSlots(slots []SecretSlot) int {
+	n := 0
+	for _, s := range slots {
+		if s.Kind == SlotCredentialEnv {
+			n++
+		}
+	}
+	return n
 }

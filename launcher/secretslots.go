@@ -36,11 +36,7 @@ var ErrStrayPlaceholder = bundle.ErrStrayPlaceholder
 // refusing any placeholder marker anywhere else in the bundle. Secrets are
 // looked up in the manifest's deployment. Errors name refs, never values.
 func fillSecrets(files bundle.Files, secrets SecretSource) (map[string][]byte, error) {
-	m, err := files.Manifest()
-	if err != nil {
-		return nil, err
-	}
-	slots, err := bundle.CheckSecretPlaceholders(files)
+	deployment, slots, err := bundle.CheckSecretPlaceholders(files)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +53,7 @@ func fillSecrets(files bundle.Files, secrets SecretSource) (map[string][]byte, e
 		if secrets == nil {
 			return nil, fmt.Errorf("bundle needs secret %s and no secret source was given", s.Ref)
 		}
-		v, err := secrets(m.Deployment, s.Ref)
+		v, err := secrets(deployment, s.Ref)
 		if err != nil {
 			return nil, err
 		}

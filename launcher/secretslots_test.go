@@ -128,6 +128,12 @@ func TestFillSecretsRefusesStrayPlaceholders(t *testing.T) {
 		"in another manifest grant": {bundle.ManifestFile, func(s string) string {
 			return strings.Replace(s, `"value": "/home/sandbox"`, `"value": "`+ph+`"`, 1)
 		}},
+		"in another manifest grant, JSON-escaped": {bundle.ManifestFile, func(s string) string {
+			return strings.Replace(s, `"value": "/home/sandbox"`, `"value": "\u0040\u0040paseo-secret:bob/x@@"`, 1)
+		}},
+		"in the manifest's deployment": {bundle.ManifestFile, func(s string) string {
+			return strings.Replace(s, `"deployment": "host-alice"`, `"deployment": "host-alice`+ph+`"`, 1)
+		}},
 	}
 	for name, c := range edits {
 		t.Run(name, func(t *testing.T) {
@@ -145,5 +151,20 @@ func TestFillSecretsRefusesStrayPlaceholders(t *testing.T) {
 				t.Errorf("looked up %v before refusing", src.asked)
 			}
 		})
+	}
+}
+
+// BenchmarkFillSecrets is what slot filling and the stray-placeholder
+// walk add to a launch (the golden api-key bundle).
+func BenchmarkFillSecrets(b *testing.B) {
+	files, err := bundle.Read(testbundle.Repo(b, "golden/host-pi-session-api-key"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	src := func(_, ref string) ([]byte, error) { return []byte("value-of-" + ref), nil }
+	for b.Loop() {
+		if _, err := fillSecrets(files, src); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
