@@ -305,7 +305,7 @@ func (s *scene) launch(t *testing.T, sb *testbundle.Scene) (launcher.Result, []b
 	var out, errb bytes.Buffer
 	res, err := launcher.Launch(context.Background(), launcher.Options{
 		BundleDir: sb.Bundle, StateRoot: sb.State, RunscPath: sb.Runsc,
-		Secrets: func(string) ([]byte, error) { return []byte("fake-api-key"), nil },
+		Secrets: func(_, _ string) ([]byte, error) { return []byte("fake-api-key"), nil },
 		Stdin:   strings.NewReader(""), Stdout: &out, Stderr: &errb,
 		Uplink: s.world.Uplink, Pool: pool,
 		Resolve: func(_ context.Context, host string) ([]netip.Addr, error) {

@@ -123,7 +123,7 @@ func (s *scene) egressFlood(t *testing.T) OutsideAttack {
 		var errb bytes.Buffer
 		res, err := launcher.Launch(context.Background(), launcher.Options{
 			BundleDir: sb.Bundle, StateRoot: sb.State, RunscPath: sb.Runsc, NetCaps: caps,
-			Secrets: func(string) ([]byte, error) { return []byte("fake-api-key"), nil },
+			Secrets: func(_, _ string) ([]byte, error) { return []byte("fake-api-key"), nil },
 			Stdin:   strings.NewReader(""), Stdout: w, Stderr: &errb,
 			Uplink: s.world.Uplink, Pool: pool,
 			Resolve: func(_ context.Context, host string) ([]netip.Addr, error) {

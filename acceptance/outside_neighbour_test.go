@@ -193,7 +193,7 @@ func (s *scene) launchWith(ctx context.Context, t *testing.T, sb *testbundle.Sce
 	var out, errb bytes.Buffer
 	res, err := launcher.Launch(ctx, launcher.Options{
 		BundleDir: sb.Bundle, StateRoot: state, RunscPath: sb.Runsc,
-		Secrets: func(string) ([]byte, error) { return []byte("fake-api-key"), nil },
+		Secrets: func(_, _ string) ([]byte, error) { return []byte("fake-api-key"), nil },
 		Stdin:   strings.NewReader(""), Stdout: &out, Stderr: &errb,
 		Uplink: s.world.Uplink, Pool: neighbourPool, OnNetwork: onNet,
 		Resolve: func(_ context.Context, host string) ([]netip.Addr, error) {

@@ -32,8 +32,9 @@ func newLaunch(g *globals) *cobra.Command {
 		Use:   "launch DIR",
 		Short: "Run a compiled bundle under the pinned runsc (root)",
 		Long: `Launch runs preflight checks, copies the bundle into a private run dir with
-its secret placeholders replaced (from --secrets-dir, one root-owned 0600
-file per secretRef), runs it under runsc with fixed flags while owning its
+its two secret slots filled (the credential env and the MCP bearer) from
+--secrets-dir, <dir>/<deployment>/<secretRef> with the deployment from the
+verified manifest, runs it under runsc with fixed flags while owning its
 stdio, enforces wall time and output limits, and tears everything down.
 When the sandbox cannot be enforced it exits 4 (sandbox-unavailable) and
 nothing runs. The agent's own exit code is returned otherwise.`,
@@ -67,7 +68,7 @@ nothing runs. The agent's own exit code is returned otherwise.`,
 	f.StringVar(&o.ID, "id", "", "container id (default: a fresh random id)")
 	f.StringVar(&o.StateRoot, "state-root", launcher.DefaultStateRoot, "private state: run dirs and the runsc root")
 	f.StringVar(&o.RunscPath, "runsc", defaultRunsc(), "the pinned runsc binary (with <path>.sha256 beside it)")
-	f.StringVar(&secretsDir, "secrets-dir", "", "root-only directory holding one file per secretRef")
+	f.StringVar(&secretsDir, "secrets-dir", "", "root-only directory holding <deployment-id>/<secretRef> files (root-owned, 0600)")
 	f.StringVar(&o.Uplink, "uplink-netns", "", "network namespace (path) the sandbox veth peers live in, for network mode sandbox (default: this process's)")
 	return cmd
 }

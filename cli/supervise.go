@@ -64,7 +64,7 @@ sandbox through the protocol, or use kill/gc, to stop it.`,
 	f.IntVar(&cfg.SocketGID, "socket-group", 0, "numeric group allowed to connect (the socket is 0660 root:GROUP)")
 	f.StringVar(&cfg.StateRoot, "state-root", filepath.Join(launcher.DefaultStateRoot, "state"), "private state: bundles, run dirs, runsc root, spill files (not the socket's directory)")
 	f.StringVar(&cfg.RunscPath, "runsc", defaultRunsc(), "the pinned runsc binary")
-	f.StringVar(&secretsDir, "secrets-dir", "", "root-only directory holding one file per secretRef")
+	f.StringVar(&secretsDir, "secrets-dir", "", "root-only directory holding <deployment-id>/<secretRef> files (root-owned, 0600)")
 	f.StringVar(&cfg.Uplink, "uplink-netns", "", "network namespace (path) sandbox veth peers live in (default: this process's)")
 	f.DurationVar(&cfg.HolderLinger, "holder-linger", 24*time.Hour, "how long an ended sandbox's unread output waits for a daemon, after the last connection, before its holder exits")
 	return cmd

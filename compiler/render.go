@@ -241,16 +241,9 @@ func renderMCPConfig(plan *grant.Plan) ([]byte, bool, error) {
 	}
 	u := url.URL{Scheme: "http", Host: net.JoinHostPort(gatewayName, strconv.Itoa(route.Port)), Path: path,
 		RawQuery: url.Values{"callerAgentId": {agent}}.Encode()}
-	type server struct {
-		URL     string            `json:"url"`
-		Headers map[string]string `json:"headers"`
-		Auth    bool              `json:"auth"`
-		OAuth   bool              `json:"oauth"`
-	}
-	doc := struct {
-		Servers map[string]server `json:"mcpServers"`
-	}{Servers: map[string]server{"paseo": {URL: u.String(), Auth: false, OAuth: false,
-		Headers: map[string]string{"Authorization": "Bearer " + secretPrefix + tokenRef + secretSuffix}}}}
+	// The launcher fills exactly this header of exactly this server.
+	doc := bundle.MCPConfig{Servers: map[string]bundle.MCPServer{bundle.MCPServerName: {URL: u.String(), Auth: false, OAuth: false,
+		Headers: map[string]string{bundle.MCPBearerHeader: bundle.MCPBearerPrefix + SecretPlaceholder(tokenRef)}}}}
 	out, err := bundle.Marshal(doc)
 	return out, true, err
 }

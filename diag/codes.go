@@ -10,6 +10,7 @@ const (
 	SchemaInvalid     Code = "PP-SCHEMA-INVALID"       // a value of the wrong type or outside its constraint
 	SchemaIncomplete  Code = "PP-SCHEMA-INCOMPLETE"    // a required field is missing
 	SecretInFacts     Code = "PP-SECRET-IN-FACTS"      // something that looks like a secret value, not a reference
+	SecretMarker      Code = "PP-SECRET-MARKER"        // an input string holds the secret placeholder marker @@paseo-secret:
 	ProfileUnknown    Code = "PP-PROFILE-UNKNOWN"      // facts name a profile that is not embedded
 	ProfileInvalid    Code = "PP-PROFILE-INVALID"      // an embedded profile breaks the profile schema
 	DeploymentUnknown Code = "PP-DEPLOYMENT-UNKNOWN"   // deployment.id is not in the registry

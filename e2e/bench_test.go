@@ -370,7 +370,7 @@ var secretRef = regexp.MustCompile(`@@paseo-secret:([^@]+)@@`)
 
 func fillSecrets(tb testing.TB, s string) string {
 	return secretRef.ReplaceAllStringFunc(s, func(m string) string {
-		v, err := secrets(secretRef.FindStringSubmatch(m)[1])
+		v, err := secrets("host-alice", secretRef.FindStringSubmatch(m)[1])
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -379,7 +379,11 @@ func (e *env) requests() []fakemodel.Recorded {
 	return e.fm.Requests()
 }
 
-func secrets(ref string) ([]byte, error) {
+// secrets holds the reference deployment's secrets only.
+func secrets(deployment, ref string) ([]byte, error) {
+	if deployment != "host-alice" {
+		return nil, fmt.Errorf("unknown deployment %s", deployment)
+	}
 	switch ref {
 	case "alice/fake-llm":
 		return []byte(apiKey), nil

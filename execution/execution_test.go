@@ -39,7 +39,7 @@ func cases(t *testing.T) []backendCase {
 		{name: "oci", b: OCI{}, other: Spec{Command: &Command{Argv: []string{"/bin/true"}}},
 			start: func(t *testing.T, script string) Process {
 				sc := testbundle.New(t, testbundle.Options{Argv: testbundle.Script(script)})
-				oci := OCI{StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: func(string) ([]byte, error) { return []byte("k"), nil }}
+				oci := OCI{StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: func(_, _ string) ([]byte, error) { return []byte("k"), nil }}
 				p, err := oci.Start(context.Background(), Spec{Bundle: sc.Bundle})
 				if err != nil {
 					t.Fatal(err)

@@ -421,17 +421,17 @@ func newRunDir(stateRoot, id string) (*runDir, error) {
 	return &runDir{dir: dir}, nil
 }
 
-// materialize writes the bundle into the run dir with secret placeholders
-// replaced; the reviewed bundle itself is never modified.
+// materialize writes the bundle into the run dir with its secret slots
+// filled (secretslots.go); the reviewed bundle itself is never modified.
 func (r *runDir) materialize(files bundle.Files, secrets SecretSource) error {
+	filled, err := fillSecrets(files, secrets)
+	if err != nil {
+		return err
+	}
 	for _, name := range bundle.SecretFiles {
-		data, ok := files[name]
+		out, ok := filled[name]
 		if !ok {
 			continue
-		}
-		out, err := injectSecrets(data, secrets)
-		if err != nil {
-			return err
 		}
 		// config.json is read by runsc as root; the MCP config by the agent
 		// through the gofer, so it is readable inside the sandbox. The run

@@ -54,8 +54,8 @@ func (s *sandbox) launch(t *testing.T, secrets SecretSource) (Result, string, st
 }
 
 func staticSecret(v string) SecretSource {
-	return func(ref string) ([]byte, error) {
-		if ref != "alice/fake-llm" {
+	return func(deployment, ref string) ([]byte, error) {
+		if deployment != "host-alice" || ref != "alice/fake-llm" {
 			return nil, errors.New("unknown secret " + ref)
 		}
 		return []byte(v), nil

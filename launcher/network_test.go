@@ -210,11 +210,11 @@ func TestLaunchMCPRoute(t *testing.T) {
 		FactsPatch:    fmt.Sprintf(`{"mcp":{"agentsURL":"http://127.0.0.1:%d/mcp/agents"}}`, port)})
 	s := &sandbox{host: sc.Host, bundle: sc.Bundle, state: sc.State, runsc: sc.Runsc, uplink: world.Uplink,
 		resolve: func(context.Context, string) ([]netip.Addr, error) { return []netip.Addr{model.Addr}, nil }}
-	secrets := func(ref string) ([]byte, error) {
-		if ref == "paseo/mcp-token" {
+	secrets := func(deployment, ref string) ([]byte, error) {
+		if deployment == "host-alice" && ref == "paseo/mcp-token" {
 			return []byte("run-token"), nil
 		}
-		return staticSecret("v")(ref)
+		return staticSecret("v")(deployment, ref)
 	}
 	res, out, stderr, err := s.launch(t, secrets)
 	if err != nil {

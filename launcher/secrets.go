@@ -2,129 +2,144 @@ package launcher
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
-	"slices"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
-	"paseo.dev/paseo-policy/bundle"
 	"paseo.dev/paseo-policy/internal/pathform"
 )
 
-// SecretSource returns the value of a secret by reference.
-type SecretSource func(ref string) ([]byte, error)
+// SecretSource returns the value of secret ref of one deployment. The
+// deployment is part of the lookup: a ref means nothing outside the
+// deployment whose facts name it, so deployment A's facts naming B's ref
+// find nothing. The launcher wipes the returned bytes once they are in
+// its private copy, so a source returns a fresh slice on every call.
+type SecretSource func(deployment, ref string) ([]byte, error)
 
-// SecretsDir reads secret <ref> from the file dir/<ref>. The file must be
-// owned by root and unreadable by group and others, and is opened without
-// following symlinks.
+// deploymentID is schema/facts.cue's #ID: what the manifest's deployment
+// must look like before it names a directory.
+var deploymentID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+
+// ErrSecretUnknown means the deployment has no secret by that ref. Its
+// message names the ref asked for and nothing else the directory holds.
+var ErrSecretUnknown = errors.New("no such secret in this deployment")
+
+// SecretsDir reads secret <ref> of deployment <d> from the file
+// dir/<d>/<ref>. Each step is opened beneath the one before it with
+// openat2 (no symlinks, no magic links, no ..) and checked on the
+// descriptor: every directory root-owned and not writable by group or
+// others, the secret a regular root-owned file with mode 0600 or stricter.
+// Errors name the deployment and ref, never a value or another ref.
 func SecretsDir(dir string) SecretSource {
-	return func(ref string) ([]byte, error) {
-		if code, _ := pathform.Check("/" + ref); code != "" {
-			return nil, fmt.Errorf("secret reference is not a clean relative name")
+	return func(deployment, ref string) ([]byte, error) {
+		if !deploymentID.MatchString(deployment) || deployment == "." || deployment == ".." {
+			return nil, fmt.Errorf("deployment %q is not a valid deployment id for the secrets dir", deployment)
 		}
-		dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if code, _ := pathform.Check("/" + ref); code != "" || ref == "" {
+			return nil, fmt.Errorf("secret reference %q of deployment %s is not a clean relative name", ref, deployment)
+		}
+		top, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return nil, fmt.Errorf("secrets dir: %w", err)
 		}
-		defer unix.Close(dfd)
-		fd, err := unix.Openat2(dfd, ref, &unix.OpenHow{
-			Flags:   unix.O_RDONLY | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("secret %s: %w", ref, err)
+		defer unix.Close(top)
+		if err := checkSecretsDirFD(top, "the secrets dir"); err != nil {
+			return nil, err
 		}
-		f := os.NewFile(uintptr(fd), filepath.Join(dir, ref))
+		fd, err := openSecret(top, deployment, ref)
+		if err != nil {
+			return nil, err
+		}
+		f := os.NewFile(uintptr(fd), "secret")
 		defer f.Close()
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
 			return nil, err
 		}
 		if st.Uid != 0 || st.Mode&0o077 != 0 || st.Mode&unix.S_IFMT != unix.S_IFREG {
-			return nil, fmt.Errorf("secret %s must be a regular file owned by root with mode 0600 or stricter", ref)
+			return nil, fmt.Errorf("secret %s of deployment %s must be a regular file owned by root with mode 0600 or stricter", ref, deployment)
 		}
-		data, err := readAll(f)
+		var buf bytes.Buffer
+		if _, err := buf.ReadFrom(f); err != nil {
+			return nil, fmt.Errorf("secret %s of deployment %s: reading: %w", ref, deployment, err)
+		}
+		return bytes.TrimRight(buf.Bytes(), "\r\n"), nil
+	}
+}
+
+// openSecret walks deployment/ref one component at a time from the
+// secrets dir, checking each directory on its descriptor, and returns the
+// secret opened read-only.
+func openSecret(top int, deployment, ref string) (int, error) {
+	parts := append([]string{deployment}, strings.Split(ref, "/")...)
+	cur := top
+	defer func() {
+		if cur != top {
+			unix.Close(cur)
+		}
+	}()
+	for i, name := range parts {
+		last := i == len(parts)-1
+		flags := unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC
+		if last {
+			flags = unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
+		}
+		fd, err := unix.Openat2(cur, name, &unix.OpenHow{Flags: uint64(flags),
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
 		if err != nil {
-			return nil, err
+			return -1, secretOpenError(deployment, ref, i, err)
 		}
-		return bytes.TrimRight(data, "\r\n"), nil
+		if last {
+			return fd, nil
+		}
+		what := "the directory of secret " + ref + " of deployment " + deployment
+		if i == 0 {
+			what = "the secrets dir of deployment " + deployment
+		}
+		if err := checkSecretsDirFD(fd, what); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+		if cur != top {
+			unix.Close(cur)
+		}
+		cur = fd
 	}
+	return -1, fmt.Errorf("secret %s of deployment %s: empty reference", ref, deployment)
 }
 
-func readAll(f *os.File) ([]byte, error) {
-	var buf bytes.Buffer
-	_, err := buf.ReadFrom(f)
-	return buf.Bytes(), err
-}
-
-// placeholder matches the compiler's secret placeholder.
-var placeholder = regexp.MustCompile(`@@paseo-secret:([a-z0-9][a-z0-9._/-]{0,127})@@`)
-
-// SecretRefs lists, sorted and once each, the secret references the
-// bundle's placeholders name: what a launch will ask its SecretSource for.
-func SecretRefs(files bundle.Files) []string {
-	var refs []string
-	for _, name := range bundle.SecretFiles {
-		for _, m := range placeholder.FindAllSubmatch(files[name], -1) {
-			refs = append(refs, string(m[1]))
-		}
+// secretOpenError says which step failed without listing the directory:
+// a missing deployment dir or ref is ErrSecretUnknown; a symlink, an
+// escape or a file where a directory belongs is refused as such.
+func secretOpenError(deployment, ref string, step int, err error) error {
+	switch {
+	case errors.Is(err, unix.ENOENT) && step == 0:
+		return fmt.Errorf("secret %s: the secrets dir has no directory for deployment %s: %w", ref, deployment, ErrSecretUnknown)
+	case errors.Is(err, unix.ENOENT):
+		return fmt.Errorf("secret %s of deployment %s: %w", ref, deployment, ErrSecretUnknown)
+	case errors.Is(err, unix.ELOOP):
+		return fmt.Errorf("secret %s of deployment %s: a symlink on the way is refused", ref, deployment)
+	case errors.Is(err, unix.EXDEV):
+		return fmt.Errorf("secret %s of deployment %s: a path escaping the deployment dir is refused", ref, deployment)
+	case errors.Is(err, unix.ENOTDIR):
+		return fmt.Errorf("secret %s of deployment %s: a file where a directory belongs", ref, deployment)
 	}
-	slices.Sort(refs)
-	return slices.Compact(refs)
+	return fmt.Errorf("secret %s of deployment %s: %w", ref, deployment, err)
 }
 
-// injectSecrets replaces every placeholder in config.json. A missing secret
-// is an error: a sandbox never starts with a placeholder for a credential.
-// Errors name the reference, never a value.
-func injectSecrets(cfg []byte, secrets SecretSource) ([]byte, error) {
-	var firstErr error
-	out := placeholder.ReplaceAllFunc(cfg, func(m []byte) []byte {
-		ref := string(placeholder.FindSubmatch(m)[1])
-		if secrets == nil {
-			if firstErr == nil {
-				firstErr = fmt.Errorf("bundle needs secret %s and no secret source was given", ref)
-			}
-			return m
-		}
-		v, err := secrets(ref)
-		if err != nil {
-			if firstErr == nil {
-				firstErr = err
-			}
-			return m
-		}
-		if !validEnvValue(v) {
-			if firstErr == nil {
-				firstErr = fmt.Errorf("secret %s contains characters that cannot go in an environment variable", ref)
-			}
-			return m
-		}
-		return jsonEscape(v)
-	})
-	return out, firstErr
-}
-
-func validEnvValue(v []byte) bool {
-	for _, c := range v {
-		if c < 0x20 || c == 0x7f {
-			return false
-		}
+// checkSecretsDirFD refuses a directory someone other than root could
+// change: whoever can write it can put any file at any ref.
+func checkSecretsDirFD(fd int, what string) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	return len(v) > 0
-}
-
-// jsonEscape escapes a value for a JSON string body.
-func jsonEscape(v []byte) []byte {
-	var b bytes.Buffer
-	for _, c := range v {
-		switch c {
-		case '"', '\\':
-			b.WriteByte('\\')
-		}
-		b.WriteByte(c)
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != 0 || st.Mode&0o022 != 0 {
+		return fmt.Errorf("%s must be a directory owned by root and not writable by group or others", what)
 	}
-	return b.Bytes()
+	return nil
 }

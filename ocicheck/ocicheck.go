@@ -76,6 +76,9 @@ func Dir(dir string, opts Options) (Result, error) {
 func Files(files bundle.Files, dir string, opts Options) Result {
 	var r Result
 	r.run("digests", files.Verify())
+	// The launcher fills two slots and refuses a placeholder anywhere else.
+	_, _, err := bundle.CheckSecretPlaceholders(files)
+	r.run("secret-placeholders", err)
 	var spec specs.Spec
 	dec := json.NewDecoder(bytes.NewReader(files[bundle.ConfigFile]))
 	dec.DisallowUnknownFields()

@@ -67,6 +67,7 @@ func TestBrokenBundlesAreRefused(t *testing.T) {
 		"bad-type":    {`"ociVersion": "1.3.0"`, `"ociVersion": 13`, "decode"},
 		"schema-type": {`"type": "RLIMIT_CORE"`, `"type": "core"`, "json-schema"},
 		"annotation":  {`"hostname":`, `"annotations": {"dev.gvisor.spec.mount.x.share": "shared"}, "hostname":`, "invariant/no-gvisor-annotations"},
+		"placeholder": {`"--mode",`, `"--mode", "@@paseo-secret:alice/fake-llm@@",`, "secret-placeholders"},
 		"erofs-rw":    {`"mounts": [`, `"mounts": [{"destination": "/opt", "type": "erofs", "source": "/srv/opt.erofs", "options": ["rw", "nosuid", "nodev"]}, `, "invariant/mounts"},
 	}
 	for name, tc := range cases {

@@ -111,7 +111,7 @@ func (ld *Loader) Facts(in Input) (*Facts, diag.List) {
 // Registry decodes and checks one Registry input.
 func (ld *Loader) Registry(in Input) (*Registry, diag.List) {
 	var r Registry
-	ds := ld.load(in, "#Registry", authorityPrecheck, &r)
+	ds := ld.load(in, "#Registry", registryPrecheck, &r)
 	if len(ds) > 0 {
 		return nil, ds
 	}

@@ -17,6 +17,7 @@ import (
 // authority the compiler never grants.
 func factsPrecheck(raw any, l *diag.List) {
 	authorityPrecheck(raw, l)
+	markerPrecheck(raw, l)
 	walk(raw, "", func(p string, key string, v any) {
 		s, ok := v.(string)
 		if !ok {
@@ -32,6 +33,32 @@ func factsPrecheck(raw any, l *diag.List) {
 			l.Addf(diag.SecretInFacts, p, "looks like a secret value (%s); facts carry only references such as secretRef", reason)
 		}
 	})
+}
+
+// secretMarker opens the placeholder the compiler writes for a secret
+// (bundle.SecretMarker; compiler tests hold the two equal).
+const secretMarker = "@@paseo-secret:"
+
+// markerPrecheck refuses the placeholder marker in any input string, keys
+// included. Only the compiler writes placeholders, in two places it
+// chooses; a marker in a model id or a path would otherwise reach argv or
+// a mount, and a launcher that substituted it would put a secret there.
+func markerPrecheck(raw any, l *diag.List) {
+	walk(raw, "", func(p string, key string, v any) {
+		if strings.Contains(key, secretMarker) {
+			l.Addf(diag.SecretMarker, p, "a field name holds the secret placeholder marker %q; only the compiler writes placeholders", secretMarker)
+		}
+		if s, ok := v.(string); ok && strings.Contains(s, secretMarker) {
+			l.Addf(diag.SecretMarker, p, "holds the secret placeholder marker %q; only the compiler writes placeholders, where it puts a secret", secretMarker)
+		}
+	})
+}
+
+// registryPrecheck: the operator's registry gets the same authority and
+// marker checks as the facts.
+func registryPrecheck(raw any, l *diag.List) {
+	authorityPrecheck(raw, l)
+	markerPrecheck(raw, l)
 }
 
 // pathFields are the facts that name paths; their form is checked here,

@@ -182,8 +182,9 @@ func (h *holder) run(ready *os.File) int {
 	defer os.Remove(holderSocket(h.spec.StateRoot, h.spec.ID))
 	pins, secrets := h.spec.Pins, h.spec.Secrets
 	backend := execution.OCI{StateRoot: h.spec.StateRoot, RunscPath: h.spec.RunscPath, Uplink: h.spec.Uplink,
-		Secrets: func(ref string) ([]byte, error) {
-			if v, ok := secrets[ref]; ok {
+		Secrets: func(deployment, ref string) ([]byte, error) {
+			// The supervisor resolved these for this holder's deployment only.
+			if v, ok := secrets[ref]; ok && deployment == h.spec.Deployment {
 				return v, nil
 			}
 			return nil, fmt.Errorf("secret %s was not resolved by the supervisor", ref)

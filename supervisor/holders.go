@@ -63,11 +63,24 @@ func (s *Server) prepare(spec *holderSpec) *Error {
 	if err != nil {
 		return fail(ErrInternal, "bundle: %v", err)
 	}
-	for _, ref := range launcher.SecretRefs(files) {
+	m, err := files.Manifest()
+	if err != nil {
+		return fail(ErrInternal, "bundle: %v", err)
+	}
+	if m.Deployment != spec.Deployment {
+		return fail(ErrInternal, "bundle compiled for deployment %q, the sandbox is %q's", m.Deployment, spec.Deployment)
+	}
+	refs, err := launcher.SecretRefs(files)
+	if err != nil {
+		return fail(ErrUnavailable, "%v", err)
+	}
+	// Secrets are looked up in the deployment the peer is bound to and the
+	// facts name (create checked both), never in another's.
+	for _, ref := range refs {
 		if s.cfg.Secrets == nil {
 			return fail(ErrUnavailable, "the bundle needs secret %s and the supervisor has no secret source", ref)
 		}
-		v, err := s.cfg.Secrets(ref)
+		v, err := s.cfg.Secrets(spec.Deployment, ref)
 		if err != nil {
 			return fail(ErrUnavailable, "%v", err)
 		}

@@ -62,7 +62,7 @@ func newFixture(t *testing.T, turnMS int) *fixture {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	f := &fixture{sc: sc, socket: filepath.Join(dir, "supervisor.sock")}
 	f.cfg = Config{Registry: schema.Input{Name: "registry.json", Data: sc.Registry}, Socket: f.socket, SocketGID: socketGID,
-		StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: func(string) ([]byte, error) { return []byte("test-key"), nil }}
+		StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: func(_, _ string) ([]byte, error) { return []byte("test-key"), nil }}
 	f.sweepHolders(t)
 	f.start(t)
 	return f
@@ -531,11 +531,13 @@ func (f *fixture) supervisorProcess(t *testing.T) *exec.Cmd {
 	dir := t.TempDir()
 	regFile, secrets := filepath.Join(dir, "registry.json"), filepath.Join(dir, "secrets")
 	write(t, regFile, string(f.sc.Registry))
+	// One directory per deployment: <secrets>/<deployment>/<ref>.
 	for _, ref := range []string{"alice/fake-llm", "paseo/mcp-token"} {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(secrets, ref)), 0o700); err != nil {
+		p := filepath.Join(secrets, "host-alice", ref)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(secrets, ref), []byte("test-key\n"), 0o600); err != nil {
+		if err := os.WriteFile(p, []byte("test-key\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -613,7 +615,7 @@ func TestDockerTopology(t *testing.T) {
 	}
 	f := &fixture{sc: sc, socket: filepath.Join(dir, "supervisor.sock")}
 	f.cfg = Config{Registry: schema.Input{Name: "registry.json", Data: sc.Registry}, Socket: f.socket, SocketGID: socketGID,
-		StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: func(string) ([]byte, error) { return []byte("test-key"), nil }}
+		StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: func(_, _ string) ([]byte, error) { return []byte("test-key"), nil }}
 	f.sweepHolders(t)
 	f.start(t)
 	c := f.dial(t)

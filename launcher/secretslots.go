@@ -1,0 +1,141 @@
+package launcher
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	rspec "github.com/opencontainers/runtime-spec/specs-go"
+
+	"paseo.dev/paseo-policy/bundle"
+)
+
+// SecretRefs lists, sorted and once each, the refs the bundle's slots
+// name: what a launch asks its SecretSource for (with the manifest's
+// deployment).
+func SecretRefs(files bundle.Files) ([]string, error) {
+	slots, err := bundle.SecretSlots(files)
+	if err != nil {
+		return nil, err
+	}
+	var refs []string
+	for _, s := range slots {
+		refs = append(refs, s.Ref)
+	}
+	slices.Sort(refs)
+	return slices.Compact(refs), nil
+}
+
+// ErrStrayPlaceholder is bundle.ErrStrayPlaceholder: a launch refused for
+// a placeholder where the compiler puts none.
+var ErrStrayPlaceholder = bundle.ErrStrayPlaceholder
+
+// fillSecrets returns the private copies of config.json and (when the
+// bundle has one) files/mcp.json with exactly the slots filled, after
+// refusing any placeholder marker anywhere else in the bundle. Secrets are
+// looked up in the manifest's deployment. Errors name refs, never values.
+func fillSecrets(files bundle.Files, secrets SecretSource) (map[string][]byte, error) {
+	deployment, slots, err := bundle.CheckSecretPlaceholders(files)
+	if err != nil {
+		return nil, err
+	}
+	values := map[string][]byte{}
+	defer func() {
+		for _, v := range values {
+			clear(v)
+		}
+	}()
+	for _, s := range slots {
+		if _, ok := values[s.Ref]; ok {
+			continue
+		}
+		if secrets == nil {
+			return nil, fmt.Errorf("bundle needs secret %s and no secret source was given", s.Ref)
+		}
+		v, err := secrets(deployment, s.Ref)
+		if err != nil {
+			return nil, err
+		}
+		values[s.Ref] = v
+		if !validSecretValue(v) {
+			return nil, fmt.Errorf("secret %s contains characters that cannot go in an environment variable or a header", s.Ref)
+		}
+	}
+	out := map[string][]byte{}
+	if out[bundle.ConfigFile], err = fillConfig(files[bundle.ConfigFile], slots, values); err != nil {
+		return nil, err
+	}
+	if mcp, ok := files[bundle.MCPConfigFile]; ok {
+		if out[bundle.MCPConfigFile], err = fillMCP(mcp, slots, values); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// fillConfig sets the credential's env entry in the typed spec. The entry
+// must be there exactly once, as the compiler wrote it.
+func fillConfig(cfg []byte, slots []bundle.SecretSlot, values map[string][]byte) ([]byte, error) {
+	var spec rspec.Spec
+	if err := json.Unmarshal(cfg, &spec); err != nil {
+		return nil, fmt.Errorf("%s: %w", bundle.ConfigFile, err)
+	}
+	filled := false
+	for _, s := range slots {
+		if s.Kind != bundle.SlotCredentialEnv {
+			continue
+		}
+		if spec.Process == nil {
+			return nil, fmt.Errorf("%s has no process for the credential's env entry", bundle.ConfigFile)
+		}
+		want, n := s.Env+"="+s.Placeholder(), 0
+		for i, e := range spec.Process.Env {
+			if e == want {
+				spec.Process.Env[i] = s.Env + "=" + string(values[s.Ref])
+				n++
+			}
+		}
+		if n != 1 {
+			return nil, fmt.Errorf("%s carries the credential's env entry %s %d times, not once", bundle.ConfigFile, s.Env, n)
+		}
+		filled = true
+	}
+	if !filled {
+		return cfg, nil
+	}
+	return bundle.Marshal(&spec)
+}
+
+// fillMCP sets the bearer of the one server the compiler writes.
+func fillMCP(data []byte, slots []bundle.SecretSlot, values map[string][]byte) ([]byte, error) {
+	i := slices.IndexFunc(slots, func(s bundle.SecretSlot) bool { return s.Kind == bundle.SlotMCPBearer })
+	if i < 0 {
+		return data, nil // refuseStrayMarkers saw no placeholder in it
+	}
+	s := slots[i]
+	var doc bundle.MCPConfig
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", bundle.MCPConfigFile, err)
+	}
+	srv, ok := doc.Servers[bundle.MCPServerName]
+	if !ok || len(doc.Servers) != 1 || srv.Headers[bundle.MCPBearerHeader] != bundle.MCPBearerPrefix+s.Placeholder() {
+		return nil, fmt.Errorf("%s is not the compiler's layout: one server %q with the bearer placeholder of %s", bundle.MCPConfigFile, bundle.MCPServerName, s.Ref)
+	}
+	srv.Headers[bundle.MCPBearerHeader] = bundle.MCPBearerPrefix + string(values[s.Ref])
+	doc.Servers[bundle.MCPServerName] = srv
+	return bundle.Marshal(&doc)
+}
+
+// validSecretValue: no control characters (a newline would end an env
+// entry's meaning for some readers and split an HTTP header), not empty.
+func validSecretValue(v []byte) bool {
+	for _, c := range v {
+		if c < 0x20 || c == 0x7f {
+			return false
+		}
+	}
+	return len(v) > 0
+}
