@@ -73,6 +73,9 @@ type Options struct {
 	// OnStart, when set, is called once runsc has started: from then on
 	// Launch only returns when the sandbox has ended.
 	OnStart func()
+
+	// afterStaging, in tests, runs once the bind sources are staged.
+	afterStaging func(runDir string)
 }
 
 // Result is how a launch ended.
@@ -122,13 +125,16 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 		opts.Grace = 2 * time.Second
 	}
 	res = Result{ID: opts.ID}
-	report := preflight.Run(preflightOptions(opts))
-	if !report.OK() {
-		return res, &UnavailableError{Reason: report.Err().Error()}
-	}
+	// Read once: preflight verifies these bytes, and only these run.
 	files, err := bundle.Read(opts.BundleDir)
 	if err != nil {
 		return res, &UnavailableError{Reason: err.Error()}
+	}
+	pre := preflightOptions(opts)
+	pre.Bundle = files
+	report := preflight.Run(pre)
+	if !report.OK() {
+		return res, &UnavailableError{Reason: report.Err().Error()}
 	}
 	m, err := files.Manifest()
 	if err != nil {
@@ -174,6 +180,12 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 		return res, &UnavailableError{Reason: err.Error()}
 	}
 	spec := runtimeState{cgroupsPath: CgroupsPath(opts.ID), privateRoot: true}
+	if spec.binds, err = run.stageBinds(files); err != nil {
+		return res, &UnavailableError{Reason: err.Error()}
+	}
+	if opts.afterStaging != nil {
+		opts.afterStaging(run.dir)
+	}
 	if eg.Mode == "sandbox" {
 		net, err := sandboxnet.Setup(ctx, sandboxnet.Config{ID: opts.ID, Egress: *eg, StateDir: filepath.Join(opts.StateRoot, "net"),
 			Uplink: opts.Uplink, Pool: opts.Pool, Resolve: opts.Resolve})
@@ -456,8 +468,7 @@ func (r *runDir) writeFile(name string, data []byte, mode os.FileMode) error {
 
 func (r *runDir) remove() {
 	r.unmountRoot()
-	unmountBeneath(r.dir)
-	_ = os.RemoveAll(r.dir)
+	_ = removeRunDir(r.dir) // what it cannot remove, gc reports
 }
 
 // runsc drives the pinned binary with fixed flags only.

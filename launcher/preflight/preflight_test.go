@@ -493,7 +493,8 @@ func writeBundle(t *testing.T, dir string, config []byte, pins []bundle.Pin) {
 		t.Fatal(err)
 	}
 	if pins != nil {
-		if files[bundle.PinsFile], err = bundle.Marshal(pins); err != nil {
+		doc := bundle.Pins{APIVersion: bundle.APIVersion, Kind: bundle.PinsKind, Manifest: bundle.Digest(files[bundle.ManifestFile]), Pins: pins}
+		if files[bundle.PinsFile], err = bundle.Marshal(doc); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -508,7 +509,7 @@ func pinOf(t *testing.T, dest, source string) bundle.Pin {
 	if err := unix.Lstat(source, &st); err != nil {
 		t.Fatal(err)
 	}
-	return bundle.Pin{Destination: dest, Source: source, Dev: st.Dev, Ino: st.Ino, Kind: string(pathsafe.KindOf(st.Mode))}
+	return bundle.Pin{Destination: dest, Source: source, Root: filepath.Dir(source), Dev: st.Dev, Ino: st.Ino, Kind: string(pathsafe.KindOf(st.Mode))}
 }
 
 func TestIntactBundlePasses(t *testing.T) {
@@ -676,6 +677,21 @@ func TestMalformedPinsFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantErr(t, checkBundle(dir).pins, "pins.json")
+}
+
+// pins.json names the manifest it was compiled with: pins from another
+// compile are refused by the digest check and the pins check alike.
+func TestPinsFromAnotherCompileFail(t *testing.T) {
+	host := realTempDir(t)
+	dir, other := t.TempDir(), t.TempDir()
+	writeBundle(t, dir, minimalConfig(t, nil), []bundle.Pin{pinOf(t, "/workspace", host)})
+	writeBundle(t, other, minimalConfig(t, &specs.Hooks{}), []bundle.Pin{pinOf(t, "/workspace", host)})
+	if err := os.WriteFile(filepath.Join(dir, bundle.PinsFile), mustRead(t, filepath.Join(other, bundle.PinsFile)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := checkBundle(dir)
+	wantErr(t, r.digests, "pins from another compile are refused")
+	wantErr(t, r.pins, "pins from another compile are refused")
 }
 
 // ---- Run, Report ----
