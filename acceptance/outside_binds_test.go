@@ -37,8 +37,8 @@ import (
 // pinned source moved.
 //   - the daemon user (uid 1000, owner of its workspace root), exchanging
 //     the workspace with a symlink by renameat2(RENAME_EXCHANGE): in a free
-//     loop over many launches, and timed to the first mount a launch makes
-//     under the state root (visible in its own /proc/self/mountinfo);
+//     loop over many launches, and timed to the private overlay root a
+//     launch mounts after its checks (visible in its own /proc/self/mountinfo);
 //   - a neighbouring sandbox's agent whose read-write workspace holds this
 //     sandbox's cwd, flipping that directory with a symlink by rename only,
 //     through its gofer, while this sandbox launches again and again.
@@ -210,7 +210,8 @@ func startRacer(t *testing.T, bin string, b *bindScene, mode string) *racer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-mode", mode, "-a", filepath.Base(b.cwd), "-b", filepath.Base(b.cwd)+".evil", "-target", b.outside, "-watch", b.sb.State)
+	cmd := exec.Command(bin, "-mode", mode, "-a", filepath.Base(b.cwd), "-b", filepath.Base(b.cwd)+".evil", "-target", b.outside,
+		"-watch", b.sb.State, "-suffix", "/root/merged")
 	cmd.ExtraFiles = []*os.File{dir}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1000, Gid: 1000}}
 	in, _ := cmd.StdinPipe()
@@ -261,7 +262,7 @@ func daemonRace(t *testing.T, bin, mode string) OutsideAttack {
 	n := bindFreeLaunches
 	if mode == "timed" {
 		n = bindTimedLaunches
-		a.Evidence = "timed: one exchange the moment the launch's first mount under the state root shows in the attacker's own mountinfo"
+		a.Evidence = "timed: one exchange the moment the launch's private overlay root (<run>/root/merged, mounted after the sources are checked) shows in the attacker's own mountinfo"
 	} else {
 		a.Evidence = "free: exchanging in a loop for the whole run"
 	}

@@ -82,23 +82,26 @@ func checkNoHooks(config []byte) error {
 	return fmt.Errorf("%s has hooks (%s); hooks run on the host and are refused", bundle.ConfigFile, strings.Join(kinds, ", "))
 }
 
-// checkPins requires pins.json to belong to this bundle's manifest and,
-// with resolve, re-resolves every pinned bind source by path and requires
+// checkPins requires pins.json to belong to this bundle's manifest with one
+// pin per host bind (bundle.PinnedBinds) and, with resolve, re-resolves every pinned bind source by path and requires
 // the same device, inode and kind as at compile time, so a directory
 // renamed away and replaced (or swapped for a symlink) since compile is
 // reported. That is advice for doctor: only the launcher's check on the
 // descriptor it mounts holds for the launch (launcher/binds.go).
 func checkPins(files bundle.Files, resolve bool) (string, error) {
-	if _, ok := files[bundle.PinsFile]; !ok {
-		return "no " + bundle.PinsFile + ": the bundle pins no bind sources", nil
-	}
-	p, err := files.Pins()
+	pairs, err := files.PinnedBinds() // without pins.json, any host bind is refused
 	if err != nil {
 		return "", err
 	}
-	pins := p.Pins
+	if _, ok := files[bundle.PinsFile]; !ok {
+		return "no " + bundle.PinsFile + " and no bind with a host source", nil
+	}
 	if !resolve {
-		return fmt.Sprintf("%d pin(s) for this manifest; each is checked on the descriptor the launcher mounts", len(pins)), nil
+		return fmt.Sprintf("%d pin(s), one per host bind, for this manifest; each is checked on the descriptor the launcher mounts", len(pairs)), nil
+	}
+	pins := make([]bundle.Pin, len(pairs))
+	for i, bp := range pairs {
+		pins[i] = bp.Pin
 	}
 	var problems []string
 	for _, p := range pins {

@@ -468,6 +468,19 @@ func minimalConfig(t *testing.T, hooks *specs.Hooks) []byte {
 // the files actually written, as the compiler does.
 func writeBundle(t *testing.T, dir string, config []byte, pins []bundle.Pin) {
 	t.Helper()
+	if len(pins) > 0 { // one bind per pin, as the compiler writes them
+		var spec specs.Spec
+		if err := json.Unmarshal(config, &spec); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pins {
+			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: p.Destination, Type: "bind", Source: p.Source, Options: []string{"bind", "rw", "nosuid", "nodev"}})
+		}
+		var err error
+		if config, err = bundle.Marshal(spec); err != nil {
+			t.Fatal(err)
+		}
+	}
 	egress, err := bundle.Marshal(bundle.Egress{
 		APIVersion: bundle.APIVersion, Kind: "Egress", Mode: "none", Default: "deny", DNS: "pinned",
 		Rules: []bundle.EgressRule{}, Routes: []bundle.Route{},
@@ -692,6 +705,29 @@ func TestPinsFromAnotherCompileFail(t *testing.T) {
 	r := checkBundle(dir)
 	wantErr(t, r.digests, "pins from another compile are refused")
 	wantErr(t, r.pins, "pins from another compile are refused")
+}
+
+// A bind without a pin, or a pin without a bind, is reported by doctor and
+// by a launch's preflight alike.
+func TestUnpairedPinsFail(t *testing.T) {
+	host := realTempDir(t)
+	dir := t.TempDir()
+	writeBundle(t, dir, minimalConfig(t, nil), []bundle.Pin{pinOf(t, "/workspace", host)})
+	files, err := bundle.Read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := files.Pins()
+	p.Pins = append(p.Pins, pinOf(t, "/elsewhere", host))
+	files[bundle.PinsFile], _ = bundle.Marshal(p)
+	for _, resolve := range []bool{true, false} {
+		wantErr(t, checkBundleFiles(files, nil, dir, resolve).pins, "belongs to no bind")
+	}
+	p.Pins = nil
+	files[bundle.PinsFile], _ = bundle.Marshal(p)
+	for _, resolve := range []bool{true, false} {
+		wantErr(t, checkBundleFiles(files, nil, dir, resolve).pins, "has no pin")
+	}
 }
 
 // ---- Run, Report ----

@@ -4,8 +4,8 @@
 // (name -a) with a symlink to a host directory outside every root (name
 // -b, created here) by renameat2(RENAME_EXCHANGE), either in a loop until
 // stdin ends (-mode free) or once per "arm" line on stdin, as soon as a new
-// mount appears beneath -watch in its own /proc/self/mountinfo (-mode
-// timed; "restore" swaps back). It always leaves the workspace in place.
+// mount appears beneath -watch (ending in -suffix) in its own
+// /proc/self/mountinfo (-mode timed; "restore" swaps back). It always leaves the workspace in place.
 package main
 
 import (
@@ -27,6 +27,7 @@ func main() {
 	b := flag.String("b", "", "the symlink's name in the root")
 	target := flag.String("target", "", "where the symlink points")
 	watch := flag.String("watch", "", "timed: fire when a mount appears beneath this path")
+	suffix := flag.String("suffix", "", "timed: count only mount points ending in this")
 	flag.Parse()
 	if err := unix.Symlinkat(*target, dirFD, *b); err != nil && err != unix.EEXIST {
 		fail("symlink: %v", err)
@@ -69,9 +70,9 @@ func main() {
 		for in.Scan() {
 			switch in.Text() {
 			case "arm":
-				before := mountsBeneath(*watch)
+				before := mountsBeneath(*watch, *suffix)
 				deadline := time.Now().Add(20 * time.Second)
-				for mountsBeneath(*watch) <= before && time.Now().Before(deadline) {
+				for mountsBeneath(*watch, *suffix) <= before && time.Now().Before(deadline) {
 				}
 				if time.Now().After(deadline) {
 					fmt.Println("timeout") // the launch mounted nothing
@@ -94,15 +95,15 @@ func main() {
 	}
 }
 
-// mountsBeneath counts mount points beneath dir.
-func mountsBeneath(dir string) int {
+// mountsBeneath counts mount points beneath dir that end in suffix.
+func mountsBeneath(dir, suffix string) int {
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		fail("mountinfo: %v", err)
 	}
 	n := 0
 	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") && strings.HasSuffix(f[4], suffix) {
 			n++
 		}
 	}
