@@ -207,16 +207,50 @@ func removeRunDir(dir string) error {
 // mountsBeneath lists the mount points at or beneath dir in this mount
 // namespace.
 func mountsBeneath(dir string) []string {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	points, err := mountPoints()
 	if err != nil {
 		return []string{"/proc/self/mountinfo unreadable"}
 	}
 	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			out = append(out, f[4])
+	for _, p := range points {
+		if p == dir || strings.HasPrefix(p, dir+"/") {
+			out = append(out, p)
 		}
 	}
 	return out
+}
+
+// mountPoints lists this namespace's mount points in mount order, with
+// mountinfo's octal escapes (space, tab, newline, backslash) decoded: a
+// path that only matched escaped would otherwise look unmounted.
+func mountPoints() ([]string, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 {
+			out = append(out, unescapeMountinfo(f[4]))
+		}
+	}
+	return out, nil
+}
+
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/bundle"
 )
@@ -313,4 +314,34 @@ func TestBindPinsRefused(t *testing.T) {
 		wantUnavailable(t, err, "pins from another compile")
 		s.assertNotStarted(t)
 	})
+}
+
+// A run dir whose path mountinfo escapes (a space) is still unmounted
+// before it is removed, and what is bound there survives the removal.
+func TestRemoveRunDirUnmountsEscapedPaths(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test mounts and needs root")
+	}
+	dir := filepath.Join(t.TempDir(), "run dir\twith\\odd names")
+	src := t.TempDir()
+	writeMarker(t, src, "kept")
+	target := filepath.Join(dir, "binds", "0")
+	if err := os.MkdirAll(target, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := mountsBeneath(dir); len(got) != 1 || got[0] != target {
+		t.Fatalf("mounts beneath %q: %q", dir, got)
+	}
+	if err := removeRunDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("run dir not removed: %v", err)
+	}
+	if data, err := os.ReadFile(filepath.Join(src, "marker")); err != nil || string(data) != "kept\n" {
+		t.Errorf("the bind's source lost its contents: %q %v", data, err)
+	}
 }

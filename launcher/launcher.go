@@ -560,15 +560,11 @@ func (r *runsc) cleanup(id string) {
 }
 
 func unmountBeneath(root string) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return
-	}
+	points, _ := mountPoints()
 	var targets []string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && (f[4] == root || strings.HasPrefix(f[4], root+"/")) {
-			targets = append(targets, f[4])
+	for _, p := range points {
+		if p == root || strings.HasPrefix(p, root+"/") {
+			targets = append(targets, p)
 		}
 	}
 	for i := len(targets) - 1; i >= 0; i-- {
