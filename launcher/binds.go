@@ -110,11 +110,23 @@ func stageBind(p bundle.Pin, target string, readOnly bool) error {
 	if readOnly {
 		attr |= unix.MOUNT_ATTR_RDONLY
 	}
-	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: attr}); err != nil {
-		return fmt.Errorf("mount_setattr: %w", err)
+	setattr := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: attr})
+	if setattr != nil && !errors.Is(setattr, unix.ENOSYS) {
+		return fmt.Errorf("mount_setattr: %w", setattr)
 	}
 	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("move_mount: %w", err)
+	}
+	if setattr != nil {
+		// Kernels before 5.12 have no mount_setattr: remount the bind,
+		// which only root can reach in the 0700 run dir.
+		flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV)
+		if readOnly {
+			flags |= unix.MS_RDONLY
+		}
+		if err := unix.Mount("", target, "", flags, ""); err != nil {
+			return fmt.Errorf("remounting the staged bind nosuid,nodev: %w", err)
+		}
 	}
 	return nil
 }

@@ -182,6 +182,7 @@ func TestStagedBindsSurviveSwap(t *testing.T) {
 		t.Fatal(err)
 	}
 	outside := outsideDir(t, "outside")
+	reviewed := mustReadFile(t, filepath.Join(s.bundle, bundle.ConfigFile))
 	pins, err := bundle.Files{bundle.PinsFile: mustReadFile(t, filepath.Join(s.bundle, bundle.PinsFile)),
 		bundle.ManifestFile: mustReadFile(t, filepath.Join(s.bundle, bundle.ManifestFile))}.Pins()
 	if err != nil {
@@ -228,6 +229,9 @@ func TestStagedBindsSurviveSwap(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(outside, "written")); err == nil {
 		t.Error("the sandbox wrote into the symlink's target")
+	}
+	if !bytes.Equal(mustReadFile(t, filepath.Join(s.bundle, bundle.ConfigFile)), reviewed) || !bytes.Contains(reviewed, []byte(`"source": "`+ws+`"`)) {
+		t.Error("the reviewed config.json changed or no longer names the host source")
 	}
 	s.assertClean(t)
 }
