@@ -395,4 +395,3 @@ func (l *lineSignal) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
-
