@@ -94,12 +94,15 @@ type ImageRef struct {
 	Rootfs  string `json:"rootfs"`
 }
 
-// Pin is one resolved bind source's identity at compile time (pins.json).
+// Pin is one bind source's identity at compile time (pins.json, pins.go).
 // It describes host state, not policy, so it is kept out of the manifest:
-// the manifest stays a function of the inputs alone.
+// the manifest stays a function of the inputs alone. Root is the registered
+// root (a host path) the source lies beneath: the launcher opens the source
+// beneath it, as the compiler did.
 type Pin struct {
 	Destination string `json:"destination"`
 	Source      string `json:"source"`
+	Root        string `json:"root"`
 	Dev         uint64 `json:"dev"`
 	Ino         uint64 `json:"ino"`
 	Kind        string `json:"kind"`
@@ -209,6 +212,11 @@ func (f Files) Verify() error {
 		if got := Digest(data); got != want {
 			return fmt.Errorf("%s digest %s does not match the manifest's %s", name, got, want)
 		}
+	}
+	// pins.json is host state and not in the outputs; it is tied to this
+	// manifest instead (pins.go).
+	if _, err := f.Pins(); err != nil {
+		return err
 	}
 	for _, name := range f.Names() {
 		if name == ManifestFile || name == PinsFile {

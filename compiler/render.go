@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,14 +38,19 @@ func render(c *compilation, plan *grant.Plan) (bundle.Files, *bundle.Manifest, e
 	} else if ok {
 		files[bundle.MCPConfigFile] = mcp
 	}
-	if files[bundle.PinsFile], err = bundle.Marshal(c.renderPins()); err != nil {
-		return nil, nil, err
-	}
 	m, err := c.manifest(plan, files)
 	if err != nil {
 		return nil, nil, err
 	}
 	if files[bundle.ManifestFile], err = bundle.Marshal(m); err != nil {
+		return nil, nil, err
+	}
+	// pins.json names the manifest it belongs to, so it comes last.
+	pins, err := c.renderPins(plan, files[bundle.ManifestFile])
+	if err != nil {
+		return nil, nil, err
+	}
+	if files[bundle.PinsFile], err = bundle.Marshal(pins); err != nil {
 		return nil, nil, err
 	}
 	return files, m, nil
@@ -264,13 +270,24 @@ func renderResolv(plan *grant.Plan) []byte {
 	return []byte(b.String())
 }
 
-func (c *compilation) renderPins() []bundle.Pin {
-	pins := make([]bundle.Pin, 0, len(c.pins))
-	for _, s := range c.pins {
-		pins = append(pins, bundle.Pin{Destination: s.dest, Source: s.host, Dev: s.id.Dev, Ino: s.id.Ino, Kind: string(s.id.Kind)})
+// renderPins writes one pin per bind mount with a host source, from the
+// plan's mount grants (so a bind cannot go unpinned) and the identity its
+// source resolved to. A bind whose source was never resolved is a compiler
+// bug and fails the compile rather than a launch.
+func (c *compilation) renderPins(plan *grant.Plan, manifest []byte) (*bundle.Pins, error) {
+	out := &bundle.Pins{APIVersion: bundle.APIVersion, Kind: bundle.PinsKind, Manifest: bundle.Digest(manifest), Pins: []bundle.Pin{}}
+	for _, g := range plan.Of(grant.Mount) {
+		if g.Type != "bind" || slices.Contains(bundle.InternalSources, g.Source) {
+			continue
+		}
+		s, ok := c.src.resolved[g.Source]
+		if !ok {
+			return nil, fmt.Errorf("bind %s: source %s was never resolved beneath a root, so it cannot be pinned", g.Subject, g.Source)
+		}
+		out.Pins = append(out.Pins, bundle.Pin{Destination: g.Subject, Source: s.host, Root: s.root, Dev: s.id.Dev, Ino: s.id.Ino, Kind: string(s.id.Kind)})
 	}
-	sort.Slice(pins, func(i, j int) bool { return pins[i].Destination < pins[j].Destination })
-	return pins
+	sort.Slice(out.Pins, func(i, j int) bool { return out.Pins[i].Destination < out.Pins[j].Destination })
+	return out, nil
 }
 
 // manifest ties the bundle to its inputs. Input digests are over canonical

@@ -16,6 +16,9 @@ type source struct {
 	fact string
 	dest string
 	host string
+	// root is the registered root host lies beneath: the launcher opens
+	// the source beneath it again at launch (pins.json).
+	root string
 	id   pathsafe.Identity
 }
 
@@ -27,6 +30,8 @@ type sources struct {
 	dep    schema.Deployment
 	forbid []forbid
 	res    pathsafe.Resolver
+	// resolved holds every source resolved, by host path, for pins.json.
+	resolved map[string]source
 }
 
 // lexical reports a malformed fact path; ok is false when it was refused.
@@ -107,7 +112,12 @@ func (s *sources) resolve(fact, p, rootKind string, roots []string, kind pathsaf
 		s.diags.Addf(diag.PathType, fact, "is a %s; a %s is required", id.Kind, kind)
 		return source{}, false
 	}
-	return source{fact: fact, dest: p, host: host, id: id}, true
+	src := source{fact: fact, dest: p, host: host, root: rootOf(roots, host), id: id}
+	if s.resolved == nil {
+		s.resolved = map[string]source{}
+	}
+	s.resolved[host] = src
+	return src, true
 }
 
 // exists reports whether a path names an existing object. A path that fails

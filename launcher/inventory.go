@@ -243,8 +243,8 @@ func (inv Inventory) remove(rep *GCReport, id string, container bool, uplink str
 	rep.note("network of "+id, sandboxnet.Remove(filepath.Join(inv.StateRoot, "net"), id, uplink))
 	rep.note("cgroups of "+id, removeCgroups(id))
 	runDir := filepath.Join(inv.StateRoot, "run", id)
-	unmountBeneath(runDir) // the private overlay root
-	rep.note("run dir of "+id, os.RemoveAll(runDir))
+	// The private overlay root and the staged bind sources (binds.go).
+	rep.note("run dir of "+id, removeRunDir(runDir))
 	removeRecord(inv.StateRoot, id)
 	rep.Removed = append(rep.Removed, id)
 }

@@ -157,9 +157,22 @@ func TestGCAfterLauncherCrash(t *testing.T) {
 	if _, err := os.Stat(sandboxnet.NetnsPath(filepath.Join(s.state, "net"), "crashed")); err != nil {
 		t.Fatalf("the crash left no netns to collect (%v); the test proves nothing", err)
 	}
+	// The crash also left the staged bind sources mounted in the run dir;
+	// gc must unmount them before it removes the dir, or it would delete
+	// the workspace through its mount.
+	if staged := mountsBeneath(filepath.Join(s.state, "run", "crashed", "binds")); len(staged) == 0 {
+		t.Fatal("the crash left no staged bind to collect; the test proves nothing about them")
+	}
+	keep := filepath.Join(s.host, "srv/paseo/workspace/proj-feature/keep")
+	if err := os.WriteFile(keep, []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	rep, err := inv.GC()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(keep); err != nil || string(data) != "kept" {
+		t.Errorf("gc removed workspace contents through a staged bind: %q %v", data, err)
 	}
 	if len(rep.Errors) > 0 || len(rep.Removed) != 1 || rep.Removed[0] != "crashed" {
 		t.Errorf("gc report: %+v", rep)

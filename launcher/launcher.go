@@ -75,6 +75,9 @@ type Options struct {
 	// OnStart, when set, is called once runsc has started: from then on
 	// Launch only returns when the sandbox has ended.
 	OnStart func()
+
+	// afterStaging, in tests, runs once the bind sources are staged.
+	afterStaging func(runDir string)
 }
 
 // Result is how a launch ended.
@@ -128,13 +131,16 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 		opts.Grace = 2 * time.Second
 	}
 	res = Result{ID: opts.ID}
-	report := preflight.Run(preflightOptions(opts))
-	if !report.OK() {
-		return res, &UnavailableError{Reason: report.Err().Error()}
-	}
+	// Read once: preflight verifies these bytes, and only these run.
 	files, err := bundle.Read(opts.BundleDir)
 	if err != nil {
 		return res, &UnavailableError{Reason: err.Error()}
+	}
+	pre := preflightOptions(opts)
+	pre.Bundle = files
+	report := preflight.Run(pre)
+	if !report.OK() {
+		return res, &UnavailableError{Reason: report.Err().Error()}
 	}
 	m, err := files.Manifest()
 	if err != nil {
@@ -180,6 +186,12 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 		return res, &UnavailableError{Reason: err.Error()}
 	}
 	spec := runtimeState{cgroupsPath: CgroupsPath(opts.ID), privateRoot: true}
+	if spec.binds, err = run.stageBinds(files); err != nil {
+		return res, &UnavailableError{Reason: err.Error()}
+	}
+	if opts.afterStaging != nil {
+		opts.afterStaging(run.dir)
+	}
 	if eg.Mode == "sandbox" {
 		net, err := sandboxnet.Setup(ctx, sandboxnet.Config{ID: opts.ID, Egress: *eg, StateDir: filepath.Join(opts.StateRoot, "net"),
 			Uplink: opts.Uplink, Pool: opts.Pool, Resolve: opts.Resolve, Caps: opts.NetCaps})
@@ -463,8 +475,7 @@ func (r *runDir) writeFile(name string, data []byte, mode os.FileMode) error {
 
 func (r *runDir) remove() {
 	r.unmountRoot()
-	unmountBeneath(r.dir)
-	_ = os.RemoveAll(r.dir)
+	_ = removeRunDir(r.dir) // what it cannot remove, gc reports
 }
 
 // runsc drives the pinned binary with fixed flags only.
@@ -556,15 +567,11 @@ func (r *runsc) cleanup(id string) {
 }
 
 func unmountBeneath(root string) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return
-	}
+	points, _ := mountPoints()
 	var targets []string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && (f[4] == root || strings.HasPrefix(f[4], root+"/")) {
-			targets = append(targets, f[4])
+	for _, p := range points {
+		if p == root || strings.HasPrefix(p, root+"/") {
+			targets = append(targets, p)
 		}
 	}
 	for i := len(targets) - 1; i >= 0; i-- {

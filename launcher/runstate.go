@@ -17,7 +17,8 @@ import (
 // exists at launch: the container's cgroup, in sandbox mode the network
 // namespace built for it, and the private overlay over the image that the
 // launch runs on (rootfs.go). The launcher fills in exactly these three
-// fields in its private copy (besides secret placeholders) and nothing
+// fields in its private copy (besides secret placeholders), and points
+// each bind at the source it staged in the run dir (binds.go), and nothing
 // else; everything a reviewer approved stays as compiled.
 
 // CgroupsPath is the cgroup of container id. runsc applies the spec's
@@ -29,6 +30,9 @@ type runtimeState struct {
 	netnsPath   string
 	// privateRoot mounts an overlay over the image (rootfs.go).
 	privateRoot bool
+	// binds are the bind sources staged in the run dir (binds.go); every
+	// bind with a host source must be one of them.
+	binds []stagedBind
 }
 
 // patchSpec fills in the launch-time fields and returns the compiled
@@ -56,6 +60,9 @@ func (r *runDir) patchSpec(st runtimeState) (memLimit int64, err error) {
 			return 0, err
 		}
 		spec.Root.Path = merged
+	}
+	if err := useStaged(&spec, st.binds, r.dir); err != nil {
+		return 0, err
 	}
 	found := false
 	for i, ns := range spec.Linux.Namespaces {

@@ -79,6 +79,14 @@ func Files(files bundle.Files, dir string, opts Options) Result {
 	// The launcher fills two slots and refuses a placeholder anywhere else.
 	_, _, err := bundle.CheckSecretPlaceholders(files)
 	r.run("secret-placeholders", err)
+	// Every bind with a host source has exactly one pin and every pin a
+	// bind: the launcher stages binds only through their pins. A bundle
+	// without pins.json (golden files: pins are host state) is not bound
+	// to a host yet; the launcher refuses its binds.
+	if _, ok := files[bundle.PinsFile]; ok {
+		_, err := files.PinnedBinds()
+		r.run("pins", err)
+	}
 	var spec specs.Spec
 	dec := json.NewDecoder(bytes.NewReader(files[bundle.ConfigFile]))
 	dec.DisallowUnknownFields()

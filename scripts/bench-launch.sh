@@ -12,8 +12,8 @@
 #      order alternating between rounds so drift in machine load hits both
 #      alike; one untimed round first warms the page cache. Reduced to
 #      medians and their ratio (target <= 1.05).
-#   2. Where the launcher's share goes: BenchmarkLaunchSteps (preflight,
-#      bundle read, runsc id check, launch record, run dir; means of 5 per
+#   2. Where the launcher's share goes: BenchmarkLaunchSteps (bundle read,
+#      preflight, runsc id check, launch record, run dir, bind staging; means of 5 per
 #      sample) and launcher/preflight BenchmarkPreflight
 #      (every host check, and the runsc digest, nftables probe, cgroup and
 #      kernel checks alone).
@@ -132,11 +132,12 @@ echo "  preflight as a launch runs it (cached runsc digest, no nftables probe): 
 echo "  for comparison, uncached (doctor): runsc sha256 + ELF check $(ms "$(metric "$tmp/preflight.m" BenchmarkPreflight/runsc ns/op)") ms ($(du -m bin/runsc | cut -f1) MiB binary),"
 echo "    nftables probe $(ms "$(metric "$tmp/preflight.m" BenchmarkPreflight/nftables ns/op)") ms, cgroup + kernel $(awk -v a="$(metric "$tmp/preflight.m" BenchmarkPreflight/cgroup ns/op)" -v b="$(metric "$tmp/preflight.m" BenchmarkPreflight/kernel ns/op)" 'BEGIN { printf "%.2f", (a + b) / 1e6 }') ms,"
 echo "    all host checks $(ms "$(metric "$tmp/preflight.m" BenchmarkPreflight/run ns/op)") ms"
-steps=(preflight bundle-read id-check record rundir)
+steps=(preflight bundle-read id-check record rundir binds)
 echo "  bundle read: $(ms "$(metric "$tmp/steps.m" BenchmarkLaunchSteps bundle-read-ns)") ms"
 echo "  id check (runsc state files): $(ms "$(metric "$tmp/steps.m" BenchmarkLaunchSteps id-check-ns)") ms"
 echo "  launch record: $(ms "$(metric "$tmp/steps.m" BenchmarkLaunchSteps record-ns)") ms"
 echo "  run dir (mkdir, secret injection, spec patch): $(ms "$(metric "$tmp/steps.m" BenchmarkLaunchSteps rundir-ns)") ms"
+echo "  bind staging (openat2 + pin check + open_tree/move_mount per bind): $(ms "$(metric "$tmp/steps.m" BenchmarkLaunchSteps binds-ns)") ms"
 stepsum=0
 for st in "${steps[@]}"; do
   stepsum=$(awk -v a="$stepsum" -v b="$(metric "$tmp/steps.m" BenchmarkLaunchSteps "$st-ns")" 'BEGIN { printf "%.1f", a + b }')

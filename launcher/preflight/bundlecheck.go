@@ -1,7 +1,6 @@
 package preflight
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,16 +26,25 @@ type bundleResult struct {
 
 func checkBundle(dir string) bundleResult {
 	files, err := bundle.Read(dir)
-	if err != nil {
+	return checkBundleFiles(files, err, dir, true)
+}
+
+// checkBundleFiles checks the bundle as read (readErr: why it could not be
+// read). resolvePins re-resolves pinned sources by path: doctor's advisory
+// check. A launch checks each pin on the descriptor it mounts instead
+// (launcher/binds.go), so here it only requires pins.json to belong to the
+// manifest.
+func checkBundleFiles(files bundle.Files, readErr error, dir string, resolvePins bool) bundleResult {
+	if readErr != nil {
 		skipped := errors.New("not checked: the bundle could not be read")
-		return bundleResult{digests: err, hooks: skipped, pins: skipped}
+		return bundleResult{digests: readErr, hooks: skipped, pins: skipped}
 	}
 	var r bundleResult
 	if err := files.Verify(); err != nil {
 		r.digests = fmt.Errorf("bundle %s fails verification: %w", dir, err)
 	}
 	r.hooks = checkNoHooks(files[bundle.ConfigFile])
-	r.pinsOK, r.pins = checkPins(files)
+	r.pinsOK, r.pins = checkPins(files, resolvePins)
 	return r
 }
 
@@ -74,19 +82,26 @@ func checkNoHooks(config []byte) error {
 	return fmt.Errorf("%s has hooks (%s); hooks run on the host and are refused", bundle.ConfigFile, strings.Join(kinds, ", "))
 }
 
-// checkPins re-resolves every pinned bind source and requires the same
-// device, inode and kind as at compile time, so a directory renamed away and
-// replaced (or swapped for a symlink) between compile and launch is refused.
-func checkPins(files bundle.Files) (string, error) {
-	data, ok := files[bundle.PinsFile]
-	if !ok {
-		return "no " + bundle.PinsFile + ": the bundle pins no bind sources", nil
+// checkPins requires pins.json to belong to this bundle's manifest with one
+// pin per host bind (bundle.PinnedBinds) and, with resolve, re-resolves every pinned bind source by path and requires
+// the same device, inode and kind as at compile time, so a directory
+// renamed away and replaced (or swapped for a symlink) since compile is
+// reported. That is advice for doctor: only the launcher's check on the
+// descriptor it mounts holds for the launch (launcher/binds.go).
+func checkPins(files bundle.Files, resolve bool) (string, error) {
+	pairs, err := files.PinnedBinds() // without pins.json, any host bind is refused
+	if err != nil {
+		return "", err
 	}
-	var pins []bundle.Pin
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&pins); err != nil {
-		return "", fmt.Errorf("%s: %w", bundle.PinsFile, err)
+	if _, ok := files[bundle.PinsFile]; !ok {
+		return "no " + bundle.PinsFile + " and no bind with a host source", nil
+	}
+	if !resolve {
+		return fmt.Sprintf("%d pin(s), one per host bind, for this manifest; each is checked on the descriptor the launcher mounts", len(pairs)), nil
+	}
+	pins := make([]bundle.Pin, len(pairs))
+	for i, bp := range pairs {
+		pins[i] = bp.Pin
 	}
 	var problems []string
 	for _, p := range pins {

@@ -32,8 +32,13 @@ import (
 // checkErofs verifies the bundle's EROFS mounts and returns what it checked.
 func checkErofs(bundleDir, cacheDir string) (string, error) {
 	files, err := bundle.Read(bundleDir)
-	if err != nil {
-		return "", fmt.Errorf("not checked: the bundle could not be read: %w", err)
+	return checkErofsFiles(files, err, cacheDir)
+}
+
+// checkErofsFiles is checkErofs on the bundle as read.
+func checkErofsFiles(files bundle.Files, readErr error, cacheDir string) (string, error) {
+	if readErr != nil {
+		return "", fmt.Errorf("not checked: the bundle could not be read: %w", readErr)
 	}
 	var spec specs.Spec
 	if err := json.Unmarshal(files[bundle.ConfigFile], &spec); err != nil {

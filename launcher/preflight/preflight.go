@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"paseo.dev/paseo-policy/bundle"
 )
 
 // Check names, stable for scripts that read the JSON report.
@@ -110,6 +112,11 @@ type Options struct {
 	RunscDigestFile string
 	// BundleDir is a compiled bundle to verify; empty skips the bundle checks.
 	BundleDir string
+	// Bundle, when set, is the bundle already read from BundleDir: the
+	// launcher reads it once and verifies the very bytes it then runs.
+	// It also means a launch: pins are checked on the descriptors the
+	// launcher mounts, not re-resolved here by path.
+	Bundle bundle.Files
 	// DigestCache is a root-only file caching the runsc digest by file
 	// identity (digestcache.go); empty hashes the binary every time.
 	DigestCache string
@@ -160,12 +167,16 @@ func Run(opts Options) Report {
 		add(CheckNftables, err, detail)
 	}
 
-	if opts.BundleDir != "" {
-		b := checkBundle(opts.BundleDir)
+	if opts.BundleDir != "" || opts.Bundle != nil {
+		files, readErr := opts.Bundle, error(nil)
+		if files == nil {
+			files, readErr = bundle.Read(opts.BundleDir)
+		}
+		b := checkBundleFiles(files, readErr, opts.BundleDir, opts.Bundle == nil)
 		add(CheckBundleDigests, b.digests, fmt.Sprintf("%s: every output matches the manifest digest", opts.BundleDir))
 		add(CheckBundleHooks, b.hooks, fmt.Sprintf("%s: no hooks", bundleConfigName))
 		add(CheckBundlePins, b.pins, b.pinsOK)
-		detail, err := checkErofs(opts.BundleDir, opts.ImageDigestCache)
+		detail, err := checkErofsFiles(files, readErr, opts.ImageDigestCache)
 		add(CheckImageErofs, err, detail)
 	}
 	return r

@@ -468,6 +468,19 @@ func minimalConfig(t *testing.T, hooks *specs.Hooks) []byte {
 // the files actually written, as the compiler does.
 func writeBundle(t *testing.T, dir string, config []byte, pins []bundle.Pin) {
 	t.Helper()
+	if len(pins) > 0 { // one bind per pin, as the compiler writes them
+		var spec specs.Spec
+		if err := json.Unmarshal(config, &spec); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pins {
+			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: p.Destination, Type: "bind", Source: p.Source, Options: []string{"bind", "rw", "nosuid", "nodev"}})
+		}
+		var err error
+		if config, err = bundle.Marshal(spec); err != nil {
+			t.Fatal(err)
+		}
+	}
 	egress, err := bundle.Marshal(bundle.Egress{
 		APIVersion: bundle.APIVersion, Kind: "Egress", Mode: "none", Default: "deny", DNS: "pinned",
 		Rules: []bundle.EgressRule{}, Routes: []bundle.Route{},
@@ -493,7 +506,8 @@ func writeBundle(t *testing.T, dir string, config []byte, pins []bundle.Pin) {
 		t.Fatal(err)
 	}
 	if pins != nil {
-		if files[bundle.PinsFile], err = bundle.Marshal(pins); err != nil {
+		doc := bundle.Pins{APIVersion: bundle.APIVersion, Kind: bundle.PinsKind, Manifest: bundle.Digest(files[bundle.ManifestFile]), Pins: pins}
+		if files[bundle.PinsFile], err = bundle.Marshal(doc); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -508,7 +522,7 @@ func pinOf(t *testing.T, dest, source string) bundle.Pin {
 	if err := unix.Lstat(source, &st); err != nil {
 		t.Fatal(err)
 	}
-	return bundle.Pin{Destination: dest, Source: source, Dev: st.Dev, Ino: st.Ino, Kind: string(pathsafe.KindOf(st.Mode))}
+	return bundle.Pin{Destination: dest, Source: source, Root: filepath.Dir(source), Dev: st.Dev, Ino: st.Ino, Kind: string(pathsafe.KindOf(st.Mode))}
 }
 
 func TestIntactBundlePasses(t *testing.T) {
@@ -676,6 +690,44 @@ func TestMalformedPinsFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantErr(t, checkBundle(dir).pins, "pins.json")
+}
+
+// pins.json names the manifest it was compiled with: pins from another
+// compile are refused by the digest check and the pins check alike.
+func TestPinsFromAnotherCompileFail(t *testing.T) {
+	host := realTempDir(t)
+	dir, other := t.TempDir(), t.TempDir()
+	writeBundle(t, dir, minimalConfig(t, nil), []bundle.Pin{pinOf(t, "/workspace", host)})
+	writeBundle(t, other, minimalConfig(t, &specs.Hooks{}), []bundle.Pin{pinOf(t, "/workspace", host)})
+	if err := os.WriteFile(filepath.Join(dir, bundle.PinsFile), mustRead(t, filepath.Join(other, bundle.PinsFile)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := checkBundle(dir)
+	wantErr(t, r.digests, "pins from another compile are refused")
+	wantErr(t, r.pins, "pins from another compile are refused")
+}
+
+// A bind without a pin, or a pin without a bind, is reported by doctor and
+// by a launch's preflight alike.
+func TestUnpairedPinsFail(t *testing.T) {
+	host := realTempDir(t)
+	dir := t.TempDir()
+	writeBundle(t, dir, minimalConfig(t, nil), []bundle.Pin{pinOf(t, "/workspace", host)})
+	files, err := bundle.Read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := files.Pins()
+	p.Pins = append(p.Pins, pinOf(t, "/elsewhere", host))
+	files[bundle.PinsFile], _ = bundle.Marshal(p)
+	for _, resolve := range []bool{true, false} {
+		wantErr(t, checkBundleFiles(files, nil, dir, resolve).pins, "belongs to no bind")
+	}
+	p.Pins = nil
+	files[bundle.PinsFile], _ = bundle.Marshal(p)
+	for _, resolve := range []bool{true, false} {
+		wantErr(t, checkBundleFiles(files, nil, dir, resolve).pins, "has no pin")
+	}
 }
 
 // ---- Run, Report ----
