@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"paseo.dev/paseo-policy/internal/childproc"
 )
 
 // Local runs a plain host process with the caller's authority: for
@@ -72,13 +74,14 @@ func (l Local) Start(ctx context.Context, spec Spec) (Process, error) {
 	if c.UID != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: *c.UID, Gid: *c.GID}
 	}
-	if err := cmd.Start(); err != nil {
+	waited, err := childproc.Start(cmd)
+	if err != nil {
 		p.closeOurs()
 		return nil, fmt.Errorf("starting %s: %w", c.Argv[0], err)
 	}
 	go func() {
 		defer close(p.done)
-		err := cmd.Wait()
+		err := <-waited
 		// The group goes with its leader: no descendant outlives the run.
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		p.stdin.Close()

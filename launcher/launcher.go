@@ -28,6 +28,7 @@ import (
 
 	"paseo.dev/paseo-policy/bundle"
 	"paseo.dev/paseo-policy/grant"
+	"paseo.dev/paseo-policy/internal/childproc"
 	"paseo.dev/paseo-policy/launcher/preflight"
 	"paseo.dev/paseo-policy/launcher/routeproxy"
 	"paseo.dev/paseo-policy/launcher/sandboxnet"
@@ -268,7 +269,8 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 	cmd.Stdin = stdinR
 	cmd.Stdout = out
 	cmd.Stderr = errw
-	if err := cmd.Start(); err != nil {
+	waited, err := childproc.Start(cmd)
+	if err != nil {
 		stdinR.Close()
 		return res, &UnavailableError{Reason: "starting runsc: " + err.Error()}
 	}
@@ -284,7 +286,7 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 	}()
 	done, exited := make(chan error, 1), make(chan struct{})
 	go func() {
-		err := cmd.Wait()
+		err := <-waited
 		close(exited)
 		done <- err
 	}()
