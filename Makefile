@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build runsc demo test vet race unit fuzz acceptance e2e-pi e2e-continuity bench bench-launch bench-pi golden clean image bench-bridge
+.PHONY: all build cross runsc demo test vet race unit fuzz acceptance e2e-pi e2e-continuity bench bench-launch bench-pi golden clean image bench-bridge
 
 all: build
 
@@ -15,10 +15,25 @@ build:
 runsc:
 	tools/runsc/build.sh $(CURDIR)/$(BIN)/runsc
 
+# linux/arm64, the seed's other architecture: every command and the pinned
+# runsc cross-build, every package vets (tests included) for arm64, and the
+# packages that need neither root, runsc nor openat2 run their tests on
+# arm64 under qemu-user (whose 7.2 has no openat2, so path resolution fails
+# closed there). docs/spec.md says what stays unproven.
+CROSS_TEST := ./schema ./grant ./bundle ./internal/pathform ./ocicheck ./bridge ./piproto ./launcher/routeproxy
+QEMU_ARM64 ?= qemu-aarch64-static
+cross:
+	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -o $(BIN)/linux-arm64/ ./cmd/...
+	GOOS=linux GOARCH=arm64 $(GO) vet ./...
+	GOARCH=arm64 tools/runsc/build.sh $(CURDIR)/$(BIN)/linux-arm64/runsc
+	@command -v $(QEMU_ARM64) >/dev/null || { echo "cross: $(QEMU_ARM64) is missing (apt-get install qemu-user-static)"; exit 1; }
+	$(QEMU_ARM64) $(BIN)/linux-arm64/runsc --version
+	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) test -exec $(QEMU_ARM64) -count=1 $(CROSS_TEST)
+
 demo: build
 	./scripts/demo.sh
 
-test: runsc image vet fuzz unit acceptance e2e-pi e2e-continuity
+test: runsc image vet cross fuzz unit acceptance e2e-pi e2e-continuity
 
 vet:
 	$(GO) vet ./...
