@@ -88,11 +88,7 @@ func (c *compilation) checkNetwork() {
 	case n.DNS == "pinned" && n.Resolver != "":
 		c.diags.Addf(diag.Registry, "registry.network.resolver", "dns mode pinned takes no resolver; names are pinned in /etc/hosts")
 	}
-	if n.Resolver != "" {
-		if ip := parseIP(n.Resolver); ip == nil || ip.IsLoopback() || ip.IsUnspecified() {
-			c.diags.Addf(diag.Registry, "registry.network.resolver", "resolver must be a routable IP address")
-		}
-	}
+	checkResolver(c.diags, n.Resolver)
 }
 
 func (c *compilation) rootfs(p *grant.Plan) {

@@ -39,6 +39,7 @@ const (
 	RootUID     Code = "PP-UID-ROOT"    // uid or gid 0 for the agent
 	Capability  Code = "PP-CAPABILITY"  // any Linux capability
 	URLInvalid  Code = "PP-URL-INVALID" // a URL the egress renderer cannot pin to host and port
+	DestUnsafe  Code = "PP-DEST-UNSAFE" // an egress destination that is loopback, link-local, metadata, unspecified, multicast, broadcast, reserved or written in a non-canonical numeric form
 	Registry    Code = "PP-REGISTRY"    // the operator registry is inconsistent
 	EnvInvalid  Code = "PP-ENV-INVALID" // an environment name the allowlist cannot carry
 	Internal    Code = "PP-INTERNAL"    // a bug: the compiler broke one of its own invariants
