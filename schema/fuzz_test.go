@@ -20,6 +20,8 @@ func FuzzLoadFacts(f *testing.F) {
 	f.Add([]byte(`{"apiVersion":"paseo.dev/policy/v1alpha1","kind":"Facts"}`))
 	f.Add([]byte(`{"workspace":{"cwd":"/a/../b"}}`))
 	f.Add([]byte(`[1,2,{"a":null}]`))
+	f.Add([]byte(`{"kind":"Facts","kind":"Facts","a":{"b":1,"b":2}}`))
+	f.Add([]byte(`{"a":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		facts, diags := LoadFacts(Input{Name: "facts.json", Data: data})
 		if facts == nil {
