@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -51,9 +52,12 @@ func (o *compileOptions) run() error {
 	if (o.out == "") == (o.check == "") {
 		return usageError{fmt.Errorf("give exactly one of --out and --check")}
 	}
-	in, err := readInputs(o.facts, o.registry)
+	in, diags, err := readInputs(o.facts, o.registry)
 	if err != nil {
 		return err
+	}
+	if len(diags) > 0 {
+		return o.refuse(diags)
 	}
 	res, diags := compiler.Compile(in, compiler.Options{Resolver: pathsafe.Resolver{Base: o.resolveRoot}})
 	if len(diags) > 0 {
@@ -72,32 +76,44 @@ func (o *compileOptions) run() error {
 	return nil
 }
 
-func readInputs(facts, registry string) (compiler.Inputs, error) {
-	fd, err := os.ReadFile(facts)
-	if err != nil {
-		return compiler.Inputs{}, exitWith(ExitInternal, err)
+// readInputs reads facts and registry through the one bounded reader
+// (schema.ReadInput); refusals of either are returned together.
+func readInputs(facts, registry string) (compiler.Inputs, diag.List, error) {
+	var in compiler.Inputs
+	var diags diag.List
+	for _, r := range []struct {
+		file, path string
+		into       *schema.Input
+	}{{facts, "", &in.Facts}, {registry, "registry", &in.Registry}} {
+		got, err := schema.ReadInput(r.file, r.path)
+		var l diag.List
+		switch {
+		case errors.As(err, &l):
+			diags = append(diags, l...)
+		case err != nil:
+			return in, nil, exitWith(ExitInternal, err)
+		}
+		*r.into = got
 	}
-	rd, err := os.ReadFile(registry)
-	if err != nil {
-		return compiler.Inputs{}, exitWith(ExitInternal, err)
-	}
-	return compiler.Inputs{
-		Facts:    schema.Input{Name: filepath.Base(facts), Data: fd},
-		Registry: schema.Input{Name: filepath.Base(registry), Data: rd},
-	}, nil
+	return in, diags, nil
 }
 
 // refuse prints diagnostics once, in the chosen format.
-func (o *compileOptions) refuse(diags diag.List) error {
-	if o.json() {
-		if err := o.printJSON(map[string]any{"ok": false, "diagnostics": diags}); err != nil {
+func (g *globals) refuse(diags diag.List) error {
+	return g.refuseWith(diags, "; nothing was written")
+}
+
+// refuseWith is refuse with its own closing note.
+func (g *globals) refuseWith(diags diag.List, note string) error {
+	if g.json() {
+		if err := g.printJSON(map[string]any{"ok": false, "diagnostics": diags}); err != nil {
 			return err
 		}
 	} else {
 		for _, d := range diags {
-			fmt.Fprintln(o.stderr, d.String())
+			fmt.Fprintln(g.stderr, d.String())
 		}
-		fmt.Fprintf(o.stderr, "paseo-policy: refused: %d problem(s); nothing was written\n", len(diags))
+		fmt.Fprintf(g.stderr, "paseo-policy: refused: %d problem(s)%s\n", len(diags), note)
 	}
 	return exitWith(ExitRefused, nil)
 }

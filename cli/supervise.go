@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
@@ -35,11 +34,11 @@ running sandboxes (running-unattached until a daemon attaches). Delete a
 sandbox through the protocol, or use kill/gc, to stop it.`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			data, err := os.ReadFile(registry)
+			in, err := schema.ReadInput(registry, "registry")
 			if err != nil {
 				return exitWith(ExitUsage, err)
 			}
-			cfg.Registry = schema.Input{Name: filepath.Base(registry), Data: data}
+			cfg.Registry = in
 			if secretsDir != "" {
 				cfg.Secrets = launcher.SecretsDir(secretsDir)
 			}

@@ -57,7 +57,10 @@ func Compile(in Inputs, opts Options) (*Result, diag.List) {
 		l = append(l, d)
 	}
 	l = append(l, fd...)
-	if facts == nil || reg == nil {
+	if reg != nil {
+		checkRegistry(&l, reg)
+	}
+	if facts == nil || reg == nil || len(l) > 0 {
 		return nil, l.Sorted()
 	}
 	var prof *schema.Profile

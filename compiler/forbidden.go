@@ -40,7 +40,12 @@ var baseForbidden = []string{"docker.sock", "containerd.sock"}
 // forbiddenFor adds the deployment's own never-grant paths: the daemon's
 // home and PASEO_HOME, the supervisor socket and runsc and supervisor state.
 func forbiddenFor(dep schema.Deployment, sup schema.Supervisor) []forbid {
-	list := append([]forbid(nil), systemForbidden...)
+	return append(append([]forbid(nil), systemForbidden...), deploymentForbidden(dep, sup)...)
+}
+
+// deploymentForbidden is forbiddenFor without the system paths.
+func deploymentForbidden(dep schema.Deployment, sup schema.Supervisor) []forbid {
+	var list []forbid
 	if dep.Daemon != nil {
 		if dep.Daemon.Home != "" {
 			// Below home is where workspaces often live; home itself and

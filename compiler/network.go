@@ -3,6 +3,7 @@ package compiler
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/grant"
+	"paseo.dev/paseo-policy/internal/netdest"
 )
 
 func parseIP(s string) net.IP { return net.ParseIP(s) }
@@ -73,9 +75,10 @@ func (c *compilation) checkURLs() {
 	}
 }
 
-// endpoint parses an egress URL into host and port. Loopback is refused:
-// inside the sandbox it is the sandbox's own, so such a grant could never
-// mean what the facts intend.
+// endpoint parses an egress URL into host and port. Hosts netdest refuses
+// (loopback, link-local, metadata, numeric forms parsers disagree on) never
+// become egress grants: loopback is the sandbox's own, the others reach the
+// host's link or its cloud credentials.
 func (c *compilation) endpoint(fact, raw string) (host string, port int, scheme string, ok bool) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || u.Opaque != "" {
@@ -92,12 +95,8 @@ func (c *compilation) endpoint(fact, raw string) (host string, port int, scheme 
 		c.diags.Addf(diag.URLInvalid, fact, "port must be 1-65535")
 		return "", 0, "", false
 	}
-	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
-		c.diags.Addf(diag.URLInvalid, fact, "loopback names the sandbox itself; give a routable host")
-		return "", 0, "", false
-	}
-	if ip := net.ParseIP(host); ip != nil && (ip.IsLoopback() || ip.IsUnspecified() || ip.IsMulticast()) {
-		c.diags.Addf(diag.URLInvalid, fact, "loopback, unspecified and multicast addresses cannot be egress destinations")
+	if v := netdest.Host(host); v.Unsafe() {
+		c.diags.Addf(diag.DestUnsafe, fact, "%s; egress destinations must be routable hosts outside the sandbox's host and link", v.Why)
 		return "", 0, "", false
 	}
 	return host, port, u.Scheme, true
@@ -156,4 +155,21 @@ func (c *compilation) mcpRoute(p *grant.Plan, allowed bool) {
 		Value: "POST " + u.Path, Source: upstream,
 		Options: []string{"callerAgentId=" + c.facts.Agent.ID, "tokenRef=" + c.facts.MCP.TokenRef},
 		Reason:  "Paseo MCP tools via the launcher's per-sandbox proxy on the gateway; the daemon's listener itself stays unreachable", Fact: fact})
+}
+
+// checkResolver refuses a registry resolver that is not an IP address in
+// canonical form, or one netdest refuses: DNS egress to it is a grant like
+// any other.
+func checkResolver(l *diag.List, resolver string) {
+	if resolver == "" {
+		return
+	}
+	const fact = "registry.network.resolver"
+	if v := netdest.Host(resolver); v.Unsafe() {
+		l.Addf(diag.DestUnsafe, fact, "%s; the resolver must be routable from the sandbox's uplink", v.Why)
+		return
+	}
+	if _, err := netip.ParseAddr(resolver); err != nil {
+		l.Addf(diag.Registry, fact, "resolver must be an IP address")
+	}
 }

@@ -60,11 +60,6 @@ func (c *compilation) plan() *grant.Plan {
 		return nil
 	}
 	c.dep = dep
-	checkDeployment(c.diags, f.Deployment.ID, dep, c.reg.Supervisor)
-	c.checkNetwork()
-	if len(*c.diags) > 0 {
-		return nil
-	}
 	c.src = &sources{diags: c.diags, depID: f.Deployment.ID, dep: dep, forbid: forbiddenFor(dep, c.reg.Supervisor), res: c.res}
 	c.limits = c.effectiveLimits()
 	c.checkCredential()
@@ -80,26 +75,8 @@ func (c *compilation) plan() *grant.Plan {
 	return p
 }
 
-func (c *compilation) checkNetwork() {
-	n := c.reg.Network
-	switch {
-	case n.DNS == "resolver" && n.Resolver == "":
-		c.diags.Addf(diag.Registry, "registry.network.resolver", "dns mode resolver needs a resolver address")
-	case n.DNS == "pinned" && n.Resolver != "":
-		c.diags.Addf(diag.Registry, "registry.network.resolver", "dns mode pinned takes no resolver; names are pinned in /etc/hosts")
-	}
-	if n.Resolver != "" {
-		if ip := parseIP(n.Resolver); ip == nil || ip.IsLoopback() || ip.IsUnspecified() {
-			c.diags.Addf(diag.Registry, "registry.network.resolver", "resolver must be a routable IP address")
-		}
-	}
-}
-
 func (c *compilation) rootfs(p *grant.Plan) {
-	img := c.reg.Image
-	if code, msg := pathform.Check(img.Rootfs); code != "" {
-		c.diags.Addf(diag.Registry, "registry.image.rootfs", "%s", msg)
-	}
+	img := c.reg.Image // checked with the whole registry (checkRootfs)
 	p.Add(grant.Grant{Kind: grant.Rootfs, Subject: "/", Access: grant.RO, Source: img.Rootfs, Value: img.Version + " " + img.Digest,
 		Reason: "pinned image with Pi, Node, bash, git, rg and fd; read-only so the agent cannot change its own tools", Fact: "registry.image"})
 	c.erofs(p)

@@ -2,7 +2,6 @@ package compiler
 
 import (
 	"errors"
-	"fmt"
 
 	"paseo.dev/paseo-policy/compiler/pathsafe"
 	"paseo.dev/paseo-policy/diag"
@@ -159,46 +158,4 @@ func rootOf(roots []string, p string) string {
 		}
 	}
 	return best
-}
-
-// checkDeployment validates the operator's entry for one deployment; a bad
-// registry is refused as a whole rather than half used.
-func checkDeployment(l *diag.List, id string, dep schema.Deployment, sup schema.Supervisor) {
-	base := "registry.deployments." + id
-	all := forbiddenFor(dep, sup)
-	for kind, roots := range map[string][]string{"workspace": dep.Roots.Workspace, "state": dep.Roots.State, "launch": dep.Roots.Launch} {
-		for i, r := range roots {
-			fact := fmt.Sprintf("%s.roots.%s[%d]", base, kind, i)
-			if code, msg := pathform.Check(r); code != "" {
-				l.Addf(diag.Registry, fact, "root %s", msg)
-				continue
-			}
-			if why := forbiddenReason(r, all); why != "" {
-				l.Addf(diag.Registry, fact, "root can never be granted: %s", why)
-			}
-		}
-	}
-	switch dep.Topology {
-	case "docker":
-		if len(dep.Mappings) == 0 {
-			l.Addf(diag.Registry, base+".mappings", "a docker deployment needs mappings from container paths to host paths")
-		}
-	case "host":
-		if len(dep.Mappings) > 0 {
-			l.Addf(diag.Registry, base+".mappings", "mappings are for docker deployments; host facts already speak in host paths")
-		}
-	}
-	seen := map[string]bool{}
-	for i, m := range dep.Mappings {
-		fact := fmt.Sprintf("%s.mappings[%d]", base, i)
-		for _, p := range []string{m.Container, m.Host} {
-			if code, msg := pathform.Check(p); code != "" {
-				l.Addf(diag.Registry, fact, "mapping %s", msg)
-			}
-		}
-		if seen[m.Container] {
-			l.Addf(diag.Registry, fact, "container path %s is mapped twice", m.Container)
-		}
-		seen[m.Container] = true
-	}
 }

@@ -6,6 +6,10 @@ const (
 	// Input decoding and schema.
 	InputSyntax       Code = "PP-INPUT-SYNTAX"         // the file is not valid CUE or JSON
 	InputKind         Code = "PP-INPUT-KIND"           // apiVersion/kind do not name this input
+	InputTooLarge     Code = "PP-INPUT-TOO-LARGE"      // facts or registry larger than 1 MiB
+	InputNotRegular   Code = "PP-INPUT-NOT-REGULAR"    // facts or registry named a device, FIFO, directory or socket
+	InputDuplicateKey Code = "PP-INPUT-DUPLICATE-KEY"  // a JSON object (or CUE struct) gives the same key twice
+	InputNotData      Code = "PP-INPUT-NOT-DATA"       // CUE input uses definitions, references, comprehensions or other non-data syntax
 	SchemaUnknown     Code = "PP-SCHEMA-UNKNOWN-FIELD" // a field the contract does not define
 	SchemaInvalid     Code = "PP-SCHEMA-INVALID"       // a value of the wrong type or outside its constraint
 	SchemaIncomplete  Code = "PP-SCHEMA-INCOMPLETE"    // a required field is missing
@@ -39,6 +43,7 @@ const (
 	RootUID     Code = "PP-UID-ROOT"    // uid or gid 0 for the agent
 	Capability  Code = "PP-CAPABILITY"  // any Linux capability
 	URLInvalid  Code = "PP-URL-INVALID" // a URL the egress renderer cannot pin to host and port
+	DestUnsafe  Code = "PP-DEST-UNSAFE" // an egress destination that is loopback, link-local, metadata, unspecified, multicast, broadcast, reserved or written in a non-canonical numeric form
 	Registry    Code = "PP-REGISTRY"    // the operator registry is inconsistent
 	EnvInvalid  Code = "PP-ENV-INVALID" // an environment name the allowlist cannot carry
 	Internal    Code = "PP-INTERNAL"    // a bug: the compiler broke one of its own invariants

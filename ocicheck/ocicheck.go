@@ -20,6 +20,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"paseo.dev/paseo-policy/bundle"
+	"paseo.dev/paseo-policy/internal/netdest"
 )
 
 // runtime-tools logs warnings through logrus (for example that mount types
@@ -87,6 +88,7 @@ func Files(files bundle.Files, dir string, opts Options) Result {
 		_, err := files.PinnedBinds()
 		r.run("pins", err)
 	}
+	r.run("egress-destinations", egressDestinations(files))
 	var spec specs.Spec
 	dec := json.NewDecoder(bytes.NewReader(files[bundle.ConfigFile]))
 	dec.DisallowUnknownFields()
@@ -120,6 +122,21 @@ func Files(files bundle.Files, dir string, opts Options) Result {
 		r.run("invariant/"+c.name, c.check(&spec, dir))
 	}
 	return r
+}
+
+// egressDestinations refuses an egress rule to a host the compiler would
+// have refused (netdest): a hand-edited or foreign bundle.
+func egressDestinations(files bundle.Files) error {
+	eg, err := files.Egress()
+	if err != nil {
+		return err
+	}
+	for _, rule := range eg.Rules {
+		if v := netdest.Host(rule.Host); v.Unsafe() {
+			return fmt.Errorf("egress rule %s:%d: unsafe destination: %s", rule.Host, rule.Port, v.Why)
+		}
+	}
+	return nil
 }
 
 // invariant is a property every paseo-policy bundle must have, whatever

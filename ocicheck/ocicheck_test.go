@@ -100,3 +100,39 @@ func TestBrokenBundlesAreRefused(t *testing.T) {
 		})
 	}
 }
+
+// An egress rule the compiler would have refused is a finding, in every
+// notation the classifier knows.
+func TestUnsafeEgressRefused(t *testing.T) {
+	src := filepath.Join("..", "golden", "host-pi-session-api-key")
+	for _, host := range []string{"169.254.169.254", "metadata.google.internal", "0x7f.1", "2130706433", "::ffff:127.0.0.1", "localhost"} {
+		t.Run(host, func(t *testing.T) {
+			files, err := bundle.Read(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eg := string(files[bundle.EgressFile])
+			files[bundle.EgressFile] = []byte(strings.Replace(eg, `"host": "llm.example.test"`, `"host": "`+host+`"`, 1))
+			if string(files[bundle.EgressFile]) == eg {
+				t.Fatal("golden egress.json lacks the model rule")
+			}
+			r := Files(files, src, Options{})
+			found := false
+			for _, f := range r.Findings {
+				found = found || f.Check == "egress-destinations"
+			}
+			if !found {
+				t.Errorf("egress-destinations did not fire; findings: %+v", r.Findings)
+			}
+		})
+	}
+	files, err := bundle.Read(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range Files(files, src, Options{}).Findings {
+		if f.Check == "egress-destinations" {
+			t.Errorf("the golden bundle's egress was refused: %+v", f)
+		}
+	}
+}

@@ -20,6 +20,8 @@ func FuzzLoadFacts(f *testing.F) {
 	f.Add([]byte(`{"apiVersion":"paseo.dev/policy/v1alpha1","kind":"Facts"}`))
 	f.Add([]byte(`{"workspace":{"cwd":"/a/../b"}}`))
 	f.Add([]byte(`[1,2,{"a":null}]`))
+	f.Add([]byte(`{"kind":"Facts","kind":"Facts","a":{"b":1,"b":2}}`))
+	f.Add([]byte(`{"a":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		facts, diags := LoadFacts(Input{Name: "facts.json", Data: data})
 		if facts == nil {
@@ -53,4 +55,37 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// FuzzLoadCUEFacts: the CUE data check never panics, and CUE facts it
+// accepts decode to the same facts as their JSON rendering.
+func FuzzLoadCUEFacts(f *testing.F) {
+	cue, err := os.ReadFile(filepath.Join("..", "testdata", "host-pi-session-cue-input", "facts.cue"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(cue)
+	f.Add([]byte("a: b: 1\na: c: 2\n"))
+	f.Add([]byte("#x: 1\ny: #x\nfor k in [1] {z: k}\n"))
+	f.Add([]byte("{kind: \"Facts\"}\n[1, ...]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		facts, diags := LoadFacts(Input{Name: "facts.cue", Data: data})
+		if facts == nil {
+			if len(diags) == 0 {
+				t.Fatal("refused without a diagnostic")
+			}
+			return
+		}
+		again, err := json.Marshal(facts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		facts2, diags2 := LoadFacts(Input{Name: "facts.json", Data: again})
+		if facts2 == nil {
+			t.Fatalf("JSON rendering of accepted CUE facts refused: %v", diags2)
+		}
+		if a, b := mustJSON(t, facts), mustJSON(t, facts2); a != b {
+			t.Fatalf("round trip changed facts:\n%s\n%s", a, b)
+		}
+	})
 }

@@ -161,6 +161,9 @@ func (ld *Loader) load(in Input, defName string, pre precheck, out any) diag.Lis
 		l.Addf(diag.Internal, "", "embedded schema: %v", err)
 		return l
 	}
+	if !checkSize(in, &l) {
+		return l
+	}
 	raw, ok := parseInput(ctx, in, &l)
 	if !ok {
 		return l
@@ -244,6 +247,9 @@ func rawData(in Input, raw cue.Value) (any, error) {
 func parseInput(ctx *cue.Context, in Input, l *diag.List) (cue.Value, bool) {
 	var v cue.Value
 	if strings.EqualFold(path.Ext(in.Name), ".json") {
+		if !jsonShape(in.Data, l) {
+			return v, false
+		}
 		expr, err := cuejson.Extract(in.Name, in.Data)
 		if err != nil {
 			l.Addf(diag.InputSyntax, "", "%s is not valid JSON: %s", in.Name, syntaxMessage(err))
@@ -262,6 +268,9 @@ func parseInput(ctx *cue.Context, in Input, l *diag.List) (cue.Value, bool) {
 		}
 		if hasImports {
 			l.Addf(diag.InputSyntax, "", "%s imports packages; inputs must be plain data", in.Name)
+			return v, false
+		}
+		if !cueData(f, l) {
 			return v, false
 		}
 		v = ctx.BuildFile(f)

@@ -92,7 +92,9 @@ func (b *box) holder() string {
 // New loads the registry and reconciles the sandboxes an earlier
 // supervisor left: those whose holders live are adopted whole.
 func New(cfg Config) (*Server, error) {
-	reg, diags := schema.LoadRegistry(cfg.Registry)
+	// The whole registry, as every compile checks it: a bad entry refuses
+	// the start rather than the first createSandbox.
+	reg, diags := compiler.LoadRegistry(cfg.Registry)
 	if len(diags) > 0 {
 		return nil, fmt.Errorf("registry: %v", diags)
 	}

@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/bundle"
+	"paseo.dev/paseo-policy/internal/netdest"
 	"paseo.dev/paseo-policy/internal/nsutil"
 )
 
@@ -314,9 +315,10 @@ func netipPrefix(n *net.IPNet) (netip.Prefix, bool) {
 }
 
 // resolveRules turns egress rules into address-level allows, resolving names
-// on the trusted side. Addresses that would turn an egress grant into
-// access to the host or link (loopback, link-local, unspecified, multicast,
-// broadcast) refuse the launch.
+// on the trusted side. Hosts and addresses that would turn an egress grant
+// into access to the host, its link or the cloud's metadata service
+// (netdest: loopback, link-local, metadata, unspecified, multicast,
+// broadcast, reserved, non-canonical notations) refuse the launch.
 func resolveRules(ctx context.Context, cfg Config, rules []bundle.EgressRule) ([]Pin, []Allow, error) {
 	var pins []Pin
 	var allows []Allow
@@ -330,6 +332,12 @@ func resolveRules(ctx context.Context, cfg Config, rules []bundle.EgressRule) ([
 		}
 		addrs, ok := resolved[r.Host]
 		if !ok {
+			// The compiler refused these hosts already; a bundle that
+			// still names one was not compiled here, so it fails closed
+			// before anything is resolved.
+			if v := netdest.Host(r.Host); v.Unsafe() {
+				return nil, nil, fmt.Errorf("egress host %s: unsafe destination: %s", r.Host, v.Why)
+			}
 			if a, err := netip.ParseAddr(r.Host); err == nil {
 				addrs = []netip.Addr{a.Unmap()}
 			} else {
@@ -365,12 +373,15 @@ func resolveRules(ctx context.Context, cfg Config, rules []bundle.EgressRule) ([
 	return pins, allows, nil
 }
 
+// checkDestination refuses what a name resolved to, with the classifier
+// the compiler uses on the names themselves: a name may resolve (or be
+// rebound) to the metadata service or the host's loopback.
 func checkDestination(a netip.Addr) error {
-	switch {
-	case !a.Is4():
+	if !a.Is4() {
 		return fmt.Errorf("%s is not IPv4; the sandbox network is IPv4 only", a)
-	case a.IsLoopback(), a.IsUnspecified(), a.IsMulticast(), a.IsLinkLocalUnicast(), a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
-		return fmt.Errorf("%s is a loopback, link-local, unspecified, multicast or broadcast address and cannot be an egress destination", a)
+	}
+	if v := netdest.Addr(a); v.Unsafe() {
+		return fmt.Errorf("unsafe destination: %s", v.Why)
 	}
 	return nil
 }

@@ -229,7 +229,22 @@ func TestRefusals(t *testing.T) {
 		want  string
 	}{
 		{"loopback name", "evil.test", map[string][]netip.Addr{"evil.test": {netip.MustParseAddr("127.0.0.1")}}, "loopback"},
-		{"link-local literal", "169.254.169.254", nil, "link-local"},
+		{"metadata literal", "169.254.169.254", nil, "unsafe destination"},
+		{"link-local literal", "169.254.7.7", nil, "link-local"},
+		{"mapped metadata literal", "::ffff:169.254.169.254", nil, "metadata"},
+		// Names resolved on the trusted side are classified too: a public
+		// looking name bound to the metadata service, the Alibaba one
+		// outside link-local space, multicast, the unspecified address.
+		{"name to metadata", "meta.test", map[string][]netip.Addr{"meta.test": {netip.MustParseAddr("192.0.2.80"), netip.MustParseAddr("169.254.169.254")}}, "metadata"},
+		{"name to alibaba metadata", "ali.test", map[string][]netip.Addr{"ali.test": {netip.MustParseAddr("100.100.100.200")}}, "metadata"},
+		{"name to mapped loopback", "mapped.test", map[string][]netip.Addr{"mapped.test": {netip.MustParseAddr("::ffff:127.0.0.1")}}, "loopback"},
+		{"name to unspecified", "zero.test", map[string][]netip.Addr{"zero.test": {netip.MustParseAddr("0.0.0.0")}}, "unspecified"},
+		{"name to multicast", "mc.test", map[string][]netip.Addr{"mc.test": {netip.MustParseAddr("224.0.0.251")}}, "multicast"},
+		// Refused before resolution, whatever the resolver would say.
+		{"metadata name", "metadata.google.internal", map[string][]netip.Addr{"metadata.google.internal": {netip.MustParseAddr("192.0.2.80")}}, "metadata"},
+		{"localhost name", "localhost", map[string][]netip.Addr{"localhost": {netip.MustParseAddr("192.0.2.80")}}, "loopback"},
+		{"hex notation", "0x7f.1", map[string][]netip.Addr{"0x7f.1": {netip.MustParseAddr("192.0.2.80")}}, "non-canonical"},
+		{"decimal notation", "3221225552", map[string][]netip.Addr{"3221225552": {netip.MustParseAddr("192.0.2.80")}}, "non-canonical"},
 		{"unresolvable", "nowhere.test", nil, "resolving egress host"},
 		{"ipv6 only", "v6.test", map[string][]netip.Addr{"v6.test": {netip.MustParseAddr("2001:db8::1")}}, "no IPv4 address"},
 		{"inside the pool", "10.213.0.9", nil, "inside the sandbox address pool"},
