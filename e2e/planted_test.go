@@ -149,3 +149,37 @@ func readFile(t *testing.T, p string) string {
 	}
 	return string(data)
 }
+
+// In oauth-file mode Pi reads and locks its auth.json inside the projection:
+// proper-lockfile makes auth.json.lock beside the file (in the private
+// tmpfs), and the OAuth credential it read shows in the model list. The
+// write Pi makes on refresh goes through the read-write file bind to the
+// host, which the sandbox's own write below stands in for.
+func TestPiOAuthFile(t *testing.T) {
+	e := newEnv(t)
+	host := e.host
+	agentDir := filepath.Join(host, "srv/paseo/state/pi-agents/agent-7f3c")
+	auth := `{"anthropic":{"type":"oauth","access":"oat-e2e-access","refresh":"oat-e2e-refresh","expires":4102444800000}}`
+	write(t, filepath.Join(agentDir, "auth.json"), auth)
+	writeAgentFiles(t, agentDir)
+	if err := os.Chmod(filepath.Join(agentDir, "auth.json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	chownTree(t, agentDir, 1000, 1000)
+	// The refresh endpoint by address: the test's resolver knows only the model.
+	sc := e.scene(t, "pi-session", fmt.Sprintf(`{"credential":{"mode":"oauth-file","env":null,"secretRef":null,"authFile":%q,
+		"refreshURLs":["https://%s:8443/oauth/token"]},"state":{"agentDir":%q}}`, filepath.Join(agentDir, "auth.json"), e.model.Addr, agentDir))
+	p := e.launch(t, sc)
+	c := ctx(t)
+	models := p.call(t, c, map[string]any{"type": "get_available_models"})
+	if !strings.Contains(string(models.Data), `"anthropic"`) {
+		t.Errorf("Pi did not read the OAuth credential in auth.json: %.300s\nstderr: %s", models.Data, p.stderr.String())
+	}
+	p.stop(t)
+	if got := readFile(t, filepath.Join(agentDir, "auth.json")); got != auth {
+		t.Errorf("auth.json changed without a refresh: %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(agentDir, "auth.json.lock")); !os.IsNotExist(err) {
+		t.Errorf("the lock reached the host agent dir (%v)", err)
+	}
+}
