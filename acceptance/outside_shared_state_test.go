@@ -66,6 +66,9 @@ func sharedStateAttacks(t *testing.T, s *scene) []OutsideAttack {
 		}
 	}
 	nb := st.neighbour(t)
+	// Compiled once, before any plant: a compile rebuilds the base tree,
+	// which would put the daemon's files back.
+	victim := st.victim(t)
 	// The daemon owns its state as the sandbox uid (as in e2e), so only the
 	// grant, never a permission bit, stands between the neighbour and it.
 	st.chown(t)
@@ -80,7 +83,7 @@ func sharedStateAttacks(t *testing.T, s *scene) []OutsideAttack {
 	// Product: the neighbour's launch, then what the victim's sandbox sees.
 	out := st.launch(t, nb)
 	st.tally(t, out, &agent.Contained, &sess.Contained)
-	seen := st.victimSees(t)
+	seen := st.victimSees(t, victim)
 	st.reset(t)
 	// Product: the old layout's deployment-wide session dir does not compile.
 	sess.Contained.Attempts++
@@ -96,7 +99,7 @@ func sharedStateAttacks(t *testing.T, s *scene) []OutsideAttack {
 	if err := os.RemoveAll(st.agentDir + "/auth.json"); err != nil {
 		t.Fatal(err)
 	}
-	ctlSeen := st.victimSees(t)
+	ctlSeen := st.victimSees(t, victim)
 	st.reset(t)
 	out = st.rawRun(t, nb, func(m map[string]any) map[string]any { return st.sharedSessions(m) })
 	st.tally(t, out, nil, &sess.ControlRun)
@@ -122,14 +125,18 @@ func (st *sharedState) neighbour(t *testing.T) *testbundle.Scene {
 		FactsPatch: fmt.Sprintf(`{"agent":{"id":%q},"state":{"sessionDir":%q,"cacheDir":%q}}`, neighbourID, st.neighbourSess, st.neighbourCache)})
 }
 
-// victimSees launches the victim agent's product sandbox and counts the
-// agent-dir targets it can read with the marker in them.
-func (st *sharedState) victimSees(t *testing.T) int {
+// victim compiles the victim agent's product bundle: a script printing
+// every agent-dir target it can read.
+func (st *sharedState) victim(t *testing.T) *testbundle.Scene {
 	var sh []string
 	for _, rel := range agentDirTargets {
 		sh = append(sh, "cat "+st.agentDir+"/"+rel+" 2>/dev/null; echo")
 	}
-	v := testbundle.New(t, testbundle.Options{Host: st.s.host, Argv: testbundle.Script(strings.Join(sh, "\n"))})
+	return testbundle.New(t, testbundle.Options{Host: st.s.host, Argv: testbundle.Script(strings.Join(sh, "\n"))})
+}
+
+// victimSees launches the victim and counts the planted files it read.
+func (st *sharedState) victimSees(t *testing.T, v *testbundle.Scene) int {
 	return strings.Count(st.launch(t, v), st.marker)
 }
 
