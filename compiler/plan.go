@@ -50,6 +50,8 @@ type compilation struct {
 	limits schema.Limits
 	// image directories mounted from EROFS files; no bind may go inside
 	erofsDirs []string
+	// the projected settings.json, checked once every bind is known
+	settings *source
 }
 
 func (c *compilation) plan() *grant.Plan {
@@ -354,6 +356,7 @@ func (c *compilation) binds() []grant.Grant {
 		out = append(out, c.cacheBind(out)...)
 	}
 	c.agentDirApart(out)
+	c.checkSettings(out)
 	return out
 }
 

@@ -29,6 +29,7 @@ const (
 	PathLayout       Code = "PP-PATH-LAYOUT"       // paths that must nest (session in sessionDir) do not
 	// State a sandbox writes and a later Pi reads.
 	StateShared       Code = "PP-STATE-SHARED"          // a per-agent state dir not named for the agent
+	StateSettings     Code = "PP-STATE-SETTINGS"        // the daemon's settings.json would load what a sandbox can write
 	CredentialContent Code = "PP-CRED-AUTHFILE-CONTENT" // an oauth-file auth.json holding more than OAuth credentials
 
 	// Credentials.
