@@ -326,6 +326,7 @@ func (c *compilation) binds() []grant.Grant {
 		}
 	}
 
+	out = append(out, c.gitControlBinds(out)...)
 	out = append(out, c.agentDirProjection()...)
 	if c.prof.State.SessionDir != "none" {
 		// Pi replays a session log on resume, so whoever can write the
