@@ -18,7 +18,9 @@ import (
 // settings.json and models.json (read-only), writes an auth.json that would
 // run a command, a forged session log into another agent's session dir (not
 // mounted) and an extension plus project settings into the workspace it
-// shares with agent 2 (untrusted project resources). Then agent 2 starts on
+// shares with agent 2 (untrusted project resources), and code into the
+// adapter's entry in its own jiti cache (state.cacheDir, which persists).
+// Then agent 2 starts on
 // the same agent dir and workspace, and agent 1 starts again: neither loads
 // anything planted, while the daemon's integration extension, which writes a
 // marker of its own the same way, shows that extensions do load and can
@@ -49,6 +51,9 @@ export default function () {}
 			`echo '{"other":{"type":"api_key","key":"!touch ` + ws + `/AUTH-COMMAND-RAN"}}' > auth.json && echo auth-written || echo auth-refused`,
 			`mkdir -p ` + sessions + `/agent-9d21 && echo '{"type":"session"}' > ` + sessions + `/agent-9d21/forged.jsonl && echo session-written || echo session-refused`,
 			`echo '{"extensions":["` + wsExt + `"]}' > ` + ws + `/.pi/settings.json && echo project-settings-written`,
+			// The adapter's entry as jiti cached it, with code in front and
+			// jiti's hash line kept: a hit for the next start's jiti.
+			`f=$(ls /tmp/jiti/pi-mcp-adapter-index.*.mjs) && { printf 'require("node:fs").writeFileSync(process.cwd()+"/JITI-PLANT-RAN-"+process.env.PASEO_AGENT_ID,"x");'; cat "$f"; } > /tmp/plant && cp /tmp/plant "$f" && echo jiti-planted || echo jiti-refused`,
 		}, "; ")),
 		fakemodel.Text("tried the rest"),
 	)
@@ -62,7 +67,7 @@ export default function () {}
 	p.turn(t, c, "plant settings")
 	out := e.lastToolResult(t)
 	p.stop(t)
-	for _, want := range []string{"settings-refused", "models-refused", "session-refused", "project-settings-written"} {
+	for _, want := range []string{"settings-refused", "models-refused", "session-refused", "project-settings-written", "jiti-planted"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("plant attempts: want %s in %q", want, out)
 		}
@@ -110,7 +115,7 @@ export default function () {}
 	e.startAndStop(t, sc3)
 	ran(t, ws, "INTEGRATION-RAN-agent-7f3c", true)
 
-	for _, m := range []string{"PLANTED-RAN-agent-7f3c", "PLANTED-RAN-agent-9d21", "AUTH-COMMAND-RAN"} {
+	for _, m := range []string{"PLANTED-RAN-agent-7f3c", "PLANTED-RAN-agent-9d21", "AUTH-COMMAND-RAN", "JITI-PLANT-RAN-agent-7f3c"} {
 		ran(t, ws, m, false)
 	}
 }
