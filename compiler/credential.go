@@ -75,6 +75,12 @@ func (c *compilation) credentialMount() []grant.Grant {
 		if !ok {
 			return nil
 		}
+		// The one persistent file the sandbox writes in the agent dir: it
+		// must be this agent's, and hold nothing Pi would run (state.go).
+		if !c.ownedByAgent("state.agentDir", f.State.AgentDir, "a read-write auth.json in oauth-file mode") {
+			return nil
+		}
+		c.checkOAuthStore(s)
 		c.pins = append(c.pins, s)
 		return []grant.Grant{{Kind: grant.Mount, Subject: s.dest, Access: grant.RW, Type: "bind", Source: s.host, Options: bindOpts(grant.RW),
 			Reason: "OAuth credential; read-write because Pi rewrites refreshed tokens", Fact: "credential.authFile"}}

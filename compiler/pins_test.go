@@ -31,21 +31,27 @@ func TestEveryBindIsPinnedBeneathItsRoot(t *testing.T) {
 			}
 			roots := reg.Deployments[dep].Roots
 			all := slices.Concat(roots.Workspace, roots.State, roots.Launch)
-			files := 0
+			kinds := map[string]string{}
 			for _, p := range pairs {
 				if !slices.Contains(all, p.Pin.Root) || !pathform.Beneath(p.Pin.Root, p.Pin.Source) {
 					t.Errorf("pin %s: root %s is not a registered root above %s", p.Pin.Destination, p.Pin.Root, p.Pin.Source)
 				}
-				if p.Pin.Kind == "file" {
-					files++
+				kinds[p.Pin.Destination] = p.Pin.Kind
+			}
+			facts, fd := schema.LoadFacts(in.Facts)
+			if len(fd) > 0 {
+				t.Fatal(fd)
+			}
+			// File binds are pinned like directories: the extension always,
+			// auth.json in oauth-file mode.
+			want := []string{facts.Launch.Extension}
+			if facts.Credential.Mode == "oauth-file" {
+				want = append(want, facts.Credential.AuthFile)
+			}
+			for _, dest := range want {
+				if kinds[dest] != "file" {
+					t.Errorf("file bind %s pinned as %q, want a file pin", dest, kinds[dest])
 				}
-			}
-			want := 1 // the extension
-			if name == "host-pi-session-oauth" {
-				want = 2 // and auth.json
-			}
-			if files != want {
-				t.Errorf("%d file pins, want %d", files, want)
 			}
 			pins, err := r.Files.Pins()
 			if err != nil || pins.Manifest != bundle.Digest(r.Files[bundle.ManifestFile]) || len(pins.Pins) != len(pairs) {

@@ -50,6 +50,8 @@ type compilation struct {
 	limits schema.Limits
 	// image directories mounted from EROFS files; no bind may go inside
 	erofsDirs []string
+	// the projected settings.json, checked once every bind is known
+	settings *source
 }
 
 func (c *compilation) plan() *grant.Plan {
@@ -301,11 +303,15 @@ func (c *compilation) binds() []grant.Grant {
 		}
 	}
 
-	agent, ok := c.src.resolve("state.agentDir", f.State.AgentDir, "state", roots.State, pathsafe.Dir)
-	add(agent, ok, grant.Access(c.prof.State.AgentDir), "PI_CODING_AGENT_DIR: settings, models and the per-prompt lock Pi takes")
+	out = append(out, c.gitControlBinds(out)...)
+	out = append(out, c.agentDirProjection()...)
 	if c.prof.State.SessionDir != "none" {
+		// Pi replays a session log on resume, so whoever can write the
+		// session dir writes what a later Pi of this agent reads.
 		s, ok := c.src.resolve("state.sessionDir", f.State.SessionDir, "state", roots.State, pathsafe.Dir)
-		add(s, ok, grant.Access(c.prof.State.SessionDir), "PI_CODING_AGENT_SESSION_DIR: session logs the daemon resumes and imports")
+		if ok && c.ownedByAgent("state.sessionDir", f.State.SessionDir, "session logs") && c.apart("state.sessionDir", f.State.SessionDir, "the session dir", out) {
+			add(s, ok, grant.Access(c.prof.State.SessionDir), "PI_CODING_AGENT_SESSION_DIR: this agent's own session logs, which the daemon resumes and imports")
+		}
 	}
 	if sess := f.Launch.Session; sess != "" && sess != "none" {
 		if c.src.lexical("launch.session", sess) && !pathform.Beneath(f.State.SessionDir, sess) {
@@ -327,6 +333,8 @@ func (c *compilation) binds() []grant.Grant {
 	if f.State.CacheDir != "" && c.prof.State.CacheDir == "rw" {
 		out = append(out, c.cacheBind(out)...)
 	}
+	c.agentDirApart(out)
+	c.checkSettings(out)
 	return out
 }
 
@@ -344,7 +352,7 @@ const jitiCache = sandboxTmp + "/jiti"
 func (c *compilation) cacheBind(others []grant.Grant) []grant.Grant {
 	f := c.facts
 	s, ok := c.src.resolve("state.cacheDir", f.State.CacheDir, "state", c.dep.Roots.State, pathsafe.Dir)
-	if !ok {
+	if !ok || !c.ownedByAgent("state.cacheDir", f.State.CacheDir, "transpiled extension code") {
 		return nil
 	}
 	overlap := map[string]string{f.State.AgentDir: "state.agentDir", f.State.SessionDir: "state.sessionDir"}

@@ -32,6 +32,10 @@ const (
 	PathCrossMount   Code = "PP-PATH-XDEV"         // resolution crosses a mount point beneath the root
 	PathUnmapped     Code = "PP-PATH-UNMAPPED"     // docker topology: no mapping covers the container path
 	PathLayout       Code = "PP-PATH-LAYOUT"       // paths that must nest (session in sessionDir) do not
+	// State a sandbox writes and a later Pi reads.
+	StateShared       Code = "PP-STATE-SHARED"          // a per-agent state dir not named for the agent
+	StateSettings     Code = "PP-STATE-SETTINGS"        // the daemon's settings.json would load what a sandbox can write
+	CredentialContent Code = "PP-CRED-AUTHFILE-CONTENT" // an oauth-file auth.json holding more than OAuth credentials
 
 	// Credentials.
 	CredentialShape   Code = "PP-CRED-SHAPE"            // fields that do not fit the credential mode

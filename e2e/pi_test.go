@@ -132,8 +132,10 @@ func (e *env) scene(t testing.TB, profile, factsPatch string) *testbundle.Scene 
 func (e *env) sceneArgv(t testing.TB, profile, factsPatch string, argv []string) *testbundle.Scene {
 	facts := []byte(fmt.Sprintf(`{"model":{"baseURL":%q},"mcp":{"agentsURL":"http://127.0.0.1:%d/mcp/agents"}}`, modelURL, e.daemon.port))
 	if factsPatch != "" {
+		// The scene's own fields go into the test's patch, not the other way
+		// round, so a null in the test's patch still deletes a base field.
 		var err error
-		if facts, err = testtree.MergePatch(facts, []byte(factsPatch)); err != nil {
+		if facts, err = testtree.MergePatch([]byte(factsPatch), facts); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -150,16 +152,22 @@ func (e *env) sceneArgv(t testing.TB, profile, factsPatch string, argv []string)
 
 func (e *env) prepareState(t testing.TB, sc *testbundle.Scene) {
 	agent := filepath.Join(sc.Host, "srv/paseo/state/pi-agent")
+	writeAgentFiles(t, agent)
+	write(t, filepath.Join(sc.Host, "srv/paseo/launch/paseo-pi-extension-a1/paseo-integration.mjs"), "export default function () {}\n")
+	// The daemon gives each agent its own jiti cache dir, owned by the
+	// sandbox user (testdata/base: state.cacheDir).
+	for _, d := range []string{agent, filepath.Join(sc.Host, "srv/paseo/state/pi-sessions/agent-7f3c"), filepath.Join(sc.Host, "srv/paseo/state/pi-cache/agent-7f3c")} {
+		chownTree(t, d, 1000, 1000)
+	}
+}
+
+// writeAgentFiles writes the daemon's files in an agent dir: models.json
+// for the fake model and settings.json loading the image's pi-mcp-adapter.
+func writeAgentFiles(t testing.TB, agent string) {
 	write(t, filepath.Join(agent, "models.json"), `{"providers":{"fake":{"baseUrl":"`+modelURL+`","api":"openai-completions",
  "apiKey":"$FAKE_LLM_KEY","compat":{"supportsDeveloperRole":false},
  "models":[{"id":"fake-1","input":["text"],"contextWindow":128000,"maxTokens":16384}]}}}`)
 	write(t, filepath.Join(agent, "settings.json"), `{"packages":["/opt/pi/node_modules/pi-mcp-adapter"]}`)
-	write(t, filepath.Join(sc.Host, "srv/paseo/launch/paseo-pi-extension-a1/paseo-integration.mjs"), "export default function () {}\n")
-	// The daemon gives each agent its own jiti cache dir, owned by the
-	// sandbox user (testdata/base: state.cacheDir).
-	for _, d := range []string{agent, filepath.Join(sc.Host, "srv/paseo/state/pi-sessions"), filepath.Join(sc.Host, "srv/paseo/state/pi-cache/agent-7f3c")} {
-		chownTree(t, d, 1000, 1000)
-	}
 }
 
 func write(t testing.TB, p, s string) {

@@ -112,7 +112,7 @@ func TestPiSession(t *testing.T) {
 	}
 
 	// The session log is where the facts say sessions go.
-	logs, _ := filepath.Glob(filepath.Join(sc.Host, "srv/paseo/state/pi-sessions", "*.jsonl"))
+	logs, _ := filepath.Glob(filepath.Join(sc.Host, "srv/paseo/state/pi-sessions/agent-7f3c", "*.jsonl"))
 	if len(logs) != 1 {
 		t.Fatalf("session logs: %v", logs)
 	}

@@ -159,9 +159,10 @@ type Profile struct {
 	Env     map[string]string `json:"env"`
 	Mounts  []FixedMount      `json:"mounts"`
 	State   struct {
-		AgentDir   string `json:"agentDir"`
-		SessionDir string `json:"sessionDir"`
-		CacheDir   string `json:"cacheDir"`
+		AgentDir   string   `json:"agentDir"`
+		AgentFiles []string `json:"agentFiles"`
+		SessionDir string   `json:"sessionDir"`
+		CacheDir   string   `json:"cacheDir"`
 	} `json:"state"`
 	Limits       map[string]float64 `json:"limits"`
 	Egress       []string           `json:"egress"`

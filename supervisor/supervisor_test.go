@@ -592,15 +592,15 @@ func TestDockerTopology(t *testing.T) {
 		RegistryPatch: fmt.Sprintf(`{"deployments":{"docker-official":{"peers":{"uids":[%d],"gids":[4243]}}}}`, allowedUID),
 	})
 	hostWS := filepath.Join(sc.Host, "srv/paseo-docker/workspace/app")
-	for _, d := range []string{hostWS, filepath.Join(sc.Host, "srv/paseo-docker/state/pi-agent"), filepath.Join(sc.Host, "srv/paseo-docker/state/pi-sessions"),
+	for _, d := range []string{hostWS, filepath.Join(sc.Host, "srv/paseo-docker/state/pi-agent"), filepath.Join(sc.Host, "srv/paseo-docker/state/pi-sessions/agent-b2"),
 		filepath.Join(sc.Host, "srv/paseo-docker/state/pi-cache/agent-b2")} {
 		if err := os.Chown(d, 1000, 1000); err != nil {
 			t.Fatal(err)
 		}
 	}
 	write(t, filepath.Join(hostWS, ".fake-pi-env"), "FAKE_PI_TURN_MS=200\n")
-	dockerFacts, err := patchJSON(sc.Facts, `{"deployment":{"id":"docker-official"},"workspace":{"cwd":"/workspace/app","git":null},
-		"state":{"agentDir":"/paseo-state/pi-agent","sessionDir":"/paseo-state/pi-sessions","cacheDir":"/paseo-state/pi-cache/agent-b2"},
+	dockerFacts, err := patchJSON(sc.Facts, `{"deployment":{"id":"docker-official"},"agent":{"id":"agent-b2"},"workspace":{"cwd":"/workspace/app","git":null},
+		"state":{"agentDir":"/paseo-state/pi-agent","sessionDir":"/paseo-state/pi-sessions/agent-b2","cacheDir":"/paseo-state/pi-cache/agent-b2"},
 		"launch":{"extension":"/tmp/paseo-pi-extension-b2/paseo-integration.mjs","mcpConfig":"/tmp/paseo-pi-mcp-b2/mcp.json"}}`)
 	if err != nil {
 		t.Fatal(err)
@@ -644,7 +644,7 @@ func TestDockerTopology(t *testing.T) {
 	if err := c.Call(tctx(t), Request{Op: "delete", Sandbox: in.Sandbox}, nil); err != nil {
 		t.Fatal(err)
 	}
-	logs, _ := filepath.Glob(filepath.Join(sc.Host, "srv/paseo-docker/state/pi-sessions", "*.jsonl"))
+	logs, _ := filepath.Glob(filepath.Join(sc.Host, "srv/paseo-docker/state/pi-sessions/agent-b2", "*.jsonl"))
 	if len(logs) != 1 {
 		t.Fatalf("the session log did not land in the mapped host dir: %v", logs)
 	}

@@ -108,6 +108,13 @@ func New(t testing.TB, o Options) *Scene {
 		for _, d := range []string{"bin", "proc", "dev", "sys", "tmp", "etc", "home/sandbox"} {
 			mkdir(t, filepath.Join(s.Rootfs, d))
 		}
+		// The shipped profiles start Pi through /bin/sh, which reseeds the
+		// jiti cache with these tools (profiles/pi-session.cue).
+		for _, applet := range []string{"sh", "mkdir", "chmod", "rm", "cp"} {
+			if err := os.Symlink("busybox", filepath.Join(s.Rootfs, "bin", applet)); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	for dst, src := range files {
 		data, err := os.ReadFile(src)
