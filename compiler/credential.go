@@ -81,7 +81,6 @@ func (c *compilation) credentialMount() []grant.Grant {
 			return nil
 		}
 		c.checkOAuthStore(s)
-		c.pins = append(c.pins, s)
 		return []grant.Grant{{Kind: grant.Mount, Subject: s.dest, Access: grant.RW, Type: "bind", Source: s.host, Options: bindOpts(grant.RW),
 			Reason: "OAuth credential; read-write because Pi rewrites refreshed tokens", Fact: "credential.authFile"}}
 	}

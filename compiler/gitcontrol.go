@@ -68,7 +68,6 @@ func (c *compilation) gitControlBinds(granted []grant.Grant) []grant.Grant {
 		if !ok {
 			continue
 		}
-		c.pins = append(c.pins, s)
 		out = append(out, grant.Grant{Kind: grant.Mount, Subject: s.dest, Access: grant.RO, Type: "bind", Source: s.host,
 			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}, Fact: s.fact,
 			Reason: "the repository's " + gc.name + ", read-only: Git runs what it names in every sandbox that shares the repository"})

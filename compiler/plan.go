@@ -45,7 +45,6 @@ type compilation struct {
 
 	dep  schema.Deployment
 	src  *sources
-	pins []source
 	// set while planning, read by the renderers
 	limits schema.Limits
 	// image directories mounted from EROFS files; no bind may go inside
@@ -278,7 +277,6 @@ func (c *compilation) binds() []grant.Grant {
 		if !ok {
 			return
 		}
-		c.pins = append(c.pins, s)
 		out = append(out, grant.Grant{Kind: grant.Mount, Subject: s.dest, Access: a, Type: "bind", Source: s.host, Options: bindOpts(a), Reason: reason, Fact: s.fact})
 	}
 	cwd, ok := c.src.resolve("workspace.cwd", f.Workspace.Cwd, "workspace", roots.Workspace, pathsafe.Dir)
@@ -348,7 +346,9 @@ const jitiCache = sandboxTmp + "/jiti"
 // cacheBind mounts state.cacheDir read-write at jiti's cache path. The cache
 // holds code Pi runs, so it must be this agent's own directory: it may not
 // be, contain or lie inside any other bind source, where other agents or the
-// workspace could plant files in it.
+// workspace could plant files in it. The agent could still plant entries in
+// its own cache, so the profiles' argv empties it and copies in the image's
+// seed before Pi starts (threat 56).
 func (c *compilation) cacheBind(others []grant.Grant) []grant.Grant {
 	f := c.facts
 	s, ok := c.src.resolve("state.cacheDir", f.State.CacheDir, "state", c.dep.Roots.State, pathsafe.Dir)
@@ -365,9 +365,8 @@ func (c *compilation) cacheBind(others []grant.Grant) []grant.Grant {
 			return nil
 		}
 	}
-	c.pins = append(c.pins, s)
 	return []grant.Grant{{Kind: grant.Mount, Subject: jitiCache, Access: grant.RW, Type: "bind", Source: s.host, Options: bindOpts(grant.RW), Fact: "state.cacheDir",
-		Reason: "this agent's jiti cache: Pi's TypeScript extensions stay transpiled between starts; code Pi runs, so never shared between agents"}}
+		Reason: "this agent's jiti cache, emptied and reseeded from the image's seed by the profile's argv before every start, so nothing left in it runs again; code Pi runs, so never shared between agents"}}
 }
 
 // mcpRouted reports whether this launch gets the private MCP route: network

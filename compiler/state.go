@@ -62,7 +62,6 @@ func (c *compilation) agentDirProjection() []grant.Grant {
 		if name == "settings.json" {
 			c.settings = &s
 		}
-		c.pins = append(c.pins, s)
 		out = append(out, grant.Grant{Kind: grant.Mount, Subject: s.dest, Access: grant.RO, Type: "bind", Source: s.host,
 			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}, Fact: fact,
 			Reason: "the daemon's " + name + ", read-only: the sandbox cannot change what a later Pi is configured to load"})
