@@ -11,10 +11,12 @@ bin=${PASEO_POLICY:-bin/paseo-policy}
 demo=.demo
 rm -rf "$demo"
 mkdir -p "$demo/host"
-while read -r kind path _; do
+# tree.txt lines: "dir PATH", "file PATH" (empty) or "text PATH CONTENT".
+while read -r kind path rest; do
   case "$kind" in
     dir) mkdir -p "$demo/host$path" ;;
     file) mkdir -p "$(dirname "$demo/host$path")" && : > "$demo/host$path" ;;
+    text) mkdir -p "$(dirname "$demo/host$path")" && printf '%s\n' "$rest" > "$demo/host$path" ;;
   esac
 done < testdata/base/tree.txt
 
