@@ -102,7 +102,13 @@ func (s scope) filterOne(raw []byte, lists map[string]bool, dropped *atomic.Int6
 	}
 	var result map[string]json.RawMessage
 	var tools []json.RawMessage
-	if json.Unmarshal(res, &result) != nil || json.Unmarshal(result["tools"], &tools) != nil {
+	if json.Unmarshal(res, &result) != nil {
+		return nil, errAnswer
+	}
+	if _, ok := result["tools"]; !ok {
+		return raw, nil // lists nothing: nothing to narrow
+	}
+	if json.Unmarshal(result["tools"], &tools) != nil {
 		return nil, errAnswer
 	}
 	kept := []json.RawMessage{}
