@@ -250,6 +250,7 @@ func TestPiMCPRoute(t *testing.T) {
 		t.Errorf("route stats %+v", res.Routes)
 	}
 	seen := e.daemon.seen()
+	t.Logf("route stats %+v; the daemon saw %q", res.Routes["mcp"], seen)
 	if len(seen) == 0 {
 		t.Fatalf("the fake daemon saw nothing; tool result: %q; routes %+v; stderr: %s", e.lastToolResult(t), res.Routes, p.stderr.String())
 	}
