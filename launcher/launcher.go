@@ -134,16 +134,27 @@ func startRoute(n *sandboxnet.Network, r bundle.Route, tok *routeproxy.Token) (*
 
 // routeToken is where the route's proxy finds the daemon's bearer: the
 // caller's holder, or (none given) a holder filled once from the secrets
-// under the route's tokenRef. The value stays in this process.
-func routeToken(opts Options, deployment string, r bundle.Route) (*routeproxy.Token, error) {
+// under the route's tokenRef. The value stays in this process. Without
+// the generated MCP config nothing in the sandbox is set up to use the
+// route, so a token that cannot be found leaves the holder empty (the
+// route answers 503); with it, the launch is refused, as a missing
+// credential is, rather than start an agent whose Paseo tools all fail.
+func routeToken(opts Options, files bundle.Files, deployment string, r bundle.Route) (*routeproxy.Token, error) {
 	if opts.MCPToken != nil {
 		return opts.MCPToken, nil
 	}
+	_, configured := files[bundle.MCPConfigFile]
 	if r.TokenRef == "" || opts.Secrets == nil {
+		if !configured {
+			return &routeproxy.Token{}, nil
+		}
 		return nil, fmt.Errorf("route %s: no daemon token was handed over and no secret source holds its tokenRef", r.Purpose)
 	}
 	v, err := opts.Secrets(deployment, r.TokenRef)
 	if err != nil {
+		if !configured {
+			return &routeproxy.Token{}, nil
+		}
 		return nil, fmt.Errorf("route %s: %w", r.Purpose, err)
 	}
 	defer clear(v)
@@ -246,7 +257,7 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 		}
 		spec.netnsPath = net.NetnsPath
 		for _, r := range eg.Routes {
-			tok, err := routeToken(opts, m.Deployment, r)
+			tok, err := routeToken(opts, files, m.Deployment, r)
 			if err != nil {
 				return res, &UnavailableError{Reason: err.Error()}
 			}
