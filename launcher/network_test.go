@@ -3,11 +3,11 @@ package launcher
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
