@@ -28,9 +28,9 @@ const MaxAnswer = 4 << 20
 
 var errAnswer = errors.New("an answer to tools/list the proxy cannot filter")
 
-// filterAnswer rewrites resp so that every tools/list result in it lists
-// only tools of the scope.
-func (s scope) filterAnswer(resp *http.Response, lists map[string]bool, dropped *atomic.Int64) error {
+// filterAnswer rewrites resp so that every tools list in it lists only
+// tools of the scope.
+func (s scope) filterAnswer(resp *http.Response, dropped *atomic.Int64) error {
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	switch {
 	case resp.StatusCode == http.StatusAccepted || resp.StatusCode >= 300:
@@ -41,7 +41,7 @@ func (s scope) filterAnswer(resp *http.Response, lists map[string]bool, dropped 
 		if err != nil || len(data) > MaxAnswer {
 			return errAnswer
 		}
-		out, err := s.filterMessages(data, lists, dropped)
+		out, err := s.filterMessages(data, dropped)
 		if err != nil {
 			return err
 		}
@@ -53,7 +53,7 @@ func (s scope) filterAnswer(resp *http.Response, lists map[string]bool, dropped 
 		pr, pw := io.Pipe()
 		up := resp.Body
 		go func() {
-			err := s.filterStream(up, pw, lists, dropped)
+			err := s.filterStream(up, pw, dropped)
 			up.Close()
 			pw.CloseWithError(err)
 		}()
@@ -66,7 +66,7 @@ func (s scope) filterAnswer(resp *http.Response, lists map[string]bool, dropped 
 }
 
 // filterMessages filters one JSON-RPC message or a batch of them.
-func (s scope) filterMessages(data []byte, lists map[string]bool, dropped *atomic.Int64) ([]byte, error) {
+func (s scope) filterMessages(data []byte, dropped *atomic.Int64) ([]byte, error) {
 	t := bytes.TrimLeft(data, " \t\r\n")
 	if len(t) > 0 && t[0] == '[' {
 		var all []json.RawMessage
@@ -74,7 +74,7 @@ func (s scope) filterMessages(data []byte, lists map[string]bool, dropped *atomi
 			return nil, errAnswer
 		}
 		for i, m := range all {
-			out, err := s.filterOne(m, lists, dropped)
+			out, err := s.filterOne(m, dropped)
 			if err != nil {
 				return nil, err
 			}
@@ -82,24 +82,25 @@ func (s scope) filterMessages(data []byte, lists map[string]bool, dropped *atomi
 		}
 		return json.Marshal(all)
 	}
-	return s.filterOne(data, lists, dropped)
+	return s.filterOne(data, dropped)
 }
 
-// filterOne drops from a tools/list result the tools outside the scope.
-// Messages that answer no tools/list request pass unchanged.
-func (s scope) filterOne(raw []byte, lists map[string]bool, dropped *atomic.Int64) ([]byte, error) {
+// filterOne drops from a result listing tools the tools outside the
+// scope. Every result with a tools list is filtered, whatever its id: the
+// daemon echoes an id re-serialized (1.0 as 1, "\u0061" as "a"), so
+// matching answers to requests by id would let a client pick an id the
+// filter does not recognize. Only answers to a body that asked for
+// tools/list are filtered at all (Proxy.New).
+func (s scope) filterOne(raw []byte, dropped *atomic.Int64) ([]byte, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, errAnswer
 	}
-	id, err := compactID(m["id"])
-	if err != nil || id == nil || !lists[string(id)] {
-		return raw, nil
-	}
 	res, ok := m["result"]
 	if !ok {
-		return raw, nil // an error answer
+		return raw, nil // an error answer, a notification or a request
 	}
+	var err error
 	var result map[string]json.RawMessage
 	var tools []json.RawMessage
 	if json.Unmarshal(res, &result) != nil {
@@ -137,7 +138,7 @@ func (s scope) filterOne(raw []byte, lists map[string]bool, dropped *atomic.Int6
 // that carries a tools/list answer. Events are separated by a blank line;
 // an event's data lines are joined with newlines (the SSE rules) and
 // written back as one data line.
-func (s scope) filterStream(in io.Reader, out io.Writer, lists map[string]bool, dropped *atomic.Int64) error {
+func (s scope) filterStream(in io.Reader, out io.Writer, dropped *atomic.Int64) error {
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), MaxAnswer)
 	var other []string
@@ -151,7 +152,7 @@ func (s scope) filterStream(in io.Reader, out io.Writer, lists map[string]bool, 
 		if hasData {
 			joined := strings.Join(data, "\n")
 			if strings.TrimSpace(joined) != "" {
-				f, err := s.filterMessages([]byte(joined), lists, dropped)
+				f, err := s.filterMessages([]byte(joined), dropped)
 				if err != nil {
 					return err
 				}

@@ -118,13 +118,13 @@ type Proxy struct {
 type connKey struct{}
 
 // forwardKey carries, from the guard to the reverse proxy, what the guard
-// decided for one request: the token it carries and the ids of its
-// tools/list requests, whose answers are filtered.
+// decided for one request: the token it carries and whether it asks for
+// tools/list, whose answers are filtered.
 type forwardKey struct{}
 
 type forward struct {
-	token     string
-	toolLists map[string]bool
+	token      string
+	listsTools bool
 }
 
 // track follows each connection's state to count requests cut before the
@@ -189,10 +189,10 @@ func New(r bundle.Route, l Limits, tok *Token) (*Proxy, error) {
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			f, _ := resp.Request.Context().Value(forwardKey{}).(*forward)
-			if f == nil || len(f.toolLists) == 0 {
+			if f == nil || !f.listsTools {
 				return nil
 			}
-			return p.scope.filterAnswer(resp, f.toolLists, &p.Stats.Filtered)
+			return p.scope.filterAnswer(resp, &p.Stats.Filtered)
 		},
 		// MCP answers may stream (SSE): pass bytes on as they come.
 		FlushInterval: -1,
@@ -276,7 +276,7 @@ func (p *Proxy) guard(next http.Handler) http.Handler {
 				return
 			}
 			req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-			req = req.WithContext(context.WithValue(req.Context(), forwardKey{}, &forward{token: tok, toolLists: c.toolLists}))
+			req = req.WithContext(context.WithValue(req.Context(), forwardKey{}, &forward{token: tok, listsTools: c.listsTools}))
 			p.Stats.Forwarded.Add(1)
 			next.ServeHTTP(w, req)
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // The MCP scope: which JSON-RPC methods and which tools (tools/call's
@@ -44,12 +45,13 @@ type message struct {
 	Params  json.RawMessage `json:"params"`
 }
 
-// checked is a body inside the scope: its request ids (compact JSON) and
-// which of them ask for tools/list, whose answers are filtered.
+// checked is a body inside the scope: its request ids (compact JSON, for
+// the refusal) and whether it asks for tools/list, whose answers are
+// filtered.
 type checked struct {
-	batch     bool
-	ids       [][]byte
-	toolLists map[string]bool
+	batch      bool
+	ids        [][]byte
+	listsTools bool
 }
 
 // scope is what a route allows.
@@ -70,7 +72,7 @@ func (s scope) check(body []byte) (*checked, *rpcError) {
 		return nil, &rpcError{codeInvalidRequest, err.Error()}
 	}
 	var raws []json.RawMessage
-	c := &checked{toolLists: map[string]bool{}}
+	c := &checked{}
 	switch t := bytes.TrimLeft(body, " \t\r\n"); {
 	case len(t) > 0 && t[0] == '[':
 		c.batch = true
@@ -90,7 +92,7 @@ func (s scope) check(body []byte) (*checked, *rpcError) {
 		if id != nil {
 			c.ids = append(c.ids, id)
 			if method == "tools/list" && err == nil {
-				c.toolLists[string(id)] = true
+				c.listsTools = true
 			}
 		}
 		if err != nil && first == nil {
@@ -128,6 +130,12 @@ func (s scope) checkOne(raw json.RawMessage) ([]byte, string, *rpcError) {
 	}
 	if !slices.Contains(s.methods, *m.Method) {
 		return id, *m.Method, &rpcError{codeMethod, "this method is outside the sandbox's MCP scope"}
+	}
+	// MCP's notifications are named notifications/…; everything else is a
+	// request and needs an id (a tools/list without one would be answered
+	// by a server that answers anyway, and that answer not be filtered).
+	if isNote := strings.HasPrefix(*m.Method, "notifications/"); isNote != (id == nil) {
+		return id, *m.Method, &rpcError{codeInvalidRequest, "notifications carry no id and requests one"}
 	}
 	if *m.Method == "tools/call" {
 		var p struct {

@@ -289,3 +289,35 @@ func TestTokenRotationIsAtomic(t *testing.T) {
 		t.Errorf("after the last swap the daemon saw %v", seen)
 	}
 }
+
+// The daemon re-serializes ids (JavaScript: 1.0 is 1, "\u0061" is "a"):
+// an answer whose id reads differently from the request's is filtered all
+// the same. And tools/list must be a request: as a notification (no id) it
+// is refused, so no answer to it escapes the filter.
+func TestToolsListFilteredWhateverTheID(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m struct {
+			ID any `json:"id"`
+		}
+		b, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(b, &m)
+		id, _ := json.Marshal(m.ID) // 1.0 -> 1, "\u0061" -> "a"
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"list_agents"},{"name":"create_agent"}]}}`, id)
+	})
+	_, base := setupWith(t, h, Limits{})
+	for _, id := range []string{`1.0`, `1e0`, `"\u0061"`, `"a"`} {
+		code, body := post(t, base, `{"jsonrpc":"2.0","id":`+id+`,"method":"tools/list"}`)
+		if code != 200 || !strings.Contains(body, "list_agents") || strings.Contains(body, "create_agent") {
+			t.Errorf("id %s: %d %q", id, code, body)
+		}
+	}
+	for _, b := range []string{
+		`{"jsonrpc":"2.0","method":"tools/list"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"notifications/initialized"}`,
+	} {
+		if code, body := post(t, base, b); len(rpcErrors(t, body)) != 1 || code == 202 {
+			t.Errorf("%s: %d %q", b, code, body)
+		}
+	}
+}
