@@ -110,6 +110,15 @@ func TestMCPTokenHandedOverAndRotated(t *testing.T) {
 	f.start(t)
 
 	c := f.dial(t)
+	// A malformed token at createSandbox is refused, not echoed, and
+	// starts nothing.
+	if err := c.Call(tctx(t), Request{Op: "createSandbox", Deployment: "host-alice", Facts: sc.Facts, MCPToken: "tok-zq7 x"}, nil); !isCode(err, ErrMalformed) || strings.Contains(err.Error(), "zq7") {
+		t.Fatalf("a malformed token at create: %v", err)
+	}
+	var none []Info
+	if err := c.Call(tctx(t), Request{Op: "list"}, &none); err != nil || len(none) != 0 {
+		t.Fatalf("a refused create left %v (%v)", none, err)
+	}
 	var in Info
 	if err := c.Call(tctx(t), Request{Op: "createSandbox", Deployment: "host-alice", Facts: sc.Facts, MCPToken: tokA}, &in); err != nil {
 		t.Fatalf("createSandbox: %v", err)

@@ -488,6 +488,9 @@ func (s *Server) create(p peer, req Request) (any, *Error) {
 	if !s.allowed(p, req.Deployment) {
 		return nil, fail(ErrForbidden, "peer uid %d gid %d is not bound to deployment %q", p.uid, p.gid, req.Deployment)
 	}
+	if req.MCPToken != "" && !routeproxy.ValidToken([]byte(req.MCPToken)) {
+		return nil, fail(ErrMalformed, "%v", routeproxy.ErrBadToken) // names no value
+	}
 	var head struct {
 		Deployment struct {
 			ID string `json:"id"`
@@ -521,10 +524,6 @@ func (s *Server) create(p peer, req Request) (any, *Error) {
 	}
 	if err := res.Files.Write(dir); err != nil {
 		return nil, fail(ErrInternal, "bundle: %v", err)
-	}
-	if req.MCPToken != "" && !routeproxy.ValidToken([]byte(req.MCPToken)) {
-		_ = os.RemoveAll(dir)
-		return nil, fail(ErrMalformed, "%v", routeproxy.ErrBadToken)
 	}
 	b, e := s.start(id, dir, req.Deployment, res.Manifest.Agent, res.Manifest.Profile, req.MCPToken)
 	if e != nil {
