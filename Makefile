@@ -56,7 +56,7 @@ race: unit
 # The real Pi (the pinned image) in gVisor: turns, tool calls, denied
 # escapes, session resume, the probes and the MCP route. Root.
 e2e-pi: runsc image
-	$(GO) test $(RACE) -count=1 -v -run '^TestPi(Session|Probes|MCPRoute|PlantedCode|OAuthFile|GitControl)$$' ./e2e
+	$(GO) test $(RACE) -count=1 -v -run '^TestPi(Session|Probes|MCPRoute|MCPTokenRotation|PlantedCode|OAuthFile|GitControl)$$' ./e2e
 
 # Continuity through the supervisor: 20 mid-turn disconnects with the fake
 # Pi, fencing, duplicate inputs, peer checks, a supervisor killed mid-turn

@@ -181,12 +181,16 @@ func (s *scene) routeProxyFlood(t *testing.T) OutsideAttack {
 	defer daemon.Close()
 	route := func(agent string) bundle.Route {
 		return bundle.Route{Purpose: "mcp", Listen: "gateway", Port: 6767, Method: "POST", Path: "/mcp/agents",
-			CallerAgentID: agent, Upstream: daemon.URL + "/mcp/agents"}
+			CallerAgentID: agent, Upstream: daemon.URL + "/mcp/agents", Methods: []string{"ping"}}
+	}
+	token := &routeproxy.Token{}
+	if err := token.Set([]byte("run-token")); err != nil {
+		t.Fatal(err)
 	}
 	netA := s.floodNeighbour(t, "flood-route-a", floodRouteAPool, nil, []bundle.Route{route("agent-a")})
 	netB := s.floodNeighbour(t, "flood-route-b", floodRouteBPool, nil, []bundle.Route{route("agent-b")})
 	serve := func(nw *sandboxnet.Network, agent string, l routeproxy.Limits) *routeproxy.Proxy {
-		p, err := routeproxy.New(route(agent), l)
+		p, err := routeproxy.New(route(agent), l, token)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,8 +208,8 @@ func (s *scene) routeProxyFlood(t *testing.T) OutsideAttack {
 			return testnet.DialFrom(netB.NetnsPath, network, addr, 3*time.Second)
 		}}
 		defer tr.CloseIdleConnections()
-		req, _ := http.NewRequest("POST", fmt.Sprintf("http://%s:6767/mcp/agents?callerAgentId=agent-b", netB.Gateway), strings.NewReader("{}"))
-		req.Header.Set("Authorization", "Bearer run-token")
+		req, _ := http.NewRequest("POST", fmt.Sprintf("http://%s:6767/mcp/agents?callerAgentId=agent-b", netB.Gateway), strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Do(req)
 		if err != nil {
 			return false

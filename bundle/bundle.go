@@ -28,12 +28,13 @@ const (
 	HostsFile    = "files/hosts"
 	ResolvFile   = "files/resolv.conf"
 	// MCPConfigFile is the MCP config Pi reads, generated when the launch
-	// has a private MCP route; it holds a secret placeholder for the bearer.
+	// has a private MCP route; it holds no bearer (the route proxy adds it).
 	MCPConfigFile = "files/mcp.json"
 )
 
-// SecretFiles are the bundle files whose secret placeholders the launcher
-// fills in its private copy.
+// SecretFiles are the bundle files the launcher writes into its private
+// copy through its secret check: config.json with its credential slot
+// filled, and the MCP config checked to carry no bearer.
 var SecretFiles = []string{ConfigFile, MCPConfigFile}
 
 // Egress is egress.json: deny by default, one rule per allowed destination.
@@ -67,8 +68,16 @@ type Route struct {
 	Path          string `json:"path"`
 	CallerAgentID string `json:"callerAgentId"`
 	Upstream      string `json:"upstream"`
-	TokenRef      string `json:"tokenRef"`
-	Fact          string `json:"fact"`
+	// TokenRef names the daemon's bearer in the deployment's secrets, for
+	// a launch with no daemon to hand it over (paseo-policy launch). The
+	// bearer itself is never in the bundle: the route proxy adds it.
+	TokenRef string `json:"tokenRef"`
+	// Methods and Tools are the MCP scope: the JSON-RPC methods and the
+	// tools (tools/call params.name) the proxy forwards; nothing else
+	// reaches the daemon.
+	Methods []string `json:"methods"`
+	Tools   []string `json:"tools"`
+	Fact    string   `json:"fact"`
 }
 
 // Manifest is manifest.json: every grant with its reason and fact, and the

@@ -3,9 +3,9 @@ package bundle
 import "strings"
 
 // SecretMarker opens every secret placeholder. The compiler writes
-// placeholders in exactly two places (the credential's env entry and the
-// MCP bearer); anywhere else the marker is refused, at compile in the
-// inputs and at launch in the bundle.
+// placeholders in exactly one place (the credential's env entry, which its
+// manifest grant records); anywhere else the marker is refused, at compile
+// in the inputs and at launch in the bundle.
 const (
 	SecretMarker = "@@paseo-secret:"
 	secretEnd    = "@@"
@@ -28,8 +28,9 @@ func PlaceholderRef(s string) (string, bool) {
 }
 
 // MCPConfig is files/mcp.json, the MCP config Pi's adapter reads: the
-// compiler renders it and the launcher fills the bearer of its one server
-// in its private copy, so both share this layout.
+// compiler renders it and the launcher checks it, so both share this
+// layout. It carries no headers: the route proxy adds the daemon's bearer
+// outside the sandbox, so no token is ever in a file the agent can read.
 type MCPConfig struct {
 	Servers map[string]MCPServer `json:"mcpServers"`
 }
@@ -37,15 +38,10 @@ type MCPConfig struct {
 // MCPServer is one MCP server entry.
 type MCPServer struct {
 	URL     string            `json:"url"`
-	Headers map[string]string `json:"headers"`
+	Headers map[string]string `json:"headers,omitempty"`
 	Auth    bool              `json:"auth"`
 	OAuth   bool              `json:"oauth"`
 }
 
-// The one server the compiler writes and the header that carries its
-// bearer ("Bearer " + placeholder).
-const (
-	MCPServerName   = "paseo"
-	MCPBearerHeader = "Authorization"
-	MCPBearerPrefix = "Bearer "
-)
+// MCPServerName is the one server the compiler writes.
+const MCPServerName = "paseo"

@@ -14,20 +14,17 @@ import (
 	"paseo.dev/paseo-policy/internal/pathform"
 )
 
-// SlotKind names one of the two places the compiler puts a secret
-// placeholder. Nothing else in a bundle is ever substituted: a
-// placeholder smuggled into another fact (a model id, an argv word) stays
-// a refusal, not a secret in argv.
+// SlotKind names the place the compiler puts a secret placeholder.
+// Nothing else in a bundle is ever substituted: a placeholder smuggled
+// into another fact (a model id, an argv word) stays a refusal, not a
+// secret in argv. The daemon's MCP bearer has no slot: it never enters
+// the sandbox, the route proxy adds it (launcher/routeproxy Token).
 type SlotKind string
 
 const (
 	// SlotCredentialEnv is config.json's process.env entry
 	// "<Env>=<placeholder>", from the env grant of credential.secretRef.
 	SlotCredentialEnv SlotKind = "credential-env"
-	// SlotMCPBearer is files/mcp.json's
-	// mcpServers.paseo.headers.Authorization, "Bearer <placeholder>", from
-	// the mcp route grant's tokenRef.
-	SlotMCPBearer SlotKind = "mcp-bearer"
 )
 
 // credentialFact is the fact the compiler's credential env grant cites.
@@ -49,7 +46,7 @@ type SecretSlot struct {
 func (s SecretSlot) Placeholder() string { return SecretPlaceholder(s.Ref) }
 
 // SecretSlots lists the bundle's secret slots from its manifest: at most
-// one credential env and one MCP bearer.
+// one credential env.
 func SecretSlots(files Files) ([]SecretSlot, error) {
 	m, err := files.Manifest()
 	if err != nil {
@@ -68,17 +65,6 @@ func slotsOf(files Files, m *Manifest) ([]SecretSlot, error) {
 				return nil, fmt.Errorf("manifest: the credential's env grant %s is not one secret placeholder", g.Subject)
 			}
 			slots = append(slots, SecretSlot{Kind: SlotCredentialEnv, Ref: ref, Env: g.Subject, grant: i})
-		case g.Kind == grant.Route && g.Subject == "mcp":
-			if _, ok := files[MCPConfigFile]; !ok {
-				continue // no generated MCP config: nothing carries the bearer
-			}
-			ref := ""
-			for _, o := range g.Options {
-				if v, ok := strings.CutPrefix(o, "tokenRef="); ok {
-					ref = v
-				}
-			}
-			slots = append(slots, SecretSlot{Kind: SlotMCPBearer, Ref: ref})
 		}
 	}
 	seen := map[SlotKind]bool{}
@@ -107,7 +93,7 @@ func refuseStrayMarkers(files Files, slots []SecretSlot) error {
 		data := files[name]
 		if !strings.HasSuffix(name, ".json") {
 			if bytes.Contains(data, []byte(SecretMarker)) {
-				return fmt.Errorf("%s: %w (only the credential's env entry and the MCP bearer are filled)", name, ErrStrayPlaceholder)
+				return fmt.Errorf("%s: %w (only the credential's env entry is filled)", name, ErrStrayPlaceholder)
 			}
 			continue
 		}
@@ -136,7 +122,7 @@ func refuseStrayMarkers(files Files, slots []SecretSlot) error {
 			}
 		})
 		if stray != "" {
-			return fmt.Errorf("%s at %s: %w (only the credential's env entry and the MCP bearer are filled)", name, stray, ErrStrayPlaceholder)
+			return fmt.Errorf("%s at %s: %w (only the credential's env entry is filled)", name, stray, ErrStrayPlaceholder)
 		}
 	}
 	return nil
@@ -152,10 +138,6 @@ func markerAllowed(file string, path []string, s string, slots []SecretSlot) boo
 			}
 		case sl.Kind == SlotCredentialEnv && file == ManifestFile:
 			if slices.Equal(path, []string{"grants", "[" + strconv.Itoa(sl.grant) + "]", "value"}) && s == sl.Placeholder() {
-				return true
-			}
-		case sl.Kind == SlotMCPBearer && file == MCPConfigFile:
-			if slices.Equal(path, []string{"mcpServers", MCPServerName, "headers", MCPBearerHeader}) && s == MCPBearerPrefix+sl.Placeholder() {
 				return true
 			}
 		}

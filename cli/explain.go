@@ -56,7 +56,20 @@ func detail(g grant.Grant) string {
 	case grant.Egress:
 		return g.Proto + "/" + strconv.Itoa(g.Port) + " " + g.Value
 	case grant.Route:
-		return "gateway:" + strconv.Itoa(g.Port) + " " + g.Value + " -> " + g.Source
+		d := "gateway:" + strconv.Itoa(g.Port) + " " + g.Value + " -> " + g.Source
+		var methods, tools []string
+		for _, o := range g.Options {
+			if v, ok := strings.CutPrefix(o, "method="); ok {
+				methods = append(methods, v)
+			} else if v, ok := strings.CutPrefix(o, "tool="); ok {
+				tools = append(tools, v)
+			}
+		}
+		if g.Subject == "mcp" {
+			// The scope is authority: shown even when empty.
+			d += " methods [" + strings.Join(methods, " ") + "] tools [" + strings.Join(tools, " ") + "]"
+		}
+		return d
 	case grant.Rootfs:
 		return g.Source + " " + g.Value
 	}

@@ -32,9 +32,10 @@ func newLaunch(g *globals) *cobra.Command {
 		Use:   "launch DIR",
 		Short: "Run a compiled bundle under the pinned runsc (root)",
 		Long: `Launch runs preflight checks, copies the bundle into a private run dir with
-its two secret slots filled (the credential env and the MCP bearer) from
---secrets-dir, <dir>/<deployment>/<secretRef> with the deployment from the
-verified manifest, runs it under runsc with fixed flags while owning its
+its credential slot filled from --secrets-dir, <dir>/<deployment>/<secretRef>
+with the deployment from the verified manifest (the MCP config carries no
+bearer: the route proxy adds the daemon's, read once from the same directory
+under the route's tokenRef and kept out of the sandbox), runs it under runsc with fixed flags while owning its
 stdio, enforces wall time and output limits, and tears everything down.
 When the sandbox cannot be enforced it exits 4 (sandbox-unavailable) and
 nothing runs. The agent's own exit code is returned otherwise.`,

@@ -153,8 +153,9 @@ func (c *compilation) mcpRoute(p *grant.Plan, allowed bool) {
 	}
 	p.Add(grant.Grant{Kind: grant.Route, Subject: "mcp", Access: grant.Allow, Proto: "tcp", Port: port,
 		Value: "POST " + u.Path, Source: upstream,
-		Options: []string{"callerAgentId=" + c.facts.Agent.ID, "tokenRef=" + c.facts.MCP.TokenRef},
-		Reason:  "Paseo MCP tools via the launcher's per-sandbox proxy on the gateway; the daemon's listener itself stays unreachable", Fact: fact})
+		Options: append([]string{"callerAgentId=" + c.facts.Agent.ID, "tokenRef=" + c.facts.MCP.TokenRef}, c.mcpScope()...),
+		Reason: "Paseo MCP tools via the launcher's per-sandbox proxy on the gateway, which adds the daemon's bearer and forwards only the methods and tools named here " +
+			"(profile.mcp, narrowed by registry.deployments." + c.facts.Deployment.ID + ".mcp); the daemon's listener itself stays unreachable", Fact: fact})
 }
 
 // checkResolver refuses a registry resolver that is not an IP address in

@@ -325,7 +325,7 @@ func (c *compilation) binds() []grant.Grant {
 		// at the same path instead (render.go renderMCPConfig).
 		out = append(out, grant.Grant{Kind: grant.Mount, Subject: f.Launch.MCPConfig, Access: grant.RO, Type: "bind", Source: bundle.MCPConfigFile,
 			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}, Fact: "launch.mcpConfig",
-			Reason: "generated MCP config: only Paseo's server, through the launcher's proxy on the gateway; the bearer comes from mcp.tokenRef at launch"})
+			Reason: "generated MCP config: only Paseo's server, through the launcher's proxy on the gateway; no bearer (the proxy adds the daemon's)"})
 	}
 	out = append(out, c.credentialMount()...)
 	if f.State.CacheDir != "" && c.prof.State.CacheDir == "rw" {

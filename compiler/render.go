@@ -180,8 +180,14 @@ func RenderEgress(plan *grant.Plan, dns string) *bundle.Egress {
 					r.CallerAgentID = v
 				case "tokenRef":
 					r.TokenRef = v
+				case "method":
+					r.Methods = append(r.Methods, v)
+				case "tool":
+					r.Tools = append(r.Tools, v)
 				}
 			}
+			// Empty, not null: the proxy forwards nothing outside these.
+			r.Methods, r.Tools = orEmpty(r.Methods), orEmpty(r.Tools)
 			e.Routes = append(e.Routes, r)
 		}
 	}
@@ -218,8 +224,8 @@ func renderHosts(plan *grant.Plan) []byte {
 // renderMCPConfig writes the MCP config Pi's adapter reads when the plan
 // has the private MCP route and mounts it: Paseo's server only (the seed's
 // minimum contract), addressed to the launcher's proxy on the gateway,
-// with auth and OAuth off as Paseo injects it, and the bearer as a secret
-// placeholder the launcher fills from mcp.tokenRef.
+// with auth and OAuth off as Paseo injects it, and no bearer: the route
+// proxy adds the daemon's current one outside the sandbox.
 func renderMCPConfig(plan *grant.Plan) ([]byte, bool, error) {
 	mounted := false
 	for _, g := range plan.Of(grant.Mount) {
@@ -235,21 +241,15 @@ func renderMCPConfig(plan *grant.Plan) ([]byte, bool, error) {
 		return nil, false, nil
 	}
 	_, path, _ := strings.Cut(route.Value, " ")
-	var agent, tokenRef string
+	var agent string
 	for _, o := range route.Options {
-		k, v, _ := strings.Cut(o, "=")
-		switch k {
-		case "callerAgentId":
+		if v, ok := strings.CutPrefix(o, "callerAgentId="); ok {
 			agent = v
-		case "tokenRef":
-			tokenRef = v
 		}
 	}
 	u := url.URL{Scheme: "http", Host: net.JoinHostPort(gatewayName, strconv.Itoa(route.Port)), Path: path,
 		RawQuery: url.Values{"callerAgentId": {agent}}.Encode()}
-	// The launcher fills exactly this header of exactly this server.
-	doc := bundle.MCPConfig{Servers: map[string]bundle.MCPServer{bundle.MCPServerName: {URL: u.String(), Auth: false, OAuth: false,
-		Headers: map[string]string{bundle.MCPBearerHeader: bundle.MCPBearerPrefix + SecretPlaceholder(tokenRef)}}}}
+	doc := bundle.MCPConfig{Servers: map[string]bundle.MCPServer{bundle.MCPServerName: {URL: u.String(), Auth: false, OAuth: false}}}
 	out, err := bundle.Marshal(doc)
 	return out, true, err
 }
@@ -332,4 +332,11 @@ func (c *compilation) manifest(plan *grant.Plan, files bundle.Files) (*bundle.Ma
 		}
 	}
 	return m, nil
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }

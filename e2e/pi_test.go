@@ -321,15 +321,26 @@ func (p *pi) turn(t *testing.T, c context.Context, message string) []piproto.Fra
 }
 
 // mcpDaemon is a minimal MCP server over streamable HTTP standing in for
-// Paseo's /mcp/agents endpoint: it records every request it gets.
+// Paseo's /mcp/agents endpoint: it records every request it gets and,
+// like the daemon, accepts only its current run's bearer (restart gives
+// it a new one). Its catalog has a tool the reference scope allows
+// (list_agents) and one it does not (create_agent).
 type mcpDaemon struct {
-	port int
-	mu   sync.Mutex
-	reqs []string
+	port  int
+	mu    sync.Mutex
+	reqs  []string
+	token string
+}
+
+// restart is a daemon restart: a new run with a new token.
+func (d *mcpDaemon) restart(token string) {
+	d.mu.Lock()
+	d.token = token
+	d.mu.Unlock()
 }
 
 func newMCPDaemon(t testing.TB) *mcpDaemon {
-	d := &mcpDaemon{}
+	d := &mcpDaemon{token: mcpToken}
 	srv := httptest.NewServer(d)
 	t.Cleanup(srv.Close)
 	d.port = srv.Listener.Addr().(*net.TCPAddr).Port
@@ -340,12 +351,20 @@ func (d *mcpDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var msg struct {
 		ID     json.RawMessage `json:"id"`
 		Method string          `json:"method"`
+		Params struct {
+			Name string `json:"name"`
+		} `json:"params"`
 	}
 	body, _ := io.ReadAll(r.Body)
 	_ = json.Unmarshal(body, &msg)
 	d.mu.Lock()
-	d.reqs = append(d.reqs, fmt.Sprintf("%s %s %s %s", r.Method, r.URL.RequestURI(), r.Header.Get("Authorization"), msg.Method))
+	d.reqs = append(d.reqs, strings.TrimSpace(fmt.Sprintf("%s %s %s %s %s", r.Method, r.URL.RequestURI(), r.Header.Get("Authorization"), msg.Method, msg.Params.Name)))
+	authorized := r.Header.Get("Authorization") == "Bearer "+d.token
 	d.mu.Unlock()
+	if !authorized {
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
 	if r.Method != http.MethodPost || len(msg.ID) == 0 {
 		w.WriteHeader(http.StatusAccepted)
 		return
@@ -356,10 +375,16 @@ func (d *mcpDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		result = map[string]any{"protocolVersion": "2025-03-26", "capabilities": map[string]any{"tools": map[string]any{}},
 			"serverInfo": map[string]any{"name": "paseo", "version": "0.0.0"}}
 	case "tools/list":
-		result = map[string]any{"tools": []any{map[string]any{"name": "paseo_ping", "description": "Answers pong.",
-			"inputSchema": map[string]any{"type": "object", "properties": map[string]any{}}}}}
+		schema := map[string]any{"type": "object", "properties": map[string]any{}}
+		result = map[string]any{"tools": []any{
+			map[string]any{"name": "list_agents", "description": "Lists agents.", "inputSchema": schema},
+			map[string]any{"name": "create_agent", "description": "Creates an agent.", "inputSchema": schema}}}
 	case "tools/call":
-		result = map[string]any{"content": []any{map[string]any{"type": "text", "text": "pong from paseo"}}}
+		text := "agents listed by paseo"
+		if msg.Params.Name != "list_agents" {
+			text = "DAEMON RAN " + msg.Params.Name
+		}
+		result = map[string]any{"content": []any{map[string]any{"type": "text", "text": text}}}
 	default:
 		result = map[string]any{}
 	}

@@ -204,41 +204,58 @@ func TestPiProbes(t *testing.T) {
 }
 
 // An MCP tool call made by the model reaches the fake daemon through the
-// private route, as this agent and with the injected bearer; a raw request
-// from the sandbox as another agent, or to another path, is refused by the
-// proxy and never reaches the daemon.
+// private route, as this agent and with the bearer the proxy adds; a raw
+// request from the sandbox as another agent, or to another path, is
+// refused by the proxy and never reaches the daemon. A tool outside the
+// scope (create_agent) is not offered to Pi, and called anyway (by Pi or
+// by a raw request) it is refused before the daemon.
 func TestPiMCPRoute(t *testing.T) {
 	e := newEnv(t)
 	raw := func(target string) string {
-		return fmt.Sprintf(`timeout 5 bash -c 'exec 3<>/dev/tcp/paseo-gateway/%d; printf "POST %s HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}" >&3; head -1 <&3'`, e.daemon.port, target)
+		return fmt.Sprintf(`timeout 5 bash -c 'exec 3<>/dev/tcp/paseo-gateway/%d; printf "POST %s HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}" >&3; head -1 <&3'`, e.daemon.port, target)
 	}
+	createAgent := `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"create_agent","arguments":{}}}`
+	rawCreate := fmt.Sprintf(`timeout 5 bash -c 'exec 3<>/dev/tcp/paseo-gateway/%d; printf "POST /mcp/agents?callerAgentId=agent-7f3c HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" >&3; cat <&3'`, e.daemon.port, len(createAgent), strings.ReplaceAll(createAgent, `"`, `\"`))
 	e.setScript(t,
-		fakemodel.Turn{ToolCalls: []fakemodel.ToolCall{{Name: "mcp", Arguments: map[string]any{"tool": "paseo_paseo_ping", "args": "{}"}}}},
+		fakemodel.Turn{ToolCalls: []fakemodel.ToolCall{{Name: "mcp", Arguments: map[string]any{"tool": "paseo_list_agents", "args": "{}"}}}},
 		fakemodel.Text("called"),
 		fakemodel.Bash(raw("/mcp/agents?callerAgentId=agent-other")+"; "+raw("/api/agents?callerAgentId=agent-7f3c")),
 		fakemodel.Text("probed"),
+		fakemodel.Turn{ToolCalls: []fakemodel.ToolCall{{Name: "mcp", Arguments: map[string]any{"tool": "paseo_create_agent", "args": "{}"}}}},
+		fakemodel.Text("tried"),
+		fakemodel.Bash(rawCreate),
+		fakemodel.Text("tried raw"),
 	)
 	sc := e.scene(t, "pi-session", "")
 	p := e.launch(t, sc)
 	c := ctx(t)
 	p.turn(t, c, "call the paseo tool")
-	if got := e.lastToolResult(t); !strings.Contains(got, "pong from paseo") {
+	if got := e.lastToolResult(t); !strings.Contains(got, "agents listed by paseo") {
 		t.Errorf("the MCP tool result did not come back from the daemon: %q", got)
 	}
 	p.turn(t, c, "probe the route")
 	if got := e.lastToolResult(t); !strings.Contains(got, "403") || !strings.Contains(got, "404") {
 		t.Errorf("raw requests as another agent / to another path: %q", got)
 	}
+	p.turn(t, c, "create an agent")
+	if got := e.lastToolResult(t); strings.Contains(got, "DAEMON RAN") {
+		t.Errorf("create_agent through Pi reached the daemon: %q", got)
+	}
+	p.turn(t, c, "create an agent, raw")
+	if got := e.lastToolResult(t); !strings.Contains(got, "outside the sandbox's MCP scope") || strings.Contains(got, "DAEMON RAN") {
+		t.Errorf("a raw create_agent: %q", got)
+	}
 	res := p.stop(t)
-	if st := res.Routes["mcp"]; st.Refused < 2 || st.Forwarded < 3 {
+	if st := res.Routes["mcp"]; st.Refused < 3 || st.OutOfScope < 1 || st.Forwarded < 3 || st.Filtered < 1 {
 		t.Errorf("route stats %+v", res.Routes)
 	}
 	seen := e.daemon.seen()
+	t.Logf("route stats %+v; the daemon saw %q", res.Routes["mcp"], seen)
 	if len(seen) == 0 {
 		t.Fatalf("the fake daemon saw nothing; tool result: %q; routes %+v; stderr: %s", e.lastToolResult(t), res.Routes, p.stderr.String())
 	}
 	for _, s := range seen {
-		if !strings.HasPrefix(s, "POST /mcp/agents?callerAgentId=agent-7f3c Bearer "+mcpToken) {
+		if !strings.HasPrefix(s, "POST /mcp/agents?callerAgentId=agent-7f3c Bearer "+mcpToken) || strings.Contains(s, "create_agent") {
 			t.Errorf("daemon request %q", s)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"paseo.dev/paseo-policy/launcher"
+	"paseo.dev/paseo-policy/launcher/routeproxy"
 	"paseo.dev/paseo-policy/launcher/sandboxnet"
 )
 
@@ -17,8 +18,11 @@ type OCI struct {
 	StateRoot string
 	RunscPath string
 	Secrets   launcher.SecretSource
-	Uplink    string
-	Resolve   sandboxnet.Resolver
+	// MCPToken is the route proxy's holder of the daemon's bearer (see
+	// launcher.Options.MCPToken).
+	MCPToken *routeproxy.Token
+	Uplink   string
+	Resolve  sandboxnet.Resolver
 }
 
 func (OCI) Name() string { return "oci-runsc" }
@@ -44,7 +48,7 @@ func (o OCI) Start(ctx context.Context, spec Spec) (Process, error) {
 	go func() {
 		defer close(p.done)
 		res, err := launcher.Launch(lctx, launcher.Options{
-			BundleDir: spec.Bundle, ID: id, StateRoot: o.StateRoot, RunscPath: o.RunscPath, Secrets: o.Secrets,
+			BundleDir: spec.Bundle, ID: id, StateRoot: o.StateRoot, RunscPath: o.RunscPath, Secrets: o.Secrets, MCPToken: o.MCPToken,
 			Stdin: p.inR, Stdout: p.outW, Stderr: p.errW, Uplink: o.Uplink, Resolve: o.Resolve,
 			OnStart: func() { close(started) },
 		})

@@ -2,7 +2,9 @@ package grant
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // Change classifies one difference between two plans.
@@ -101,6 +103,10 @@ func compare(o, n Grant) (Change, bool) {
 		if o.Subject == "network" && o.Value == "sandbox" && n.Value == "none" {
 			return Change{Change: "narrowed"}, true
 		}
+	case Route:
+		if c, ok := compareScope(o, n); ok {
+			return c, true
+		}
 	}
 	return Change{Change: "changed", Widens: true}, true
 }
@@ -110,4 +116,32 @@ func equal(a, b Grant) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
 func equalAuthority(a, b Grant) bool {
 	a.Reason, b.Reason, a.Fact, b.Fact = "", "", "", ""
 	return equal(a, b)
+}
+
+// compareScope classifies a route whose only change is its MCP scope (the
+// method= and tool= options): fewer entries narrow it, more widen it, a
+// swap widens it. Anything else changed is left to the caller.
+func compareScope(o, n Grant) (Change, bool) {
+	oScope, oRest := splitScope(o.Options)
+	nScope, nRest := splitScope(n.Options)
+	o.Options, n.Options = oRest, nRest
+	if !equalAuthority(o, n) {
+		return Change{}, false
+	}
+	added := slices.ContainsFunc(nScope, func(s string) bool { return !slices.Contains(oScope, s) })
+	if added {
+		return Change{Change: "widened", Widens: true}, true
+	}
+	return Change{Change: "narrowed"}, true
+}
+
+func splitScope(opts []string) (scope, rest []string) {
+	for _, o := range opts {
+		if strings.HasPrefix(o, "method=") || strings.HasPrefix(o, "tool=") {
+			scope = append(scope, o)
+		} else {
+			rest = append(rest, o)
+		}
+	}
+	return scope, rest
 }

@@ -17,6 +17,16 @@ func TestDiffClassifies(t *testing.T) {
 	egress := Grant{Kind: Egress, Subject: "api.example.test", Proto: "tcp", Port: 443, Access: Allow}
 	reworded := ws
 	reworded.Reason = "other words"
+	route := Grant{Kind: Route, Subject: "mcp", Access: Allow, Port: 6767, Value: "POST /mcp/agents", Source: "http://127.0.0.1:6767/mcp/agents",
+		Options: []string{"callerAgentId=a", "method=tools/list", "method=tools/call", "tool=list_agents"}}
+	routeMoreTools := route
+	routeMoreTools.Options = append([]string{"callerAgentId=a", "method=tools/list", "method=tools/call", "tool=list_agents"}, "tool=create_agent")
+	routeFewer := route
+	routeFewer.Options = []string{"callerAgentId=a", "method=tools/list"}
+	routeSwapped := route
+	routeSwapped.Options = []string{"callerAgentId=a", "method=tools/list", "method=tools/call", "tool=create_agent"}
+	routeOtherAgent := route
+	routeOtherAgent.Options = []string{"callerAgentId=b", "method=tools/list"}
 
 	cases := []struct {
 		name     string
@@ -35,6 +45,10 @@ func TestDiffClassifies(t *testing.T) {
 		{"namespace added", nil, []Grant{net}, []string{"added"}, false},
 		{"limit removed", []Grant{mem}, nil, []string{"removed"}, true},
 		{"reason only", []Grant{ws}, []Grant{reworded}, []string{"changed"}, false},
+		{"mcp tool added", []Grant{route}, []Grant{routeMoreTools}, []string{"widened"}, true},
+		{"mcp scope narrowed", []Grant{route}, []Grant{routeFewer}, []string{"narrowed"}, false},
+		{"mcp tool swapped", []Grant{route}, []Grant{routeSwapped}, []string{"widened"}, true},
+		{"mcp caller changed with fewer tools", []Grant{route}, []Grant{routeOtherAgent}, []string{"changed"}, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -56,9 +56,16 @@ type Options struct {
 	RunscPath string
 	// Secrets resolves a secretRef to its value.
 	Secrets SecretSource
-	Stdin   io.Reader
-	Stdout  io.Writer
-	Stderr  io.Writer
+	// MCPToken holds the daemon's current MCP bearer for the route proxy,
+	// which adds it to every request it forwards; the caller may Set a new
+	// one at any time (the supervisor's holder does when the daemon
+	// reattaches after a restart). Nil: the launcher reads it once from
+	// Secrets under the route's tokenRef (paseo-policy launch, no daemon).
+	// Either way it never enters the sandbox or the run dir.
+	MCPToken *routeproxy.Token
+	Stdin    io.Reader
+	Stdout   io.Writer
+	Stderr   io.Writer
 	// Grace is how long a container gets between SIGTERM and SIGKILL.
 	Grace time.Duration
 	// Uplink is the network namespace sandbox veth peers live in (network
@@ -100,6 +107,11 @@ type Result struct {
 type RouteStats struct {
 	Forwarded int64 `json:"forwarded"`
 	Refused   int64 `json:"refused"`
+	// OutOfScope are the refused requests whose JSON-RPC body was
+	// malformed or outside the MCP scope; Filtered the tools dropped from
+	// tools/list answers.
+	OutOfScope int64 `json:"outOfScope,omitempty"`
+	Filtered   int64 `json:"filtered,omitempty"`
 	// RefusedConns are connections past the proxy's cap, closed at accept;
 	// Cut requests ended before the guard (headers too large or too slow).
 	RefusedConns int64 `json:"refusedConns,omitempty"`
@@ -107,8 +119,8 @@ type RouteStats struct {
 }
 
 // startRoute runs the proxy of one private route on the sandbox's gateway.
-func startRoute(n *sandboxnet.Network, r bundle.Route) (*routeproxy.Proxy, error) {
-	proxy, err := routeproxy.New(r, routeproxy.Limits{})
+func startRoute(n *sandboxnet.Network, r bundle.Route, tok *routeproxy.Token) (*routeproxy.Proxy, error) {
+	proxy, err := routeproxy.New(r, routeproxy.Limits{}, tok)
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +130,39 @@ func startRoute(n *sandboxnet.Network, r bundle.Route) (*routeproxy.Proxy, error
 	}
 	proxy.Serve(l)
 	return proxy, nil
+}
+
+// routeToken is where the route's proxy finds the daemon's bearer: the
+// caller's holder, or (none given) a holder filled once from the secrets
+// under the route's tokenRef. The value stays in this process. Without
+// the generated MCP config nothing in the sandbox is set up to use the
+// route, so a token that cannot be found leaves the holder empty (the
+// route answers 503); with it, the launch is refused, as a missing
+// credential is, rather than start an agent whose Paseo tools all fail.
+func routeToken(opts Options, files bundle.Files, deployment string, r bundle.Route) (*routeproxy.Token, error) {
+	if opts.MCPToken != nil {
+		return opts.MCPToken, nil
+	}
+	_, configured := files[bundle.MCPConfigFile]
+	if r.TokenRef == "" || opts.Secrets == nil {
+		if !configured {
+			return &routeproxy.Token{}, nil
+		}
+		return nil, fmt.Errorf("route %s: no daemon token was handed over and no secret source holds its tokenRef", r.Purpose)
+	}
+	v, err := opts.Secrets(deployment, r.TokenRef)
+	if err != nil {
+		if !configured {
+			return &routeproxy.Token{}, nil
+		}
+		return nil, fmt.Errorf("route %s: %w", r.Purpose, err)
+	}
+	defer clear(v)
+	tok := &routeproxy.Token{}
+	if err := tok.Set(v); err != nil {
+		return nil, fmt.Errorf("route %s: secret %s: %w", r.Purpose, r.TokenRef, err)
+	}
+	return tok, nil
 }
 
 // Launch runs the bundle to completion.
@@ -212,7 +257,11 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 		}
 		spec.netnsPath = net.NetnsPath
 		for _, r := range eg.Routes {
-			proxy, err := startRoute(net, r)
+			tok, err := routeToken(opts, files, m.Deployment, r)
+			if err != nil {
+				return res, &UnavailableError{Reason: err.Error()}
+			}
+			proxy, err := startRoute(net, r, tok)
 			if err != nil {
 				return res, &UnavailableError{Reason: err.Error()}
 			}
@@ -222,6 +271,7 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 					res.Routes = map[string]RouteStats{}
 				}
 				res.Routes[r.Purpose] = RouteStats{Forwarded: proxy.Stats.Forwarded.Load(), Refused: proxy.Stats.Refused.Load(),
+					OutOfScope: proxy.Stats.OutOfScope.Load(), Filtered: proxy.Stats.Filtered.Load(),
 					RefusedConns: proxy.Stats.RefusedConns.Load(), Cut: proxy.Stats.Cut.Load()}
 			}()
 		}

@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -178,10 +179,12 @@ func TestLaunchResolverDNS(t *testing.T) {
 }
 
 // The private MCP route: Pi's MCP config (compiled to name the gateway,
-// with the bearer injected at launch from mcp.tokenRef) leads the sandbox to
-// the daemon's loopback-only endpoint through the launcher's proxy, for its
-// own agent id and POST only; the daemon sees exactly the one allowed
-// request, with the injected token.
+// with no bearer) leads the sandbox to the daemon's loopback-only endpoint
+// through the launcher's proxy, for its own agent id, POST only and inside
+// the MCP scope; the proxy adds the bearer it read from mcp.tokenRef (no
+// daemon here: paseo-policy launch's way) and refuses one the sandbox
+// sends. The daemon sees exactly the one allowed request, with the token,
+// which the sandbox itself never holds.
 func TestLaunchMCPRoute(t *testing.T) {
 	var mu sync.Mutex
 	var seen []string
@@ -189,6 +192,7 @@ func TestLaunchMCPRoute(t *testing.T) {
 		mu.Lock()
 		seen = append(seen, r.Method+" "+r.URL.RequestURI()+" "+r.Header.Get("Authorization"))
 		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}`)
 	}))
 	defer daemon.Close()
@@ -200,11 +204,17 @@ func TestLaunchMCPRoute(t *testing.T) {
 	// The profile's mcp-config slot appends "--mcp-config PATH": $1 and $2.
 	script := "[ \"$1\" = --mcp-config ] || exit 9; CFG=$2\n" +
 		"URL=$(" + bb + "sed -n 's/.*\"url\": \"\\(.*\\)\",/\\1/p' $CFG)\n" +
-		"AUTH=$(" + bb + "sed -n 's/.*\"Authorization\": \"\\(.*\\)\"/\\1/p' $CFG)\n" +
 		"echo url=$URL\n" +
-		bb + "wget -q -O - --header \"Authorization: $AUTH\" --header 'Content-Type: application/json' --post-data '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}' \"$URL\" && echo; echo mcp=done\n" +
-		bb + "wget -q -O - --header \"Authorization: $AUTH\" --post-data '{}' \"${URL%=*}=agent-other\" || echo other=refused\n" +
-		bb + "wget -q -O - \"$URL\" || echo get=refused\n"
+		"JSON='Content-Type: application/json'\n" +
+		bb + "wget -q -O - --header \"$JSON\" --post-data '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}' \"$URL\" && echo; echo mcp=done\n" +
+		bb + "wget -q -O - --header \"$JSON\" --header 'Authorization: Bearer guessed' --post-data '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}' \"$URL\" || echo bearer=refused\n" +
+		bb + "wget -q -O - --header \"$JSON\" --post-data '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"create_agent\"}}' \"$URL\"; echo; echo scope=done\n" +
+		bb + "wget -q -O - --header \"$JSON\" --post-data '{}' \"${URL%=*}=agent-other\" || echo other=refused\n" +
+		bb + "wget -q -O - \"$URL\" || echo get=refused\n" +
+		// The token's text is assembled so that the script itself (in
+		// argv and config.json) does not hold it.
+		"T=run-; T=${T}token\n" +
+		"if " + bb + "grep -rqs \"$T\" $CFG /proc/$$/environ /proc/$$/cmdline /etc /home /tmp; then echo token=inside; else echo token=absent; fi\n"
 	sc := testbundle.New(t, testbundle.Options{Argv: append(testbundle.Script(script), "mcp-test", "slot:mcp-config"),
 		RegistryPatch: `{"network":{"mode":"sandbox"}}`,
 		FactsPatch:    fmt.Sprintf(`{"mcp":{"agentsURL":"http://127.0.0.1:%d/mcp/agents"}}`, port)})
@@ -221,7 +231,7 @@ func TestLaunchMCPRoute(t *testing.T) {
 		t.Fatalf("launch: %v %s", err, stderr)
 	}
 	wantURL := fmt.Sprintf("url=http://paseo-gateway:%d/mcp/agents?callerAgentId=agent-7f3c", port)
-	for _, want := range []string{wantURL, `"tools":[]`, "mcp=done", "other=refused", "get=refused"} {
+	for _, want := range []string{wantURL, `"tools":[]`, "mcp=done", "bearer=refused", "outside the sandbox's MCP scope", "scope=done", "other=refused", "get=refused", "token=absent"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s\nstderr: %s", want, out, stderr)
 		}
@@ -231,11 +241,18 @@ func TestLaunchMCPRoute(t *testing.T) {
 	if len(seen) != 1 || seen[0] != "POST /mcp/agents?callerAgentId=agent-7f3c Bearer run-token" {
 		t.Errorf("the daemon saw %q", seen)
 	}
-	if st := res.Routes["mcp"]; st.Forwarded != 1 || st.Refused != 2 {
+	if st := res.Routes["mcp"]; st.Forwarded != 1 || st.Refused != 4 || st.OutOfScope != 1 {
 		t.Errorf("route stats %+v", res.Routes)
 	}
-	if b, _ := os.ReadFile(filepath.Join(sc.Bundle, "files/mcp.json")); strings.Contains(string(b), "run-token") {
-		t.Error("the reviewed bundle holds the token")
+	if err := filepath.WalkDir(sc.Bundle, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if b, _ := os.ReadFile(p); strings.Contains(string(b), "run-token") {
+				t.Errorf("the bundle's %s holds the token", p)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 	s.assertClean(t)
 }

@@ -31,9 +31,10 @@ func SecretRefs(files bundle.Files) ([]string, error) {
 // a placeholder where the compiler puts none.
 var ErrStrayPlaceholder = bundle.ErrStrayPlaceholder
 
-// fillSecrets returns the private copies of config.json and (when the
-// bundle has one) files/mcp.json with exactly the slots filled, after
-// refusing any placeholder marker anywhere else in the bundle. Secrets are
+// fillSecrets returns the private copies of config.json with exactly the
+// credential slot filled and (when the bundle has one) files/mcp.json,
+// checked to carry no bearer, after refusing any placeholder marker
+// anywhere else in the bundle. Secrets are
 // looked up in the manifest's deployment. Errors name refs, never values.
 func fillSecrets(files bundle.Files, secrets SecretSource) (map[string][]byte, error) {
 	deployment, slots, err := bundle.CheckSecretPlaceholders(files)
@@ -67,7 +68,7 @@ func fillSecrets(files bundle.Files, secrets SecretSource) (map[string][]byte, e
 		return nil, err
 	}
 	if mcp, ok := files[bundle.MCPConfigFile]; ok {
-		if out[bundle.MCPConfigFile], err = fillMCP(mcp, slots, values); err != nil {
+		if out[bundle.MCPConfigFile], err = checkMCP(mcp); err != nil {
 			return nil, err
 		}
 	}
@@ -107,13 +108,11 @@ func fillConfig(cfg []byte, slots []bundle.SecretSlot, values map[string][]byte)
 	return bundle.Marshal(&spec)
 }
 
-// fillMCP sets the bearer of the one server the compiler writes.
-func fillMCP(data []byte, slots []bundle.SecretSlot, values map[string][]byte) ([]byte, error) {
-	i := slices.IndexFunc(slots, func(s bundle.SecretSlot) bool { return s.Kind == bundle.SlotMCPBearer })
-	if i < 0 {
-		return data, nil // refuseStrayMarkers saw no placeholder in it
-	}
-	s := slots[i]
+// checkMCP passes the MCP config on once it is the compiler's layout: one
+// server and no headers. The daemon's bearer is added by the route proxy
+// outside the sandbox, so a header here would be a credential (or a
+// placeholder) in a file the agent reads.
+func checkMCP(data []byte) ([]byte, error) {
 	var doc bundle.MCPConfig
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -121,12 +120,10 @@ func fillMCP(data []byte, slots []bundle.SecretSlot, values map[string][]byte) (
 		return nil, fmt.Errorf("%s: %w", bundle.MCPConfigFile, err)
 	}
 	srv, ok := doc.Servers[bundle.MCPServerName]
-	if !ok || len(doc.Servers) != 1 || srv.Headers[bundle.MCPBearerHeader] != bundle.MCPBearerPrefix+s.Placeholder() {
-		return nil, fmt.Errorf("%s is not the compiler's layout: one server %q with the bearer placeholder of %s", bundle.MCPConfigFile, bundle.MCPServerName, s.Ref)
+	if !ok || len(doc.Servers) != 1 || len(srv.Headers) != 0 {
+		return nil, fmt.Errorf("%s is not the compiler's layout: one server %q and no headers (the route proxy adds the bearer)", bundle.MCPConfigFile, bundle.MCPServerName)
 	}
-	srv.Headers[bundle.MCPBearerHeader] = bundle.MCPBearerPrefix + string(values[s.Ref])
-	doc.Servers[bundle.MCPServerName] = srv
-	return bundle.Marshal(&doc)
+	return data, nil
 }
 
 // validSecretValue: no control characters (a newline would end an env

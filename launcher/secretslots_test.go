@@ -14,8 +14,9 @@ import (
 	"paseo.dev/paseo-policy/internal/testbundle"
 )
 
-// goldenBundle is the compiler's reviewed api-key bundle (credential env
-// and MCP bearer): the layout the launcher must fill and nothing more.
+// goldenBundle is the compiler's reviewed api-key bundle (credential env,
+// and an MCP config without a bearer): the layout the launcher must fill
+// and nothing more.
 func goldenBundle(t *testing.T) bundle.Files {
 	t.Helper()
 	files, err := bundle.Read(testbundle.Repo(t, "golden/host-pi-session-api-key"))
@@ -37,12 +38,15 @@ func (r *recordingSource) get(deployment, ref string) ([]byte, error) {
 	return []byte("value-of-" + ref), nil
 }
 
-func TestSecretSlotsAreTheCompilersTwo(t *testing.T) {
+// The credential env is the one slot: the MCP bearer has none (the route
+// proxy adds it outside the sandbox), so mcp.tokenRef is never looked up
+// to fill a file.
+func TestSecretSlotsAreTheCompilersOne(t *testing.T) {
 	slots, err := bundle.SecretSlots(goldenBundle(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []bundle.SecretSlot{{Kind: bundle.SlotCredentialEnv, Ref: "alice/fake-llm", Env: "FAKE_LLM_KEY"}, {Kind: bundle.SlotMCPBearer, Ref: "paseo/mcp-token"}}
+	want := []bundle.SecretSlot{{Kind: bundle.SlotCredentialEnv, Ref: "alice/fake-llm", Env: "FAKE_LLM_KEY"}}
 	if diff := cmp.Diff(want, slots, cmpopts.IgnoreUnexported(bundle.SecretSlot{})); diff != "" {
 		t.Errorf("slots (-want +got):\n%s", diff)
 	}
@@ -55,7 +59,7 @@ func TestFillSecretsSubstitutesOnlyTheSlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"host-alice alice/fake-llm", "host-alice paseo/mcp-token"}, src.asked); diff != "" {
+	if diff := cmp.Diff([]string{"host-alice alice/fake-llm"}, src.asked); diff != "" {
 		t.Errorf("lookups (-want +got):\n%s", diff)
 	}
 	var spec rspec.Spec
@@ -78,12 +82,11 @@ func TestFillSecretsSubstitutesOnlyTheSlots(t *testing.T) {
 	if diff := cmp.Diff(orig, spec); diff != "" {
 		t.Errorf("config.json changed beyond the slot (-compiled +filled):\n%s", diff)
 	}
-	var mcp bundle.MCPConfig
-	if err := json.Unmarshal(out[bundle.MCPConfigFile], &mcp); err != nil {
-		t.Fatal(err)
+	if string(out[bundle.MCPConfigFile]) != string(files[bundle.MCPConfigFile]) {
+		t.Errorf("the MCP config changed: %s", out[bundle.MCPConfigFile])
 	}
-	if got := mcp.Servers["paseo"].Headers["Authorization"]; got != "Bearer value-of-paseo/mcp-token" {
-		t.Errorf("bearer %q", got)
+	if strings.Contains(string(out[bundle.MCPConfigFile]), "Authorization") {
+		t.Errorf("the MCP config carries a bearer: %s", out[bundle.MCPConfigFile])
 	}
 	for name, data := range out {
 		if strings.Contains(string(data), bundle.SecretMarker) {
@@ -149,6 +152,29 @@ func TestFillSecretsRefusesStrayPlaceholders(t *testing.T) {
 			}
 			if len(src.asked) > 0 {
 				t.Errorf("looked up %v before refusing", src.asked)
+			}
+		})
+	}
+}
+
+// An MCP config with any header (a bearer written in by hand, or a
+// placeholder the launcher would once have filled) is refused: nothing
+// may put a credential in a file the agent reads.
+func TestFillSecretsRefusesAnMCPHeader(t *testing.T) {
+	for name, hdr := range map[string]string{
+		"literal bearer": `"headers": {"Authorization": "Bearer leaked"}, `,
+		"placeholder":    `"headers": {"Authorization": "Bearer ` + bundle.SecretPlaceholder("paseo/mcp-token") + `"}, `,
+		"other header":   `"headers": {"X-Key": "k"}, `,
+	} {
+		t.Run(name, func(t *testing.T) {
+			files := goldenBundle(t)
+			edited := strings.Replace(string(files[bundle.MCPConfigFile]), `"auth": false`, hdr+`"auth": false`, 1)
+			if edited == string(files[bundle.MCPConfigFile]) {
+				t.Fatal("the edit changed nothing: the golden layout moved")
+			}
+			files[bundle.MCPConfigFile] = []byte(edited)
+			if _, err := fillSecrets(files, (&recordingSource{}).get); err == nil {
+				t.Fatal("an MCP config with a header was accepted")
 			}
 		})
 	}

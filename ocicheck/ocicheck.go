@@ -77,7 +77,7 @@ func Dir(dir string, opts Options) (Result, error) {
 func Files(files bundle.Files, dir string, opts Options) Result {
 	var r Result
 	r.run("digests", files.Verify())
-	// The launcher fills two slots and refuses a placeholder anywhere else.
+	// The launcher fills the credential slot and refuses a placeholder anywhere else.
 	_, _, err := bundle.CheckSecretPlaceholders(files)
 	r.run("secret-placeholders", err)
 	// Every bind with a host source has exactly one pin and every pin a

@@ -40,9 +40,10 @@ func factsPrecheck(raw any, l *diag.List) {
 const secretMarker = "@@paseo-secret:"
 
 // markerPrecheck refuses the placeholder marker in any input string, keys
-// included. Only the compiler writes placeholders, in two places it
-// chooses; a marker in a model id or a path would otherwise reach argv or
-// a mount, and a launcher that substituted it would put a secret there.
+// included. Only the compiler writes placeholders, in the one place it
+// chooses (the credential's env entry); a marker in a model id or a path
+// would otherwise reach argv or a mount, and a launcher that substituted
+// it would put a secret there.
 func markerPrecheck(raw any, l *diag.List) {
 	walk(raw, "", func(p string, key string, v any) {
 		if strings.Contains(key, secretMarker) {

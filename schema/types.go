@@ -84,9 +84,25 @@ type Deployment struct {
 	Roots    Roots     `json:"roots"`
 	Mappings []Mapping `json:"mappings,omitempty"`
 	Daemon   *Daemon   `json:"daemon,omitempty"`
+	// MCP narrows the profile's MCP scope (registry.cue).
+	MCP *MCPNarrow `json:"mcp,omitempty"`
 	// MaxSandboxes is the supervisor's cap on the deployment's sandboxes
 	// (the CUE default fills it; see registry.cue).
 	MaxSandboxes int `json:"maxSandboxes"`
+}
+
+// MCPNarrow is a deployment's narrowing of the MCP scope; a nil list
+// keeps the profile's, an empty one keeps nothing (so no omitempty: the
+// two must not encode alike).
+type MCPNarrow struct {
+	Methods []string `json:"methods"`
+	Tools   []string `json:"tools"`
+}
+
+// MCPScope is a profile's MCP scope.
+type MCPScope struct {
+	Methods []string `json:"methods"`
+	Tools   []string `json:"tools"`
 }
 
 type Peers struct {
@@ -166,6 +182,7 @@ type Profile struct {
 	} `json:"state"`
 	Limits       map[string]float64 `json:"limits"`
 	Egress       []string           `json:"egress"`
+	MCP          *MCPScope          `json:"mcp,omitempty"`
 	Capabilities []string           `json:"capabilities"`
 }
 

@@ -18,6 +18,7 @@ import (
 	"paseo.dev/paseo-policy/bridge"
 	"paseo.dev/paseo-policy/execution"
 	"paseo.dev/paseo-policy/launcher"
+	"paseo.dev/paseo-policy/launcher/routeproxy"
 )
 
 // The holder: one process per sandbox that owns its stdio
@@ -57,6 +58,8 @@ type holderSpec struct {
 	Profile    string                  `json:"profile"`
 	Secrets    map[string][]byte       `json:"secrets,omitempty"`
 	Pins       map[string][]netip.Addr `json:"pins,omitempty"`
+	// MCPToken is the daemon's bearer at createSandbox, if it gave one.
+	MCPToken string `json:"mcpToken,omitempty"`
 	// Linger is how long an ended sandbox's holder keeps its output for a
 	// client after the last connection closed, before it exits on its own.
 	Linger time.Duration `json:"linger"`
@@ -112,9 +115,12 @@ func tell(ready *os.File, r holderReady) {
 
 type holder struct {
 	spec holderSpec
-	ln   net.Listener
-	sess *bridge.Session
-	proc execution.Process
+	// token is the route proxy's daemon bearer; the supervisor replaces it
+	// (op mcpToken) when the daemon reattaches with a new one.
+	token routeproxy.Token
+	ln    net.Listener
+	sess  *bridge.Session
+	proc  execution.Process
 
 	done chan struct{}
 	exit execution.Exit
@@ -181,7 +187,12 @@ func newHolder(spec holderSpec) (*holder, error) {
 func (h *holder) run(ready *os.File) int {
 	defer os.Remove(holderSocket(h.spec.StateRoot, h.spec.ID))
 	pins, secrets := h.spec.Pins, h.spec.Secrets
-	backend := execution.OCI{StateRoot: h.spec.StateRoot, RunscPath: h.spec.RunscPath, Uplink: h.spec.Uplink,
+	if h.spec.MCPToken != "" {
+		// create checked it; until a token is set the proxy answers 503.
+		_ = h.token.Set([]byte(h.spec.MCPToken))
+		h.spec.MCPToken = ""
+	}
+	backend := execution.OCI{StateRoot: h.spec.StateRoot, RunscPath: h.spec.RunscPath, Uplink: h.spec.Uplink, MCPToken: &h.token,
 		Secrets: func(deployment, ref string) ([]byte, error) {
 			// The supervisor resolved these for this holder's deployment only.
 			if v, ok := secrets[ref]; ok && deployment == h.spec.Deployment {
@@ -307,6 +318,11 @@ func (h *holder) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 		return map[string]bool{"closed": true}, nil
 	case "inspect":
 		return h.state(), nil
+	case "mcpToken":
+		if err := h.token.Set([]byte(req.MCPToken)); err != nil {
+			return nil, fail(ErrMalformed, "%v", err) // names no value
+		}
+		return map[string]bool{"mcpToken": true}, nil
 	case "stop":
 		go h.proc.Stop() // the launcher stops runsc and tears everything down
 		select {

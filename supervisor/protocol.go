@@ -29,6 +29,13 @@ type Request struct {
 	InputID    string          `json:"inputId,omitempty"`    // write
 	Data       []byte          `json:"data,omitempty"`       // write (base64 in JSON)
 	Signal     string          `json:"signal,omitempty"`     // signal: TERM, INT, KILL
+	// MCPToken is the daemon's current MCP bearer (createSandbox, attach):
+	// the sandbox's route proxy adds it to every request from then on.
+	// It rotates with every daemon run, so a daemon hands it over again
+	// each time it (re)attaches. It is kept only in the holder's memory:
+	// never logged, echoed in an error, or written to the bundle, a
+	// record or the sandbox.
+	MCPToken string `json:"mcpToken,omitempty"`
 }
 
 // Response answers a request by id.

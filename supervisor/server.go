@@ -23,6 +23,7 @@ import (
 	"paseo.dev/paseo-policy/compiler"
 	"paseo.dev/paseo-policy/execution"
 	"paseo.dev/paseo-policy/launcher"
+	"paseo.dev/paseo-policy/launcher/routeproxy"
 	"paseo.dev/paseo-policy/launcher/sandboxnet"
 	"paseo.dev/paseo-policy/schema"
 )
@@ -433,6 +434,11 @@ func (s *Server) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 	}
 	switch req.Op {
 	case "attach":
+		if req.MCPToken != "" {
+			if e := s.handToken(ctx, b, req.MCPToken); e != nil {
+				return nil, e
+			}
+		}
 		return s.attach(ctx, cn, b, req.Cursor)
 	case "write", "ack", "closeInput":
 		// The holder owns the bridge: fencing, duplicate suppression and
@@ -484,6 +490,9 @@ func (s *Server) create(p peer, req Request) (any, *Error) {
 	if !s.allowed(p, req.Deployment) {
 		return nil, fail(ErrForbidden, "peer uid %d gid %d is not bound to deployment %q", p.uid, p.gid, req.Deployment)
 	}
+	if req.MCPToken != "" && !routeproxy.ValidToken([]byte(req.MCPToken)) {
+		return nil, fail(ErrMalformed, "%v", routeproxy.ErrBadToken) // names no value
+	}
 	var head struct {
 		Deployment struct {
 			ID string `json:"id"`
@@ -518,7 +527,7 @@ func (s *Server) create(p peer, req Request) (any, *Error) {
 	if err := res.Files.Write(dir); err != nil {
 		return nil, fail(ErrInternal, "bundle: %v", err)
 	}
-	b, e := s.start(id, dir, req.Deployment, res.Manifest.Agent, res.Manifest.Profile)
+	b, e := s.start(id, dir, req.Deployment, res.Manifest.Agent, res.Manifest.Profile, req.MCPToken)
 	if e != nil {
 		_ = os.RemoveAll(dir)
 		return nil, e
@@ -572,10 +581,10 @@ func (b *box) live() bool {
 
 // start launches the bundle in a new holder, which keeps its stdio on a
 // bridge, and waits until runsc runs it (or the launch failed).
-func (s *Server) start(id, bundleDir, deployment, agent, profile string) (*box, *Error) {
+func (s *Server) start(id, bundleDir, deployment, agent, profile string, mcpToken string) (*box, *Error) {
 	spec := holderSpec{ID: id, BundleDir: bundleDir, StateRoot: s.cfg.StateRoot, RunscPath: s.cfg.RunscPath,
 		Uplink: s.cfg.Uplink, Bridge: s.cfg.Bridge, Deployment: deployment, Agent: agent, Profile: profile,
-		Linger: s.cfg.HolderLinger}
+		Linger: s.cfg.HolderLinger, MCPToken: mcpToken}
 	if spec.Linger <= 0 {
 		spec.Linger = 24 * time.Hour
 	}
@@ -590,6 +599,23 @@ func (s *Server) start(id, bundleDir, deployment, agent, profile string) (*box, 
 	s.boxes[id] = b
 	s.mu.Unlock()
 	return b, nil
+}
+
+// handToken gives the sandbox's holder the daemon's current MCP bearer; its
+// route proxy uses it for every request from then on. A daemon restart
+// rotates the token, and the reattaching daemon brings the new one here.
+func (s *Server) handToken(ctx context.Context, b *box, token string) *Error {
+	if !routeproxy.ValidToken([]byte(token)) {
+		return fail(ErrMalformed, "%v", routeproxy.ErrBadToken)
+	}
+	sock := b.holder()
+	if sock == "" {
+		return fail(ErrState, "sandbox %s is %s: its route proxy is gone", b.id, s.info(b).Status)
+	}
+	if err := holderCall(ctx, sock, Request{Op: "mcpToken", MCPToken: token}, nil); err != nil {
+		return typed(err, "handing the MCP token to the holder")
+	}
+	return nil
 }
 
 // attach makes this connection the sandbox's attachment: the holder gives

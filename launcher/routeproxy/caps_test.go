@@ -17,10 +17,14 @@ import (
 
 const validPath = "/mcp/agents?callerAgentId=agent-7f3c"
 
+// pingBody is a request inside the scope that the stream test's upstream
+// answers with an endless event stream (no tools/list: nothing to filter).
+const pingBody = `{"jsonrpc":"2.0","id":1,"method":"ping"}`
+
 // served is one well-formed request, on a fresh connection, answered 200.
 func served(base string) error {
 	req, _ := http.NewRequest("POST", base+validPath, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
-	req.Header.Set("Authorization", "Bearer run-token")
+	req.Header.Set("Content-Type", "application/json")
 	req.Close = true
 	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
 	if err != nil {
@@ -103,7 +107,7 @@ func TestTimeoutsFreeTheSlot(t *testing.T) {
 	cases := map[string]func(c net.Conn){
 		"header": func(c net.Conn) { fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\n", validPath) },
 		"body": func(c net.Conn) {
-			fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\nContent-Length: 100\r\n\r\n{", validPath)
+			fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{", validPath)
 			go func() {
 				for i := 0; i < 20; i++ {
 					time.Sleep(100 * time.Millisecond)
@@ -114,8 +118,8 @@ func TestTimeoutsFreeTheSlot(t *testing.T) {
 			}()
 		},
 		"idle": func(c net.Conn) {
-			body := `{}`
-			fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\nContent-Length: %d\r\n\r\n%s", validPath, len(body), body)
+			body := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
+			fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", validPath, len(body), body)
 			_, _ = http.ReadResponse(bufio.NewReader(c), nil) // then stay silent, kept alive
 		},
 	}
@@ -161,12 +165,13 @@ func TestWriteTimeoutFreesTheSlot(t *testing.T) {
 			}
 			return
 		}
+		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{}}`)
 	})
 	_, base := setupWith(t, stream, Limits{MaxConns: 1, Write: 500 * time.Millisecond})
 	other := neighbour(t)
 	c := rawConn(t, base)
-	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\nAccept: text/event-stream\r\nContent-Length: 2\r\n\r\n{}", validPath)
+	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nContent-Length: %d\r\n\r\n%s", validPath, len(pingBody), pingBody)
 	// The client reads nothing; socket buffers fill and the proxy's write blocks.
 	if err := served(other); err != nil {
 		t.Errorf("another sandbox's proxy: %v", err)
@@ -187,7 +192,7 @@ func TestHeaderAndBodySize(t *testing.T) {
 	p, base := setupWith(t, d, Limits{MaxHeaderBytes: 4 << 10, MaxBody: 1 << 10})
 	other := neighbour(t)
 	req, _ := http.NewRequest("POST", base+validPath, strings.NewReader("{}"))
-	req.Header.Set("Authorization", "Bearer t")
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Pad", strings.Repeat("a", 64<<10))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -209,7 +214,7 @@ func TestHeaderAndBodySize(t *testing.T) {
 			body = io.MultiReader(body) // unknown length: sent chunked
 		}
 		req, _ := http.NewRequest("POST", base+validPath, body)
-		req.Header.Set("Authorization", "Bearer t")
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -2,17 +2,21 @@
 // route: it listens on the sandbox's gateway (the veth peer, which the
 // packet filter opens for exactly this port) and forwards one method, one
 // path and one caller agent id to the daemon's own listener, which the
-// sandbox cannot reach. Everything else is refused without contacting the
-// daemon. The bearer header passes through unchanged: the daemon still
-// authorizes every request with its per-run token.
+// sandbox cannot reach, and only JSON-RPC messages inside the route's MCP
+// scope (scope.go). Everything else is refused without contacting the
+// daemon. The daemon's bearer never enters the sandbox: the proxy adds
+// the current one (Token) to every request it forwards and refuses a
+// request that brings an Authorization header of its own.
 package routeproxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log"
+	"mime"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -73,16 +77,23 @@ func (l Limits) withDefaults() Limits {
 
 // forwarded are the request headers that reach the daemon; the rest
 // (cookies, forwarding headers, anything the agent invents) are dropped.
-var forwarded = []string{"Authorization", "Content-Type", "Accept", "Mcp-Session-Id", "Mcp-Protocol-Version", "Last-Event-Id"}
+// Authorization is the proxy's own (the daemon's current token).
+var forwarded = []string{"Content-Type", "Accept", "Mcp-Session-Id", "Mcp-Protocol-Version", "Last-Event-Id"}
 
 // Stats counts what the proxy did, for the launch result and tests.
 type Stats struct {
 	Forwarded atomic.Int64
-	// Refused counts requests the guard refused (route, caller, bearer,
-	// body size); RefusedConns connections closed at accept because the
-	// proxy already served its cap.
+	// Refused counts requests the guard refused (route, caller, a bearer
+	// sent by the sandbox, no daemon token yet, body size, scope);
+	// OutOfScope the part of them whose JSON-RPC body was malformed or
+	// outside the MCP scope; RefusedConns connections closed at accept
+	// because the proxy already served its cap.
 	Refused      atomic.Int64
+	OutOfScope   atomic.Int64
 	RefusedConns atomic.Int64
+	// Filtered counts the tools dropped from tools/list answers because
+	// they are outside the scope.
+	Filtered atomic.Int64
 	// Cut counts requests the server ended before the guard saw them:
 	// headers too large, or too slow to arrive.
 	Cut atomic.Int64
@@ -91,6 +102,8 @@ type Stats struct {
 // Proxy serves one route.
 type Proxy struct {
 	route    bundle.Route
+	scope    scope
+	token    *Token
 	limits   Limits
 	upstream *url.URL
 	srv      *http.Server
@@ -103,6 +116,16 @@ type Proxy struct {
 }
 
 type connKey struct{}
+
+// forwardKey carries, from the guard to the reverse proxy, what the guard
+// decided for one request: the token it carries and whether it asks for
+// tools/list, whose answers are filtered.
+type forwardKey struct{}
+
+type forward struct {
+	token      string
+	listsTools bool
+}
 
 // track follows each connection's state to count requests cut before the
 // guard: a connection that read request bytes (active) and closed without
@@ -133,8 +156,10 @@ func (p *Proxy) arrived(req *http.Request) {
 }
 
 // New checks the route and prepares its proxy. The upstream must be plain
-// http to a daemon listener; its path must equal the route's path.
-func New(r bundle.Route, l Limits) (*Proxy, error) {
+// http to a daemon listener; its path must equal the route's path. tok is
+// where the daemon's current bearer is kept; until it holds one, every
+// request is refused (503).
+func New(r bundle.Route, l Limits, tok *Token) (*Proxy, error) {
 	u, err := url.Parse(r.Upstream)
 	if err != nil || u.Scheme != "http" || u.Host == "" || u.RawQuery != "" || u.User != nil {
 		return nil, fmt.Errorf("route %s: upstream must be http://host:port/path without query or user information", r.Purpose)
@@ -142,7 +167,11 @@ func New(r bundle.Route, l Limits) (*Proxy, error) {
 	if r.Method != http.MethodPost || r.Path == "" || u.Path != r.Path || r.CallerAgentID == "" {
 		return nil, fmt.Errorf("route %s: only POST to the upstream's own path for one caller agent id is supported", r.Purpose)
 	}
-	p := &Proxy{route: r, upstream: u, limits: l.withDefaults(), reached: map[net.Conn]bool{}}
+	if tok == nil {
+		return nil, fmt.Errorf("route %s: no token holder for the daemon's bearer", r.Purpose)
+	}
+	p := &Proxy{route: r, scope: scope{methods: r.Methods, tools: r.Tools}, token: tok, upstream: u,
+		limits: l.withDefaults(), reached: map[net.Conn]bool{}}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = u.Scheme, u.Host
@@ -155,6 +184,15 @@ func New(r bundle.Route, l Limits) (*Proxy, error) {
 					pr.Out.Header[http.CanonicalHeaderKey(h)] = v
 				}
 			}
+			f, _ := pr.In.Context().Value(forwardKey{}).(*forward)
+			pr.Out.Header.Set("Authorization", "Bearer "+f.token)
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			f, _ := resp.Request.Context().Value(forwardKey{}).(*forward)
+			if f == nil || !f.listsTools {
+				return nil
+			}
+			return p.scope.filterAnswer(resp, &p.Stats.Filtered)
 		},
 		// MCP answers may stream (SSE): pass bytes on as they come.
 		FlushInterval: -1,
@@ -163,6 +201,10 @@ func New(r bundle.Route, l Limits) (*Proxy, error) {
 				p.Stats.Refused.Add(1)
 				http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
 				return
+			}
+			if errors.Is(err, errAnswer) {
+				// Refused rather than passed on unfiltered.
+				p.Stats.Refused.Add(1)
 			}
 			http.Error(w, "upstream unavailable", http.StatusBadGateway)
 		},
@@ -192,13 +234,49 @@ func (p *Proxy) guard(next http.Handler) http.Handler {
 			refuse(http.StatusMethodNotAllowed, "method not allowed on this route")
 		case len(q) != 1 || len(q["callerAgentId"]) != 1 || q.Get("callerAgentId") != p.route.CallerAgentID:
 			refuse(http.StatusForbidden, "this sandbox may only call as its own agent")
-		case req.Header.Get("Authorization") == "":
-			refuse(http.StatusUnauthorized, "bearer token required")
+		case len(req.Header.Values("Authorization")) > 0:
+			// Refused, not stripped: the generated MCP config sends none,
+			// so a bearer from the sandbox is a stale or planted config or a
+			// probe, and the count shows it.
+			refuse(http.StatusForbidden, "this route adds the daemon's bearer itself; the sandbox sends none")
 		case req.ContentLength > p.limits.MaxBody:
 			refuse(http.StatusRequestEntityTooLarge, "request body too large")
 		default:
-			// A chunked body is cut at the limit while it streams.
-			req.Body = http.MaxBytesReader(w, req.Body, p.limits.MaxBody)
+			tok, ok := p.token.current()
+			if !ok {
+				refuse(http.StatusServiceUnavailable, "the daemon's MCP token is not known yet")
+				return
+			}
+			// A chunked body is cut at the limit while it is read.
+			body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, p.limits.MaxBody))
+			if err != nil {
+				if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+					refuse(http.StatusRequestEntityTooLarge, "request body too large")
+				} else {
+					refuse(http.StatusBadRequest, "request body unreadable")
+				}
+				return
+			}
+			if mt, _, _ := mime.ParseMediaType(req.Header.Get("Content-Type")); mt != "application/json" {
+				p.Stats.OutOfScope.Add(1)
+				refuse(http.StatusUnsupportedMediaType, "JSON-RPC bodies are application/json")
+				return
+			}
+			c, rerr := p.scope.check(body)
+			if rerr != nil {
+				p.Stats.Refused.Add(1)
+				p.Stats.OutOfScope.Add(1)
+				status := http.StatusOK // a JSON-RPC error answers each request
+				if c == nil || len(c.ids) == 0 {
+					status = http.StatusBadRequest // nothing the client can match it to
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(status)
+				_, _ = w.Write(refusal(c, rerr))
+				return
+			}
+			req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+			req = req.WithContext(context.WithValue(req.Context(), forwardKey{}, &forward{token: tok, listsTools: c.listsTools}))
 			p.Stats.Forwarded.Add(1)
 			next.ServeHTTP(w, req)
 		}

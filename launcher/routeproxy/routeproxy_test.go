@@ -35,12 +35,24 @@ func setup(t *testing.T) (*fakeDaemon, string) {
 	return d, base
 }
 
-// setupWith starts a proxy with limits in front of the upstream handler.
+// testScope is the reference Pi scope with one tool.
+var testMethods = []string{"initialize", "notifications/initialized", "ping", "tools/list", "tools/call"}
+
+// setupWith starts a proxy with limits in front of the upstream handler,
+// holding the daemon token "run-token".
 func setupWith(t *testing.T, h http.Handler, lim Limits) (*Proxy, string) {
+	tok := &Token{}
+	if err := tok.Set([]byte("run-token")); err != nil {
+		t.Fatal(err)
+	}
+	return setupToken(t, h, lim, tok)
+}
+
+func setupToken(t *testing.T, h http.Handler, lim Limits, tok *Token) (*Proxy, string) {
 	up := httptest.NewServer(h)
 	t.Cleanup(up.Close)
 	p, err := New(bundle.Route{Purpose: "mcp", Listen: "gateway", Method: "POST", Path: "/mcp/agents",
-		CallerAgentID: "agent-7f3c", Upstream: up.URL + "/mcp/agents"}, lim)
+		CallerAgentID: "agent-7f3c", Upstream: up.URL + "/mcp/agents", Methods: testMethods, Tools: []string{"list_agents"}}, lim, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +81,7 @@ func do(t *testing.T, method, url string, hdr map[string]string, body string) (i
 
 func TestForwardsOnlyTheRoute(t *testing.T) {
 	d, base := setup(t)
-	auth := map[string]string{"Authorization": "Bearer run-token", "Content-Type": "application/json", "Cookie": "x=1", "X-Forwarded-For": "1.2.3.4"}
+	auth := map[string]string{"Content-Type": "application/json", "Cookie": "x=1", "X-Forwarded-For": "1.2.3.4"}
 	code, body := do(t, "POST", base+"/mcp/agents?callerAgentId=agent-7f3c", auth, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
 	if code != 200 || !strings.Contains(body, `"result"`) {
 		t.Fatalf("route: %d %s", code, body)
@@ -103,7 +115,8 @@ func TestForwardsOnlyTheRoute(t *testing.T) {
 		{"other path", "POST", "/api/agents?callerAgentId=agent-7f3c", auth, "{}", 404},
 		{"encoded traversal", "POST", "/mcp/agents%2F..%2Fadmin?callerAgentId=agent-7f3c", auth, "{}", 404},
 		{"sub path", "POST", "/mcp/agents/x?callerAgentId=agent-7f3c", auth, "{}", 404},
-		{"no bearer", "POST", "/mcp/agents?callerAgentId=agent-7f3c", map[string]string{"Content-Type": "application/json"}, "{}", 401},
+		{"the sandbox's own bearer", "POST", "/mcp/agents?callerAgentId=agent-7f3c", map[string]string{"Content-Type": "application/json", "Authorization": "Bearer run-token"}, `{"jsonrpc":"2.0","id":1,"method":"ping"}`, 403},
+		{"the sandbox's other credentials", "POST", "/mcp/agents?callerAgentId=agent-7f3c", map[string]string{"Content-Type": "application/json", "Authorization": "Basic eDp5"}, `{"jsonrpc":"2.0","id":1,"method":"ping"}`, 403},
 	}
 	for _, tc := range refused {
 		code, _ := do(t, tc.method, base+tc.path, tc.hdr, tc.body)
@@ -128,8 +141,14 @@ func TestRefusesRoutesItCannotEnforce(t *testing.T) {
 		{Purpose: "mcp", Method: "POST", Path: "/mcp/agents", CallerAgentID: "a", Upstream: "http://127.0.0.1:1/other"},
 		{Purpose: "mcp", Method: "POST", Path: "/mcp/agents", CallerAgentID: "a", Upstream: "http://127.0.0.1:1/mcp/agents?x=1"},
 	} {
-		if _, err := New(r, Limits{}); err == nil {
+		if _, err := New(r, Limits{}, &Token{}); err == nil {
 			t.Errorf("accepted %+v", r)
 		}
+	}
+}
+
+func TestRefusesWithoutATokenHolder(t *testing.T) {
+	if _, err := New(bundle.Route{Purpose: "mcp", Method: "POST", Path: "/mcp/agents", CallerAgentID: "a", Upstream: "http://127.0.0.1:1/mcp/agents"}, Limits{}, nil); err == nil {
+		t.Error("a proxy without a token holder was made")
 	}
 }
