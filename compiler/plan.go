@@ -43,8 +43,8 @@ type compilation struct {
 	res   pathsafe.Resolver
 	diags *diag.List
 
-	dep  schema.Deployment
-	src  *sources
+	dep schema.Deployment
+	src *sources
 	// set while planning, read by the renderers
 	limits schema.Limits
 	// image directories mounted from EROFS files; no bind may go inside
