@@ -31,13 +31,13 @@ import (
 )
 
 // Floods of shared resources (issue 10, item 4): a sandbox opening
-// connections past its egress cap, and a sandbox flooding its route proxy
-// (which runs as root in the holder, outside the sandbox's cgroup). Each
-// contained run shows the cap holding and a neighbour sandbox served during
-// the flood; each control lifts exactly that cap and shows the flood
-// getting past it. The supervisor's connection caps need clients of
-// several uids, which the supervisor tests have (supervisor
-// TestConnectionCaps and friends); they are not repeated here.
+// connections past its egress cap, a sandbox flooding its route proxy
+// (which runs as root in the holder, outside the sandbox's cgroup), and one
+// peer uid flooding the supervisor's socket. Each contained run shows the
+// cap holding and a neighbour (sandbox or uid) served during the flood;
+// each control lifts exactly that cap and shows the flood getting past it.
+// The supervisor's frame, idle and quota limits are shown in the
+// supervisor tests (TestFrameTimeoutAndSizes, TestMaxSandboxesPerDeployment).
 
 func init() { registerOutside("floods", floods) }
 
