@@ -3,9 +3,11 @@ package cli
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -43,13 +45,20 @@ sandbox through the protocol, or use kill/gc, to stop it.`,
 			if secretsDir != "" {
 				cfg.Secrets = launcher.SecretsDir(secretsDir)
 			}
+			if cfg.Listener, err = activatedSocket(); err != nil {
+				return exitWith(ExitUnavailable, err)
+			}
 			srv, err := supervisor.New(cfg)
 			if err != nil {
 				return exitWith(ExitUnavailable, err)
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			fmt.Fprintf(g.stderr, "paseo-policy: supervising on %s\n", cfg.Socket)
+			how := ""
+			if cfg.Listener != nil {
+				how = " (socket from systemd)"
+			}
+			fmt.Fprintf(g.stderr, "paseo-policy: supervising on %s%s\n", cfg.Socket, how)
 			err = srv.Listen(ctx)
 			srv.Close()
 			if err != nil {
@@ -68,4 +77,35 @@ sandbox through the protocol, or use kill/gc, to stop it.`,
 	f.StringVar(&cfg.Uplink, "uplink-netns", "", "network namespace (path) sandbox veth peers live in (default: this process's)")
 	f.DurationVar(&cfg.HolderLinger, "holder-linger", 24*time.Hour, "how long an ended sandbox's unread output waits for a daemon, after the last connection, before its holder exits")
 	return cmd
+}
+
+// activatedSocket is the listening socket systemd passed (socket
+// activation: LISTEN_PID names this process, LISTEN_FDS is 1, the socket is
+// fd 3), or nil when none was passed. systemd keeps the socket across
+// supervisor restarts, so its inode stays the one a container bound. The
+// fd is closed once dup'ed into the listener: holders, this binary
+// re-executed, must not inherit it.
+func activatedSocket() (*net.UnixListener, error) {
+	if os.Getenv("LISTEN_PID") != strconv.Itoa(os.Getpid()) {
+		return nil, nil
+	}
+	n := os.Getenv("LISTEN_FDS")
+	for _, v := range []string{"LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"} {
+		os.Unsetenv(v)
+	}
+	if n != "1" {
+		return nil, fmt.Errorf("systemd passed %q sockets; the supervisor serves exactly one (ListenStream= once)", n)
+	}
+	f := os.NewFile(3, "systemd-socket")
+	defer f.Close()
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("the socket systemd passed: %w", err)
+	}
+	ul, ok := l.(*net.UnixListener)
+	if !ok {
+		l.Close()
+		return nil, fmt.Errorf("systemd passed a %s socket, not a Unix stream socket", l.Addr().Network())
+	}
+	return ul, nil
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -141,6 +142,29 @@ func TestHelperOfficialContainer(t *testing.T) {
 	}
 	if calls != 1 {
 		t.Errorf("tools/call reached the daemon %d times, want 1: %q", calls, seen)
+	}
+
+	// The supervisor restarts (an upgrade): the daemon's connection drops.
+	// The socket the container bound is the one systemd keeps, so the same
+	// path reaches the new supervisor, which adopted the sandbox from its
+	// holder; the daemon reattaches from its last acknowledged record.
+	cl.Close()
+	if _, err := os.NewFile(4, "ask").WriteString("restart-supervisor\n"); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(os.NewFile(5, "done")).ReadString('\n'); err != nil || line != "restarted\n" {
+		t.Fatalf("waiting for the supervisor restart: %q %v", line, err)
+	}
+	if cl, err = supervisor.Dial(containerSocket); err != nil {
+		t.Fatalf("the bound socket after a supervisor restart: %v", err)
+	}
+	defer cl.Close()
+	var got supervisor.Info
+	if err := cl.Call(c, supervisor.Request{Op: "inspect", Sandbox: in.Sandbox}, &got); err != nil || got.Status != supervisor.StatusRunningUnattached {
+		t.Fatalf("after the supervisor restart: %+v %v", got, err)
+	}
+	if err := cl.Call(c, supervisor.Request{Op: "attach", Sandbox: in.Sandbox, Cursor: tr.Cursor}, &att); err != nil {
+		t.Fatal(err)
 	}
 	prompt("p2", "write a file")
 	var st unix.Stat_t

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -111,15 +112,61 @@ func TestPiOfficialContainer(t *testing.T) {
 	cfg := supervisor.Config{Registry: schema.Input{Name: "registry.json", Data: sc.Registry},
 		Socket: socket, SocketGID: officialSocketGID, StateRoot: state, RunscPath: sc.Runsc,
 		Secrets: dockerSecrets, Uplink: e.world.Uplink, Resolve: e.resolve}
-	srv, err := supervisor.New(cfg)
+	// systemd's part (docs/deploy/paseo-sandbox.socket): the socket unit
+	// holds the listening socket, so the supervisor's restarts keep the
+	// inode the container bound.
+	activation := listenActivated(t, socket, officialSocketGID)
+	supervise := func() (stop func()) {
+		f, err := activation.File()
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := net.FileListener(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := cfg
+		c.Listener = l.(*net.UnixListener)
+		srv, err := supervisor.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sctx, cancel := context.WithCancel(context.Background())
+		served := make(chan error, 1)
+		go func() { served <- srv.Listen(sctx) }()
+		t.Cleanup(func() { cancel(); srv.Shutdown() })
+		return func() { cancel(); <-served; srv.Close() }
+	}
+	stop := supervise()
+	t.Cleanup(func() { dumpHolderLogs(t, state) }) // before the shutdowns remove them
+
+	// The daemon asks for a supervisor restart mid-session on one pipe and
+	// hears it is done on the other.
+	askR, askW, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	sctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Listen(sctx) }()
-	t.Cleanup(func() { cancel(); srv.Shutdown() })
-	waitForSocket(t, socket, served)
+	doneR, doneW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer askR.Close()
+	defer doneW.Close()
+	go func() {
+		br := bufio.NewReader(askR)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if line == "restart-supervisor\n" {
+				stop()
+				stop = supervise()
+				doneW.WriteString("restarted\n")
+			}
+		}
+	}()
 
 	client := officialClient{
 		Facts:         facts,
@@ -137,7 +184,14 @@ func TestPiOfficialContainer(t *testing.T) {
 		t.Fatalf("the container without group_add: %v\n%s", err, out)
 	}
 	client.Mode = "daemon"
-	out, err := runOfficialContainer(t, sc.Host, socket, client, []uint32{officialSocketGID}, published)
+	pub, err := published.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	out, err := runOfficialContainer(t, sc.Host, socket, client, []uint32{officialSocketGID}, []*os.File{pub, askW, doneR})
+	askW.Close()
+	doneR.Close()
 	t.Logf("the official container's daemon:\n%s", out)
 	if err != nil {
 		t.Fatalf("the official container's daemon failed: %v", err)
@@ -191,7 +245,7 @@ const envOfficialClient = "PASEO_E2E_OFFICIAL_CLIENT"
 
 // runOfficialContainer runs TestHelperOfficialContainer as the container's
 // daemon and returns its output.
-func runOfficialContainer(t *testing.T, host, socket string, client officialClient, groups []uint32, published net.Listener) (string, error) {
+func runOfficialContainer(t *testing.T, host, socket string, client officialClient, groups []uint32, extra []*os.File) (string, error) {
 	t.Helper()
 	data, err := json.Marshal(client)
 	if err != nil {
@@ -213,14 +267,7 @@ func runOfficialContainer(t *testing.T, host, socket string, client officialClie
 		Argv: []string{"paseo-daemon", "-test.run=^TestHelperOfficialContainer$", "-test.v", "-test.timeout=5m"},
 		Env:  []string{"HOME=/home/paseo", "PATH=/usr/bin:/bin", envOfficialClient + "=" + string(data)},
 	}
-	if published != nil {
-		f, err := published.(*net.TCPListener).File()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		spec.ExtraFiles = []*os.File{f}
-	}
+	spec.ExtraFiles = extra
 	cmd, err := testcontainer.Command(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -240,21 +287,22 @@ func runOfficialContainer(t *testing.T, host, socket string, client officialClie
 	return out.String(), err
 }
 
-func waitForSocket(t *testing.T, socket string, served <-chan error) {
+// listenActivated makes the socket as systemd's socket unit does
+// (SocketMode=0660, SocketGroup=gid) and keeps it for the whole test.
+func listenActivated(t *testing.T, socket string, gid int) *net.UnixListener {
 	t.Helper()
-	for i := 0; i < 200; i++ {
-		if c, err := supervisor.Dial(socket); err == nil {
-			c.Close()
-			return
-		}
-		select {
-		case err := <-served:
-			t.Fatalf("the supervisor stopped listening: %v", err)
-		default:
-		}
-		time.Sleep(20 * time.Millisecond)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: socket, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("the supervisor socket never came up")
+	t.Cleanup(func() { ln.Close() })
+	if err := os.Chown(socket, 0, gid); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(socket, 0o660); err != nil {
+		t.Fatal(err)
+	}
+	return ln
 }
 
 // dockerSecrets holds the docker deployment's secrets only.
@@ -269,4 +317,16 @@ func dockerSecrets(deployment, ref string) ([]byte, error) {
 		return []byte(mcpToken), nil
 	}
 	return nil, fmt.Errorf("unknown secret %s", ref)
+}
+
+// dumpHolderLogs shows a failed test the holders' own diagnostics.
+func dumpHolderLogs(t *testing.T, state string) {
+	if !t.Failed() {
+		return
+	}
+	logs, _ := filepath.Glob(filepath.Join(supervisor.HolderDir(state), "*.log"))
+	for _, l := range logs {
+		data, _ := os.ReadFile(l)
+		t.Logf("holder log %s:\n%s", filepath.Base(l), data)
+	}
 }
