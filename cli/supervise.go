@@ -26,9 +26,10 @@ func newSupervise(g *globals) *cobra.Command {
 		Short: "Serve the sandbox protocol on a Unix socket (root; see docs/supervisor.md)",
 		Long: `supervise is the root service a Paseo daemon talks to instead of runsc. It
 listens on a pathname socket (mode 0660, group --socket-group, in a
-root-owned directory), checks every peer's SO_PEERCRED against the
-registry's peers for the deployment it names, compiles facts with the
-embedded profiles, launches sandboxes with the launcher and keeps each
+root-owned directory; under systemd socket activation, paseo-sandbox.socket,
+it serves the socket it is passed, which outlives its restarts), checks
+every peer's SO_PEERCRED against the registry's peers for the deployment
+it names, compiles facts with the embedded profiles, launches sandboxes with the launcher and keeps each
 sandbox's output in a bridge so a reattaching daemon misses nothing. Each
 sandbox runs under a holder process of its own (this binary, re-executed)
 that owns its stdio, so sandboxes and their turns outlive the supervisor:
