@@ -139,7 +139,6 @@ func TestPiOfficialContainer(t *testing.T) {
 		return func() { cancel(); <-served; srv.Close() }
 	}
 	stop := supervise()
-	t.Cleanup(func() { dumpHolderLogs(t, state) }) // before the shutdowns remove them
 
 	// The daemon asks for a supervisor restart mid-session on one pipe and
 	// hears it is done on the other.
@@ -194,6 +193,7 @@ func TestPiOfficialContainer(t *testing.T) {
 	doneR.Close()
 	t.Logf("the official container's daemon:\n%s", out)
 	if err != nil {
+		dumpHolderLogs(t, state) // before the supervisors' shutdowns remove them
 		t.Fatalf("the official container's daemon failed: %v", err)
 	}
 	if !strings.Contains(out, "official-client: done") {
@@ -321,9 +321,6 @@ func dockerSecrets(deployment, ref string) ([]byte, error) {
 
 // dumpHolderLogs shows a failed test the holders' own diagnostics.
 func dumpHolderLogs(t *testing.T, state string) {
-	if !t.Failed() {
-		return
-	}
 	logs, _ := filepath.Glob(filepath.Join(supervisor.HolderDir(state), "*.log"))
 	for _, l := range logs {
 		data, _ := os.ReadFile(l)
