@@ -56,6 +56,12 @@ func TestHelperOfficialContainer(t *testing.T) {
 	mcp := &http.Server{Handler: daemon}
 	go mcp.Serve(ln)
 	defer mcp.Close()
+	// The container has a network namespace of its own: the host's
+	// loopback, where the published port is, is not its loopback.
+	if c, err := net.DialTimeout("tcp4", ln.Addr().String(), time.Second); err == nil {
+		c.Close()
+		t.Fatalf("the container reached the host's loopback %s", ln.Addr())
+	}
 
 	c := ctx(t)
 	cl, err := supervisor.Dial(containerSocket)

@@ -34,7 +34,8 @@ const (
 )
 
 // The official Paseo container, for real: the daemon side runs as the
-// official image runs it, in its own mount and pid namespaces as uid 1000,
+// official image runs it, in its own mount, pid and network namespaces as
+// uid 1000,
 // with /workspace, /home/paseo, /paseo-state and /tmp bound from host dirs,
 // the supervisor socket file (and nothing else of the host's /run) bound
 // into a fresh /run, and the socket's GID as a supplementary group only.

@@ -1,7 +1,9 @@
 // Package testcontainer runs a process the way the official Paseo container
 // runs its daemon, without Docker: the namespaces and mounts Docker would
-// make, made directly. The process gets its own mount and pid namespaces
-// and a fresh root holding only what the container has: the image's /usr
+// make, made directly. The process gets its own mount, pid and network
+// namespaces (its loopback is not the host's, as on Docker's bridge
+// network; listeners it should serve on the host are handed to it as
+// ExtraFiles, as a published port) and a fresh root holding only what the container has: the image's /usr
 // (the host's, read-only, standing for the image's OS), a new /proc, the
 // host dirs Compose binds at container paths, and fresh tmpfs dirs (such as
 // /run) with single files bound into them (the supervisor socket alone). It
@@ -54,8 +56,8 @@ type Spec struct {
 
 const envSpec = "PASEO_TESTCONTAINER_SPEC"
 
-// Command is the test binary re-run as the container: root in a new mount
-// and pid namespace until MaybeEnter has built the container's view, then
+// Command is the test binary re-run as the container: root in new mount,
+// pid and network namespaces until MaybeEnter has built the container's view, then
 // spec.Argv as spec.UID. Start it with childproc.Start (its parent-death
 // signal is SIGKILL, which ends the whole pid namespace).
 func Command(spec Spec) (*exec.Cmd, error) {
@@ -68,7 +70,7 @@ func Command(spec Spec) (*exec.Cmd, error) {
 	cmd.Env = []string{envSpec + "=" + string(data), "PATH=/usr/bin:/bin"}
 	cmd.ExtraFiles = spec.ExtraFiles
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID,
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET,
 		Pdeathsig:  syscall.SIGKILL,
 	}
 	return cmd, nil
