@@ -62,10 +62,12 @@ e2e-pi: runsc image
 # Pi, fencing, duplicate inputs, peer checks, a supervisor killed mid-turn
 # (its sandbox adopted from its holder), the Docker topology, then the real
 # Pi surviving dropped connections, a killed client process and a
+# supervisor restart, and the official container's daemon (its own mount,
+# pid and network namespaces, uid 1000, the socket file alone) through a
 # supervisor restart. Root.
 e2e-continuity: runsc image
 	$(GO) test $(RACE) -count=1 -v ./supervisor
-	$(GO) test $(RACE) -count=1 -v -run '^TestPiContinuityThroughSupervisor$$' ./e2e
+	$(GO) test $(RACE) -count=1 -v -run '^TestPi(ContinuityThroughSupervisor|OfficialContainer)$$' ./e2e
 
 # The escape probe as a plain host process (control: every escape must
 # succeed) and under the launcher (contained: none may), plus one sandbox

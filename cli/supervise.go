@@ -3,8 +3,11 @@ package cli
 import (
 	"context"
 	"fmt"
+	"net"
+	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -23,9 +26,10 @@ func newSupervise(g *globals) *cobra.Command {
 		Short: "Serve the sandbox protocol on a Unix socket (root; see docs/supervisor.md)",
 		Long: `supervise is the root service a Paseo daemon talks to instead of runsc. It
 listens on a pathname socket (mode 0660, group --socket-group, in a
-root-owned directory), checks every peer's SO_PEERCRED against the
-registry's peers for the deployment it names, compiles facts with the
-embedded profiles, launches sandboxes with the launcher and keeps each
+root-owned directory; under systemd socket activation, paseo-sandbox.socket,
+it serves the socket it is passed, which outlives its restarts), checks
+every peer's SO_PEERCRED against the registry's peers for the deployment
+it names, compiles facts with the embedded profiles, launches sandboxes with the launcher and keeps each
 sandbox's output in a bridge so a reattaching daemon misses nothing. Each
 sandbox runs under a holder process of its own (this binary, re-executed)
 that owns its stdio, so sandboxes and their turns outlive the supervisor:
@@ -42,13 +46,20 @@ sandbox through the protocol, or use kill/gc, to stop it.`,
 			if secretsDir != "" {
 				cfg.Secrets = launcher.SecretsDir(secretsDir)
 			}
+			if cfg.Listener, err = activatedSocket(); err != nil {
+				return exitWith(ExitUnavailable, err)
+			}
 			srv, err := supervisor.New(cfg)
 			if err != nil {
 				return exitWith(ExitUnavailable, err)
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			fmt.Fprintf(g.stderr, "paseo-policy: supervising on %s\n", cfg.Socket)
+			how := ""
+			if cfg.Listener != nil {
+				how = " (socket from systemd)"
+			}
+			fmt.Fprintf(g.stderr, "paseo-policy: supervising on %s%s\n", cfg.Socket, how)
 			err = srv.Listen(ctx)
 			srv.Close()
 			if err != nil {
@@ -67,4 +78,35 @@ sandbox through the protocol, or use kill/gc, to stop it.`,
 	f.StringVar(&cfg.Uplink, "uplink-netns", "", "network namespace (path) sandbox veth peers live in (default: this process's)")
 	f.DurationVar(&cfg.HolderLinger, "holder-linger", 24*time.Hour, "how long an ended sandbox's unread output waits for a daemon, after the last connection, before its holder exits")
 	return cmd
+}
+
+// activatedSocket is the listening socket systemd passed (socket
+// activation: LISTEN_PID names this process, LISTEN_FDS is 1, the socket is
+// fd 3), or nil when none was passed. systemd keeps the socket across
+// supervisor restarts, so its inode stays the one a container bound. The
+// fd is closed once dup'ed into the listener: holders, this binary
+// re-executed, must not inherit it.
+func activatedSocket() (*net.UnixListener, error) {
+	if os.Getenv("LISTEN_PID") != strconv.Itoa(os.Getpid()) {
+		return nil, nil
+	}
+	n := os.Getenv("LISTEN_FDS")
+	for _, v := range []string{"LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"} {
+		os.Unsetenv(v)
+	}
+	if n != "1" {
+		return nil, fmt.Errorf("systemd passed %q sockets; the supervisor serves exactly one (ListenStream= once)", n)
+	}
+	f := os.NewFile(3, "systemd-socket")
+	defer f.Close()
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("the socket systemd passed: %w", err)
+	}
+	ul, ok := l.(*net.UnixListener)
+	if !ok {
+		l.Close()
+		return nil, fmt.Errorf("systemd passed a %s socket, not a Unix stream socket", l.Addr().Network())
+	}
+	return ul, nil
 }

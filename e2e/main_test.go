@@ -4,12 +4,15 @@ import (
 	"os"
 	"testing"
 
+	"paseo.dev/paseo-policy/internal/testcontainer"
 	"paseo.dev/paseo-policy/supervisor"
 )
 
 // TestMain lets the supervisor under test re-execute this test binary as
-// a sandbox holder, as the CLI binary is re-executed in production.
+// a sandbox holder, as the CLI binary is re-executed in production, and
+// TestPiOfficialContainer re-execute it as the official container.
 func TestMain(m *testing.M) {
+	testcontainer.MaybeEnter()
 	supervisor.MaybeRunHolder()
 	os.Exit(m.Run())
 }

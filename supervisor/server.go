@@ -38,6 +38,14 @@ type Config struct {
 	// not writable by others.
 	Socket    string
 	SocketGID int
+	// Listener, when set, is a listening socket bound at Socket that
+	// another process made and keeps open (systemd socket activation,
+	// docs/deploy/paseo-sandbox.socket): the supervisor serves it instead
+	// of making the socket, so the socket's inode outlives supervisor
+	// restarts and a container that binds the socket file alone keeps
+	// reaching the supervisor. Its path, owner, group and mode are checked
+	// as strictly as those of a socket the supervisor makes.
+	Listener  *net.UnixListener
 	StateRoot string
 	RunscPath string
 	Secrets   launcher.SecretSource
@@ -152,7 +160,7 @@ func (s *Server) reconcile() error {
 }
 
 // Listen creates the socket (0660, root:SocketGID) in a root-owned
-// directory and serves until ctx ends.
+// directory, or serves the inherited Listener, until ctx ends.
 func (s *Server) Listen(ctx context.Context) error {
 	dir := filepath.Dir(s.cfg.Socket)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -172,24 +180,8 @@ func (s *Server) Listen(ctx context.Context) error {
 		// The launcher keeps the state root 0700, which would lock peers out.
 		return fmt.Errorf("the socket may not live in the state root %s itself", s.cfg.StateRoot)
 	}
-	if err := unix.Lstat(s.cfg.Socket, &st); err == nil {
-		if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-			return fmt.Errorf("%s exists and is not a socket", s.cfg.Socket)
-		}
-		_ = os.Remove(s.cfg.Socket)
-	}
-	old := unix.Umask(0o177)
-	ln, err := net.Listen("unix", s.cfg.Socket)
-	unix.Umask(old)
+	ln, err := s.listener()
 	if err != nil {
-		return err
-	}
-	if err := os.Chown(s.cfg.Socket, 0, s.cfg.SocketGID); err != nil {
-		ln.Close()
-		return err
-	}
-	if err := os.Chmod(s.cfg.Socket, 0o660); err != nil {
-		ln.Close()
 		return err
 	}
 	s.ln = ln
@@ -208,6 +200,46 @@ func (s *Server) Listen(ctx context.Context) error {
 			s.serveConn(ctx, c.(*net.UnixConn))
 		}()
 	}
+}
+
+// listener is the inherited socket, checked, or a new one made at Socket
+// (a stale socket there is replaced): 0660, root:SocketGID.
+func (s *Server) listener() (net.Listener, error) {
+	var st unix.Stat_t
+	if ln := s.cfg.Listener; ln != nil {
+		a, ok := ln.Addr().(*net.UnixAddr)
+		if !ok || filepath.Clean(a.Name) != filepath.Clean(s.cfg.Socket) {
+			return nil, fmt.Errorf("the inherited socket listens on %v, not on %s", ln.Addr(), s.cfg.Socket)
+		}
+		if err := unix.Lstat(s.cfg.Socket, &st); err != nil {
+			return nil, fmt.Errorf("the inherited socket: %w", err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFSOCK || st.Uid != 0 || int(st.Gid) != s.cfg.SocketGID || st.Mode&0o7777 != 0o660 {
+			return nil, fmt.Errorf("the inherited socket %s must be a socket of mode 0660 owned by root:%d (systemd: SocketMode=0660, SocketGroup=%d)", s.cfg.Socket, s.cfg.SocketGID, s.cfg.SocketGID)
+		}
+		return ln, nil
+	}
+	if err := unix.Lstat(s.cfg.Socket, &st); err == nil {
+		if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+			return nil, fmt.Errorf("%s exists and is not a socket", s.cfg.Socket)
+		}
+		_ = os.Remove(s.cfg.Socket)
+	}
+	old := unix.Umask(0o177)
+	ln, err := net.Listen("unix", s.cfg.Socket)
+	unix.Umask(old)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chown(s.cfg.Socket, 0, s.cfg.SocketGID); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if err := os.Chmod(s.cfg.Socket, 0o660); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
 }
 
 // Close stops serving and ends this supervisor's attachments; the
