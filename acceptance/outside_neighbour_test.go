@@ -42,7 +42,7 @@ func init() { registerOutside("neighbour", neighbourAttacks) }
 // neighbourPool holds two sandbox links (/30 each), apart from the scene's
 // one-link pool; both launches share one state root so their leases do not
 // collide.
-var neighbourPool = netip.MustParsePrefix("10.213.81.0/29")
+var neighbourPool = netip.MustParsePrefix("10.213.82.0/29")
 
 const (
 	neighbourPort     = 7000 // B's own listener, inside B

@@ -18,6 +18,11 @@ import (
 // the one protection under test (Control: it must win at least once), so
 // every attack is shown able to fail. Counts go to out/acceptance.json.
 
+// The families share the scene's uplink, and a sandbox link lingers until
+// its test's cleanup, so each family's address pools are its own:
+// scene 10.213.77.0/30, floods 10.213.78-80.0/30, mcp 10.213.81.0/30,
+// neighbour 10.213.82.0/29.
+
 // OutsideAttack is one attack's tally.
 type OutsideAttack struct {
 	// Name is stable ("daemon-user-races-bind-source-timed", …).

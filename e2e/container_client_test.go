@@ -52,7 +52,7 @@ func TestHelperOfficialContainer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the published MCP listener: %v", err)
 	}
-	daemon := &mcpDaemon{}
+	daemon := &mcpDaemon{token: mcpToken}
 	mcp := &http.Server{Handler: daemon}
 	go mcp.Serve(ln)
 	defer mcp.Close()
@@ -71,7 +71,7 @@ func TestHelperOfficialContainer(t *testing.T) {
 	defer cl.Close()
 	create := func(deployment string, facts []byte) (supervisor.Info, error) {
 		var in supervisor.Info
-		err := cl.Call(c, supervisor.Request{Op: "createSandbox", Deployment: deployment, Facts: facts}, &in)
+		err := cl.Call(c, supervisor.Request{Op: "createSandbox", Deployment: deployment, Facts: facts, MCPToken: mcpToken}, &in)
 		return in, err
 	}
 	patched := func(patch string) []byte {
@@ -133,16 +133,17 @@ func TestHelperOfficialContainer(t *testing.T) {
 		tr.from = tr.Stdout.Len()
 	}
 	prompt("p1", "call the paseo tool")
-	if !strings.Contains(tr.Stdout.String(), "pong from paseo") {
+	if !strings.Contains(tr.Stdout.String(), "agents listed by paseo") {
 		t.Errorf("the MCP tool's answer did not come back through the route: %q", tr.tail())
 	}
 	seen := daemon.seen()
 	var calls int
 	for _, s := range seen {
-		if !strings.HasPrefix(s, "POST /mcp/agents?callerAgentId=agent-b2 ") {
+		// The route proxy added the daemon's bearer; the sandbox never had it.
+		if !strings.HasPrefix(s, "POST /mcp/agents?callerAgentId=agent-b2 Bearer "+mcpToken+" ") {
 			t.Errorf("the daemon's MCP listener got %q", s)
 		}
-		if strings.HasSuffix(s, " tools/call") {
+		if strings.HasSuffix(s, " tools/call list_agents") {
 			calls++
 		}
 	}
@@ -169,7 +170,9 @@ func TestHelperOfficialContainer(t *testing.T) {
 	if err := cl.Call(c, supervisor.Request{Op: "inspect", Sandbox: in.Sandbox}, &got); err != nil || got.Status != supervisor.StatusRunningUnattached {
 		t.Fatalf("after the supervisor restart: %+v %v", got, err)
 	}
-	if err := cl.Call(c, supervisor.Request{Op: "attach", Sandbox: in.Sandbox, Cursor: tr.Cursor}, &att); err != nil {
+	// The daemon hands its MCP token over again on every attach (it is
+	// the same daemon run here; only the supervisor restarted).
+	if err := cl.Call(c, supervisor.Request{Op: "attach", Sandbox: in.Sandbox, Cursor: tr.Cursor, MCPToken: mcpToken}, &att); err != nil {
 		t.Fatal(err)
 	}
 	prompt("p2", "write a file")

@@ -48,7 +48,7 @@ const (
 // writes a file that lands in the host workspace owned by 1000:1000.
 func TestPiOfficialContainer(t *testing.T) {
 	e := newEnv(t,
-		fakemodel.Turn{ToolCalls: []fakemodel.ToolCall{{Name: "mcp", Arguments: map[string]any{"tool": "paseo_paseo_ping", "args": "{}"}}}},
+		fakemodel.Turn{ToolCalls: []fakemodel.ToolCall{{Name: "mcp", Arguments: map[string]any{"tool": "paseo_list_agents", "args": "{}"}}}},
 		fakemodel.Text("called"),
 		fakemodel.WriteFile("made-in-container.txt", "from the official container\n"),
 		fakemodel.Text("wrote"),
@@ -104,7 +104,7 @@ func TestPiOfficialContainer(t *testing.T) {
 	}
 	facts, err := testtree.MergePatch(sc.Facts, []byte(`{"deployment":{"id":"docker-official"},"agent":{"id":"agent-b2"},
 		"workspace":{"cwd":"/workspace/app","git":null},
-		"state":{"agentDir":"/paseo-state/pi-agent","sessionDir":"/paseo-state/pi-sessions","cacheDir":"/paseo-state/pi-cache/agent-b2"},
+		"state":{"agentDir":"/paseo-state/pi-agent","sessionDir":"/paseo-state/pi-sessions/agent-b2","cacheDir":"/paseo-state/pi-cache/agent-b2"},
 		"launch":{"extension":"/tmp/paseo-pi-extension-b2/paseo-integration.mjs","mcpConfig":"/tmp/paseo-pi-mcp-b2/mcp.json"}}`))
 	if err != nil {
 		t.Fatal(err)
@@ -211,7 +211,7 @@ func TestPiOfficialContainer(t *testing.T) {
 	if uid, gid := ownerOf(t, made); uid != 1000 || gid != 1000 {
 		t.Errorf("the agent's file is owned by %d:%d on the host, want the container's 1000:1000", uid, gid)
 	}
-	logs, _ := filepath.Glob(filepath.Join(docker, "state/pi-sessions", "*.jsonl"))
+	logs, _ := filepath.Glob(filepath.Join(docker, "state/pi-sessions/agent-b2", "*.jsonl"))
 	if len(logs) != 1 {
 		t.Fatalf("the session log did not land in the mapped host dir: %v", logs)
 	}
