@@ -43,15 +43,17 @@ func (c *compilation) checkGitLayout(gitdir source, common *source, alts []sourc
 	if !ok {
 		return
 	}
-	if dotgit.dir {
-		c.sameObject("workspace.git.gitdir", gitdir, dotgit.path, "the cwd's .git directory (a main worktree)")
-	} else {
-		target, err := c.readGitPointer(dotgit.path, "gitdir: ")
-		if err != nil {
+	target, from := dotgit.path, "the cwd's .git directory (a main worktree)"
+	if !dotgit.dir {
+		var err error
+		if target, err = c.readGitPointer(dotgit.path, "gitdir: "); err != nil {
 			c.diags.Addf(diag.GitMismatch, "workspace.git.gitdir", "the cwd's .git file %s: %v", dotgit.path, err)
 			return
 		}
-		c.sameObject("workspace.git.gitdir", gitdir, target, "the cwd's .git file "+dotgit.path)
+		from = "the cwd's .git file " + dotgit.path
+	}
+	if !c.sameObject("workspace.git.gitdir", gitdir, target, from) {
+		return
 	}
 	if !c.looksLike("workspace.git.gitdir", gitdir.dest, gitEntry{"HEAD", pathsafe.File}) {
 		return
@@ -72,7 +74,7 @@ func (c *compilation) checkGitLayout(gitdir source, common *source, alts []sourc
 			c.diags.Addf(diag.GitMismatch, "workspace.git.commondir", "%s: %v", commondirFile, err)
 			return
 		}
-		if !c.sameObject("workspace.git.commondir", *common, target, commondirFile) {
+		if !c.sameObject("workspace.git.commondir", *common, target, commondirFile) || !c.linkedWorktree(dotgit, gitdir, *common) {
 			return
 		}
 		repo = *common
@@ -90,6 +92,37 @@ func (c *compilation) checkGitLayout(gitdir source, common *source, alts []sourc
 type dotGit struct {
 	path string // fact space
 	dir  bool
+	id   pathsafe.Identity
+}
+
+// linkedWorktree checks what ties a linked worktree's gitdir to its
+// repository and to its worktree, beyond the pointers the worktree itself
+// holds: the .git file and the commondir file lie in the worktree and the
+// gitdir, both writable by the agent, so on their own they would let it
+// point its next launch at a directory it made, whose commondir names
+// another repository. Git keeps a linked worktree's gitdir at
+// <commondir>/worktrees/<name>, which only the repository's own sandboxes
+// can write, and <gitdir>/gitdir names the worktree's .git file back.
+func (c *compilation) linkedWorktree(dotgit dotGit, gitdir, common source) bool {
+	inRepo := common.dest + "/worktrees/" + path.Base(gitdir.dest)
+	if id, err := c.gitResolve(inRepo); err != nil || id.Dev != gitdir.id.Dev || id.Ino != gitdir.id.Ino {
+		c.diags.Addf(diag.GitMismatch, "workspace.git.gitdir", "a linked worktree's gitdir must be %s/worktrees/<name> of its common dir", common.dest)
+		return false
+	}
+	if dotgit.dir {
+		return true
+	}
+	back := gitdir.dest + "/gitdir"
+	target, err := c.readGitPointer(back, "")
+	if err != nil {
+		c.diags.Addf(diag.GitMismatch, "workspace.git.gitdir", "%s (which names the worktree's .git file): %v", back, err)
+		return false
+	}
+	if id, err := c.gitResolve(target); err != nil || id.Dev != dotgit.id.Dev || id.Ino != dotgit.id.Ino {
+		c.diags.Addf(diag.GitMismatch, "workspace.git.gitdir", "%s names %s, not the cwd's .git file %s: the gitdir belongs to another worktree", back, target, dotgit.path)
+		return false
+	}
+	return true
 }
 
 // findDotGit walks from the cwd up to its workspace root, as Git's discovery
@@ -111,7 +144,7 @@ func (c *compilation) findDotGit() (dotGit, bool) {
 			c.src.addResolveError("workspace.cwd/.git", err)
 			return dotGit{}, false
 		case id.Kind == pathsafe.Dir || id.Kind == pathsafe.File:
-			return dotGit{path: p, dir: id.Kind == pathsafe.Dir}, true
+			return dotGit{path: p, dir: id.Kind == pathsafe.Dir, id: id}, true
 		default:
 			c.diags.Addf(diag.GitMismatch, "workspace.git.gitdir", "%s is neither a directory nor a file", p)
 			return dotGit{}, false

@@ -180,3 +180,36 @@ func TestGitFactsVerifiedAgainstRealRepositories(t *testing.T) {
 		})
 	}
 }
+
+// What the agent can write (its worktree's .git file, files in its own
+// workspace) cannot point its next launch at another worktree's or another
+// repository's metadata, even when the facts follow what it wrote.
+func TestGitRewrittenPointersRefused(t *testing.T) {
+	s := newGitScene(t)
+	const feature = "/srv/paseo/workspace/proj-feature"
+	write := func(p, content string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(s.path(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(s.path(p), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sibling := "/srv/paseo/repos/proj/.git/worktrees/proj-other"
+	write(feature+"/.git", "gitdir: "+s.path(sibling)+"\n")
+	diags := s.compile(t, feature, map[string]any{"gitdir": sibling, "commondir": "/srv/paseo/repos/proj/.git", "write": true})
+	if !slices.ContainsFunc(diags, func(d diag.Diagnostic) bool { return d.Code == diag.GitMismatch && d.Path == "workspace.git.gitdir" }) {
+		t.Errorf("a .git file redirected to the sibling's gitdir: want %s, got %v", diag.GitMismatch, diags)
+	}
+
+	// A gitdir of its own making, whose commondir is another repository.
+	write(feature+"/.git", "gitdir: planted\n")
+	write(feature+"/planted/HEAD", "ref: refs/heads/main\n")
+	write(feature+"/planted/commondir", s.path("/srv/paseo/repos/libsrc/.git")+"\n")
+	write(feature+"/planted/gitdir", s.path(feature+"/.git")+"\n")
+	diags = s.compile(t, feature, map[string]any{"gitdir": feature + "/planted", "commondir": "/srv/paseo/repos/libsrc/.git", "write": true})
+	if !slices.ContainsFunc(diags, func(d diag.Diagnostic) bool { return d.Code == diag.GitMismatch && d.Path == "workspace.git.gitdir" }) {
+		t.Errorf("a planted gitdir naming another repository: want %s, got %v", diag.GitMismatch, diags)
+	}
+}
