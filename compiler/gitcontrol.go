@@ -36,6 +36,8 @@ func (c *compilation) gitControlBinds(granted []grant.Grant) []grant.Grant {
 	switch g := f.Workspace.Git; {
 	case g != nil && !g.Write:
 		return nil // mounted read-only as a whole
+	case g != nil && c.gitRefused:
+		return nil // the refusal names the fact
 	case g != nil && g.Commondir != "":
 		repo, fact = g.Commondir, "workspace.git.commondir"
 	case g != nil:

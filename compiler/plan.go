@@ -49,6 +49,8 @@ type compilation struct {
 	limits schema.Limits
 	// image directories mounted from EROFS files; no bind may go inside
 	erofsDirs []string
+	// set when a Git fact was refused: its config and hooks are not looked for
+	gitRefused bool
 	// the projected settings.json, checked once every bind is known
 	settings *source
 }
@@ -144,10 +146,15 @@ func (c *compilation) process(p *grant.Plan) {
 	}
 	p.Add(grant.Grant{Kind: grant.Process, Subject: "cwd", Access: grant.Set, Value: f.Workspace.Cwd,
 		Reason: "Pi runs in the agent cwd, at the same absolute path the daemon records", Fact: "workspace.cwd"})
-	p.Add(grant.Grant{Kind: grant.Identity, Subject: "uid", Access: grant.Set, Value: strconv.Itoa(int(c.reg.Image.UID)),
-		Reason: "the image's unprivileged sandbox user", Fact: "registry.image.uid"})
-	p.Add(grant.Grant{Kind: grant.Identity, Subject: "gid", Access: grant.Set, Value: strconv.Itoa(int(c.reg.Image.GID)),
-		Reason: "the image's unprivileged sandbox group", Fact: "registry.image.gid"})
+	uid, gid, uidFact, gidFact := c.sandboxUser()
+	who := "the image's unprivileged sandbox"
+	if c.dep.User != nil {
+		who = "deployment " + f.Deployment.ID + "'s sandbox"
+	}
+	p.Add(grant.Grant{Kind: grant.Identity, Subject: "uid", Access: grant.Set, Value: strconv.FormatUint(uint64(uid), 10),
+		Reason: who + " user", Fact: uidFact})
+	p.Add(grant.Grant{Kind: grant.Identity, Subject: "gid", Access: grant.Set, Value: strconv.FormatUint(uint64(gid), 10),
+		Reason: who + " group", Fact: gidFact})
 	p.Add(grant.Grant{Kind: grant.Process, Subject: "capabilities", Access: grant.Set, Value: "none",
 		Reason: "no Linux capability in any set", Fact: "profile." + c.prof.Name + ".capabilities"})
 	p.Add(grant.Grant{Kind: grant.Process, Subject: "noNewPrivileges", Access: grant.Set, Value: "true",
@@ -208,7 +215,7 @@ func (c *compilation) mounts(p *grant.Plan) {
 			Options: m.Options, Reason: m.Reason, Fact: fmt.Sprintf("profile.%s.mounts[%d]", c.prof.Name, i)})
 	}
 	size := "size=" + strconv.FormatInt(c.limits.TmpfsBytes, 10)
-	uid, gid := fmt.Sprintf("uid=%d", c.reg.Image.UID), fmt.Sprintf("gid=%d", c.reg.Image.GID)
+	uid, gid := c.ownerOptions()
 	p.Add(grant.Grant{Kind: grant.Mount, Subject: sandboxTmp, Access: grant.RW, Type: "tmpfs", Source: "tmpfs",
 		Options: []string{"nosuid", "nodev", "mode=1777", size}, Reason: "private temp, destroyed with the sandbox; never the daemon's /tmp", Fact: "registry.limits.tmpfsBytes"})
 	p.Add(grant.Grant{Kind: grant.Mount, Subject: sandboxHome, Access: grant.RW, Type: "tmpfs", Source: "tmpfs",
@@ -279,8 +286,8 @@ func (c *compilation) binds() []grant.Grant {
 		}
 		out = append(out, grant.Grant{Kind: grant.Mount, Subject: s.dest, Access: a, Type: "bind", Source: s.host, Options: bindOpts(a), Reason: reason, Fact: s.fact})
 	}
-	cwd, ok := c.src.resolve("workspace.cwd", f.Workspace.Cwd, "workspace", roots.Workspace, pathsafe.Dir)
-	add(cwd, ok, grant.RW, "the agent's workspace, read-write at the path the daemon uses")
+	cwd, cwdOK := c.src.resolve("workspace.cwd", f.Workspace.Cwd, "workspace", roots.Workspace, pathsafe.Dir)
+	add(cwd, cwdOK, grant.RW, "the agent's workspace, read-write at the path the daemon uses")
 
 	if g := f.Workspace.Git; g != nil {
 		a := grant.RO
@@ -288,17 +295,25 @@ func (c *compilation) binds() []grant.Grant {
 		if g.Write {
 			a, why = grant.RW, "read-write: branch, index, object and ref updates"
 		}
-		s, ok := c.src.resolve("workspace.git.gitdir", g.Gitdir, "workspace", roots.Workspace, pathsafe.Dir)
-		add(s, ok, a, "linked worktree's Git dir, "+why)
+		gitdir, allOK := c.src.resolve("workspace.git.gitdir", g.Gitdir, "workspace", roots.Workspace, pathsafe.Dir)
+		add(gitdir, allOK, a, "linked worktree's Git dir, "+why)
+		var common *source
 		if g.Commondir != "" {
 			s, ok := c.src.resolve("workspace.git.commondir", g.Commondir, "workspace", roots.Workspace, pathsafe.Dir)
 			add(s, ok, a, "the repository's common Git dir, "+why)
+			common, allOK = &s, allOK && ok
 		}
+		var alts []source
 		for i, alt := range g.Alternates {
 			fact := fmt.Sprintf("workspace.git.alternates[%d]", i)
 			s, ok := c.src.resolve(fact, alt, "workspace", roots.Workspace, pathsafe.Dir)
 			add(s, ok, grant.RO, "object alternate; read-only, new objects go to the repository's own store")
+			alts, allOK = append(alts, s), allOK && ok
 		}
+		if allOK && cwdOK {
+			allOK = c.verifyGit(gitdir, common, alts)
+		}
+		c.gitRefused = !allOK
 	}
 
 	out = append(out, c.gitControlBinds(out)...)

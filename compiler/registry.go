@@ -136,6 +136,7 @@ func checkDNS(l *diag.List, n schema.Network) {
 // against the never-grant list of the whole registry.
 func checkDeployment(l *diag.List, id string, dep schema.Deployment, all []forbid) {
 	base := "registry.deployments." + id
+	checkUser(l, base, dep.User)
 	for _, kind := range []string{"workspace", "state", "launch"} {
 		roots := map[string][]string{"workspace": dep.Roots.Workspace, "state": dep.Roots.State, "launch": dep.Roots.Launch}[kind]
 		for i, r := range roots {

@@ -2,7 +2,6 @@ package compiler
 
 import (
 	"encoding/json"
-	"fmt"
 	"maps"
 	"path"
 	"slices"
@@ -45,7 +44,7 @@ func (c *compilation) agentDirProjection() []grant.Grant {
 		c.diags.Addf(diag.ProfileInvalid, "profile."+c.prof.Name+".state.agentDir", "the agent dir is only ever projected")
 		return nil
 	}
-	uid, gid := fmt.Sprintf("uid=%d", c.reg.Image.UID), fmt.Sprintf("gid=%d", c.reg.Image.GID)
+	uid, gid := c.ownerOptions()
 	out := []grant.Grant{{Kind: grant.Mount, Subject: agent.dest, Access: grant.RW, Type: "tmpfs", Source: "tmpfs",
 		Options: []string{"nosuid", "nodev", "noexec", "mode=0700", uid, gid, "size=" + strconv.FormatInt(agentDirBytes, 10)}, Fact: "state.agentDir",
 		Reason: "PI_CODING_AGENT_DIR: a private projection destroyed with the sandbox; Pi's locks and start-up writes land here, and nothing written here reaches another Pi"}}

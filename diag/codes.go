@@ -37,6 +37,10 @@ const (
 	StateSettings     Code = "PP-STATE-SETTINGS"        // the daemon's settings.json would load what a sandbox can write
 	CredentialContent Code = "PP-CRED-AUTHFILE-CONTENT" // an oauth-file auth.json holding more than OAuth credentials
 
+	// Git metadata checked against the repository on disk.
+	GitMismatch Code = "PP-GIT-MISMATCH"   // the cwd's .git, the gitdir's commondir or objects/info/alternates lead elsewhere than the facts say
+	GitNotRepo  Code = "PP-GIT-NOT-GITDIR" // a Git fact names a directory that does not look like a Git dir (HEAD, objects/, refs/) or an object store (pack/)
+
 	// Credentials.
 	CredentialShape   Code = "PP-CRED-SHAPE"            // fields that do not fit the credential mode
 	CredentialExposed Code = "PP-CRED-AUTHFILE-PRESENT" // an auth.json would be visible in a mode that must not see it

@@ -79,9 +79,12 @@ type Registry struct {
 }
 
 type Deployment struct {
-	Topology string    `json:"topology"`
-	Peers    *Peers    `json:"peers,omitempty"`
-	Roots    Roots     `json:"roots"`
+	Topology string `json:"topology"`
+	Peers    *Peers `json:"peers,omitempty"`
+	Roots    Roots  `json:"roots"`
+	// User is the uid/gid the deployment's sandboxes run as; nil means
+	// the image's.
+	User     *User     `json:"user,omitempty"`
 	Mappings []Mapping `json:"mappings,omitempty"`
 	Daemon   *Daemon   `json:"daemon,omitempty"`
 	// MCP narrows the profile's MCP scope (registry.cue).
@@ -114,6 +117,11 @@ type Roots struct {
 	Workspace []string `json:"workspace"`
 	State     []string `json:"state"`
 	Launch    []string `json:"launch"`
+}
+
+type User struct {
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
 }
 
 type Mapping struct {
