@@ -54,17 +54,7 @@ func TestPiContinuityThroughSupervisor(t *testing.T) {
 		return func() { cancel(); <-served; srv.Close() }
 	}
 	stopSupervisor := supervise()
-	dial := func() *supervisor.Client {
-		for i := 0; i < 200; i++ {
-			if c, err := supervisor.Dial(socket); err == nil {
-				t.Cleanup(func() { c.Close() })
-				return c
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		t.Fatal("supervisor socket never came up")
-		return nil
-	}
+	dial := func() *supervisor.Client { return dialSupervisor(t, socket) }
 	c := ctx(t)
 	cl := dial()
 	var in supervisor.Info

@@ -30,6 +30,7 @@ import (
 	"paseo.dev/paseo-policy/internal/testtree"
 	"paseo.dev/paseo-policy/launcher"
 	"paseo.dev/paseo-policy/piproto"
+	"paseo.dev/paseo-policy/supervisor"
 )
 
 const (
@@ -390,6 +391,21 @@ func (d *mcpDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": msg.ID, "result": result})
+}
+
+// dialSupervisor connects to a supervisor that is starting (up to 4 s);
+// the connection closes with the test.
+func dialSupervisor(t *testing.T, socket string) *supervisor.Client {
+	t.Helper()
+	for i := 0; i < 200; i++ {
+		if c, err := supervisor.Dial(socket); err == nil {
+			t.Cleanup(func() { c.Close() })
+			return c
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("supervisor socket never came up")
+	return nil
 }
 
 func (d *mcpDaemon) seen() []string {

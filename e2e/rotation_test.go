@@ -57,17 +57,7 @@ func TestPiMCPTokenRotation(t *testing.T) {
 	sctx, cancel := context.WithCancel(context.Background())
 	go func() { _ = srv.Listen(sctx) }()
 	t.Cleanup(func() { cancel(); srv.Shutdown() })
-	dial := func() *supervisor.Client {
-		for i := 0; i < 200; i++ {
-			if c, err := supervisor.Dial(socket); err == nil {
-				t.Cleanup(func() { c.Close() })
-				return c
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		t.Fatal("supervisor socket never came up")
-		return nil
-	}
+	dial := func() *supervisor.Client { return dialSupervisor(t, socket) }
 	c := ctx(t)
 	cl := dial()
 	var in supervisor.Info
