@@ -53,10 +53,16 @@ unit:
 race: unit
 	$(GO) test $(RACE) -count=1 ./supervisor
 
+# e2e-continuity runs these real-Pi tests; e2e-pi runs every other TestPi*,
+# so a new one is never left out.
+E2E_CONTINUITY := ContinuityThroughSupervisor|OfficialContainer
+
 # The real Pi (the pinned image) in gVisor: turns, tool calls, denied
-# escapes, session resume, the probes and the MCP route. Root.
+# escapes, session resume, the probes, the MCP route and its token across a
+# daemon restart, planted code and settings, OAuth files, Git control files,
+# a deployment's own uid. Root.
 e2e-pi: runsc image
-	$(GO) test $(RACE) -count=1 -v -run '^TestPi(Session|Probes|MCPRoute|MCPTokenRotation|PlantedCode|OAuthFile|GitControl)$$' ./e2e
+	$(GO) test $(RACE) -count=1 -v -run '^TestPi' -skip '^TestPi($(E2E_CONTINUITY))$$' ./e2e
 
 # Continuity through the supervisor: 20 mid-turn disconnects with the fake
 # Pi, fencing, duplicate inputs, peer checks, a supervisor killed mid-turn
@@ -67,7 +73,7 @@ e2e-pi: runsc image
 # supervisor restart. Root.
 e2e-continuity: runsc image
 	$(GO) test $(RACE) -count=1 -v ./supervisor
-	$(GO) test $(RACE) -count=1 -v -run '^TestPi(ContinuityThroughSupervisor|OfficialContainer)$$' ./e2e
+	$(GO) test $(RACE) -count=1 -v -run '^TestPi($(E2E_CONTINUITY))$$' ./e2e
 
 # The escape probe as a plain host process (control: every escape must
 # succeed) and under the launcher (contained: none may), plus one sandbox
