@@ -165,8 +165,64 @@ func routeToken(opts Options, files bundle.Files, deployment string, r bundle.Ro
 	return tok, nil
 }
 
-// Launch runs the bundle to completion.
+// Launch runs the bundle to completion, in phases (prepare, network,
+// start, wait, teardown). Each phase pushes the undo of what it makes onto
+// the launch's cleanup stack, and teardown runs the stack whether a phase
+// failed or the sandbox ended, so the teardown order is the stack's:
+//
+//   - the stdin pipe's write end and the wall-time timer;
+//   - runsc delete --force, then what runsc leaves mounted under its root;
+//   - the memory cgroup (cgroup v1), once runsc delete has ended every
+//     process in it;
+//   - each route proxy, last started first, its counters into Result.Routes;
+//   - the sandbox network, its packet counters into Result.Packets first;
+//   - the run dir, with its private root overlay;
+//   - the record, last: it is how gc finds everything above it.
+//
+// Nothing a launch makes outlives it, so nothing is released. An error
+// from any phase means runsc never started, and Launch turns it into an
+// *UnavailableError here and nowhere else; once runsc has started, how
+// the sandbox ended is the Result.
 func Launch(ctx context.Context, opts Options) (res Result, err error) {
+	l := newLaunch(opts)
+	defer func() {
+		l.cleanup.run()
+		res = l.res
+	}()
+	if err := l.phases(ctx); err != nil {
+		return res, &UnavailableError{Reason: err.Error()}
+	}
+	return res, nil
+}
+
+// launch is one run of a bundle: what each phase made, for the phases
+// after it and for the undos on cleanup.
+type launch struct {
+	opts    Options
+	res     Result
+	cleanup cleanupStack
+
+	files  bundle.Files // read once: preflight verified these bytes
+	m      *bundle.Manifest
+	eg     *bundle.Egress
+	limits limits
+	rs     *runsc
+	run    *runDir
+	spec   runtimeState // what patchSpec fills into the run copy
+	memcg  *memoryCgroup
+	// polledOOM counts OOM kills where runsc owns the memory cgroup.
+	polledOOM atomic.Uint64
+}
+
+// running is a started runsc and what the wait phase watches.
+type running struct {
+	cmd  *exec.Cmd
+	wall context.Context // ends at the wall-time limit or with the caller's
+	stop <-chan string   // a limit the launcher enforces was passed
+	done <-chan error    // runsc's wait
+}
+
+func newLaunch(opts Options) *launch {
 	if opts.StateRoot == "" {
 		opts.StateRoot = DefaultStateRoot
 	}
@@ -176,136 +232,185 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 	if opts.Grace == 0 {
 		opts.Grace = 2 * time.Second
 	}
-	res = Result{ID: opts.ID}
-	// Read once: preflight verifies these bytes, and only these run.
-	files, err := bundle.Read(opts.BundleDir)
-	if err != nil {
-		return res, &UnavailableError{Reason: err.Error()}
-	}
-	pre := preflightOptions(opts)
-	pre.Bundle = files
-	report := preflight.Run(pre)
-	if !report.OK() {
-		return res, &UnavailableError{Reason: report.Err().Error()}
-	}
-	m, err := files.Manifest()
-	if err != nil {
-		return res, &UnavailableError{Reason: err.Error()}
-	}
-	eg, err := files.Egress()
-	if err != nil {
-		return res, &UnavailableError{Reason: err.Error()}
-	}
-	if eg.Mode != "none" && eg.Mode != "sandbox" {
-		return res, &UnavailableError{Reason: fmt.Sprintf("network mode %q is not one this launcher enforces", eg.Mode)}
-	}
-	limits := launcherLimits(m.Grants)
+	return &launch{opts: opts, res: Result{ID: opts.ID}}
+}
 
-	rs := &runsc{path: opts.RunscPath, root: filepath.Join(opts.StateRoot, "runsc"), network: eg.Mode}
-	if err := os.MkdirAll(rs.root, 0o700); err != nil {
-		return res, &UnavailableError{Reason: err.Error()}
+func (l *launch) phases(ctx context.Context) error {
+	if err := l.prepare(); err != nil {
+		return err
 	}
-	run, err := newRunDir(opts.StateRoot, opts.ID)
+	if l.eg.Mode == "sandbox" {
+		if err := l.network(ctx); err != nil {
+			return err
+		}
+	}
+	r, err := l.start(ctx)
 	if err != nil {
-		return res, &UnavailableError{Reason: err.Error()}
+		return err
 	}
+	l.wait(ctx, r)
+	return nil
+}
+
+// prepare reads the bundle once and verifies those bytes, claims the id,
+// writes the record and fills the run dir: the secrets materialized and
+// the bind sources staged.
+func (l *launch) prepare() error {
+	files, err := bundle.Read(l.opts.BundleDir)
+	if err != nil {
+		return err
+	}
+	pre := preflightOptions(l.opts)
+	pre.Bundle = files
+	if report := preflight.Run(pre); !report.OK() {
+		return report.Err()
+	}
+	l.files = files
+	if l.m, err = files.Manifest(); err != nil {
+		return err
+	}
+	if l.eg, err = files.Egress(); err != nil {
+		return err
+	}
+	if l.eg.Mode != "none" && l.eg.Mode != "sandbox" {
+		return fmt.Errorf("network mode %q is not one this launcher enforces", l.eg.Mode)
+	}
+	l.limits = launcherLimits(l.m.Grants)
+	l.rs = &runsc{path: l.opts.RunscPath, root: filepath.Join(l.opts.StateRoot, "runsc"), network: l.eg.Mode}
+	if err := os.MkdirAll(l.rs.root, 0o700); err != nil {
+		return err
+	}
+	if err := l.claim(); err != nil {
+		return err
+	}
+	if err := l.run.materialize(files, l.opts.Secrets); err != nil {
+		return err
+	}
+	l.spec = runtimeState{cgroupsPath: CgroupsPath(l.opts.ID), privateRoot: true}
+	if l.spec.binds, err = l.run.stageBinds(files); err != nil {
+		return err
+	}
+	if l.opts.afterStaging != nil {
+		l.opts.afterStaging(l.run.dir)
+	}
+	return nil
+}
+
+// claim makes the run dir, whose exclusive mkdir claims the id, refuses
+// an id runsc knows, and writes the record. The run dir is made first but
+// its undo goes on the launch's stack after the record's, so the record
+// is removed last.
+func (l *launch) claim() error {
+	run, err := newRunDir(l.opts.StateRoot, l.opts.ID)
+	if err != nil {
+		return err
+	}
+	var undoRun cleanupStack
+	undoRun.push(run.remove)
+	defer undoRun.run()
 	// runsc's create with an id it already knows deletes the first
 	// container's state and orphans it, so an id runsc knows is refused
 	// even when this launcher has no record of it.
-	if known, err := rs.knows(opts.ID); err != nil || known {
-		run.remove()
+	if known, err := l.rs.knows(l.opts.ID); err != nil || known {
 		if err == nil {
-			err = fmt.Errorf("container id %s already exists in the runsc root", opts.ID)
+			err = fmt.Errorf("container id %s already exists in the runsc root", l.opts.ID)
 		}
-		return res, &UnavailableError{Reason: err.Error()}
+		return err
 	}
-	rec := Record{ID: opts.ID, Bundle: opts.BundleDir, Profile: m.Profile, Agent: m.Agent, Deployment: m.Deployment,
-		Network: eg.Mode, Uplink: opts.Uplink, Started: time.Now().UTC(),
+	rec := Record{ID: l.opts.ID, Bundle: l.opts.BundleDir, Profile: l.m.Profile, Agent: l.m.Agent, Deployment: l.m.Deployment,
+		Network: l.eg.Mode, Uplink: l.opts.Uplink, Started: time.Now().UTC(),
 		LauncherPID: os.Getpid(), LauncherStart: processStart(os.Getpid())}
-	if err := writeRecord(opts.StateRoot, rec); err != nil {
-		run.remove()
-		return res, &UnavailableError{Reason: err.Error()}
+	if err := writeRecord(l.opts.StateRoot, rec); err != nil {
+		return err
 	}
-	defer removeRecord(opts.StateRoot, opts.ID)
-	defer run.remove()
-	if err := run.materialize(files, opts.Secrets); err != nil {
-		return res, &UnavailableError{Reason: err.Error()}
-	}
-	spec := runtimeState{cgroupsPath: CgroupsPath(opts.ID), privateRoot: true}
-	if spec.binds, err = run.stageBinds(files); err != nil {
-		return res, &UnavailableError{Reason: err.Error()}
-	}
-	if opts.afterStaging != nil {
-		opts.afterStaging(run.dir)
-	}
-	if eg.Mode == "sandbox" {
-		net, err := sandboxnet.Setup(ctx, sandboxnet.Config{ID: opts.ID, Egress: *eg, StateDir: filepath.Join(opts.StateRoot, "net"),
-			Uplink: opts.Uplink, Pool: opts.Pool, Resolve: opts.Resolve, Caps: opts.NetCaps})
-		if err != nil {
-			return res, &UnavailableError{Reason: "sandbox network: " + err.Error()}
-		}
-		defer func() {
-			res.Packets, _ = net.Counters()
-			_ = net.Teardown()
-		}()
-		hosts, err := net.Hosts(files[bundle.HostsFile])
-		if err != nil {
-			return res, &UnavailableError{Reason: "pinning egress hosts: " + err.Error()}
-		}
-		if err := run.writeFile(bundle.HostsFile, hosts, 0o644); err != nil {
-			return res, &UnavailableError{Reason: err.Error()}
-		}
-		spec.netnsPath = net.NetnsPath
-		for _, r := range eg.Routes {
-			tok, err := routeToken(opts, files, m.Deployment, r)
-			if err != nil {
-				return res, &UnavailableError{Reason: err.Error()}
-			}
-			proxy, err := startRoute(net, r, tok)
-			if err != nil {
-				return res, &UnavailableError{Reason: err.Error()}
-			}
-			defer func() {
-				_ = proxy.Close()
-				if res.Routes == nil {
-					res.Routes = map[string]RouteStats{}
-				}
-				res.Routes[r.Purpose] = RouteStats{Forwarded: proxy.Stats.Forwarded.Load(), Refused: proxy.Stats.Refused.Load(),
-					OutOfScope: proxy.Stats.OutOfScope.Load(), Filtered: proxy.Stats.Filtered.Load(),
-					RefusedConns: proxy.Stats.RefusedConns.Load(), Cut: proxy.Stats.Cut.Load()}
-			}()
-		}
-		if opts.OnNetwork != nil {
-			opts.OnNetwork(net)
-		}
-	}
-	memLimit, err := run.patchSpec(spec)
-	if err != nil {
-		return res, &UnavailableError{Reason: err.Error()}
-	}
-	memcg, err := prepareMemoryCgroup(opts.ID, memLimit)
-	if err != nil {
-		return res, &UnavailableError{Reason: err.Error()}
-	}
-	if memcg != nil {
-		defer memcg.remove() // after runsc delete (deferred below) has ended every process
-	}
+	stateRoot, id := l.opts.StateRoot, l.opts.ID
+	l.cleanup.push(func() { removeRecord(stateRoot, id) })
+	l.cleanup.push(undoRun.release().run)
+	l.run = run
+	return nil
+}
 
-	defer rs.cleanup(opts.ID)
+// network (mode sandbox) builds the sandbox's network, pins the egress
+// hosts into the run dir's hosts file and starts a proxy per private route.
+func (l *launch) network(ctx context.Context) error {
+	net, err := sandboxnet.Setup(ctx, sandboxnet.Config{ID: l.opts.ID, Egress: *l.eg, StateDir: filepath.Join(l.opts.StateRoot, "net"),
+		Uplink: l.opts.Uplink, Pool: l.opts.Pool, Resolve: l.opts.Resolve, Caps: l.opts.NetCaps})
+	if err != nil {
+		return fmt.Errorf("sandbox network: %w", err)
+	}
+	l.cleanup.push(func() {
+		l.res.Packets, _ = net.Counters()
+		_ = net.Teardown()
+	})
+	hosts, err := net.Hosts(l.files[bundle.HostsFile])
+	if err != nil {
+		return fmt.Errorf("pinning egress hosts: %w", err)
+	}
+	if err := l.run.writeFile(bundle.HostsFile, hosts, 0o644); err != nil {
+		return err
+	}
+	l.spec.netnsPath = net.NetnsPath
+	for _, r := range l.eg.Routes {
+		tok, err := routeToken(l.opts, l.files, l.m.Deployment, r)
+		if err != nil {
+			return err
+		}
+		proxy, err := startRoute(net, r, tok)
+		if err != nil {
+			return err
+		}
+		l.cleanup.push(func() {
+			_ = proxy.Close()
+			l.recordRoute(r.Purpose, proxy)
+		})
+	}
+	if l.opts.OnNetwork != nil {
+		l.opts.OnNetwork(net)
+	}
+	return nil
+}
 
-	wall := ctx
-	if limits.wall > 0 {
+// recordRoute puts a closed proxy's counters into the result.
+func (l *launch) recordRoute(purpose string, proxy *routeproxy.Proxy) {
+	if l.res.Routes == nil {
+		l.res.Routes = map[string]RouteStats{}
+	}
+	s := &proxy.Stats
+	l.res.Routes[purpose] = RouteStats{Forwarded: s.Forwarded.Load(), Refused: s.Refused.Load(),
+		OutOfScope: s.OutOfScope.Load(), Filtered: s.Filtered.Load(),
+		RefusedConns: s.RefusedConns.Load(), Cut: s.Cut.Load()}
+}
+
+// start fills the launch-time fields into the run copy of config.json,
+// makes the memory cgroup and starts runsc with the launcher's stdio.
+func (l *launch) start(ctx context.Context) (*running, error) {
+	memLimit, err := l.run.patchSpec(l.spec)
+	if err != nil {
+		return nil, err
+	}
+	if l.memcg, err = prepareMemoryCgroup(l.opts.ID, memLimit); err != nil {
+		return nil, err
+	}
+	if memcg := l.memcg; memcg != nil {
+		l.cleanup.push(memcg.remove) // runs after runsc delete, pushed next
+	}
+	id := l.opts.ID
+	l.cleanup.push(func() { l.rs.cleanup(id) })
+
+	r := &running{wall: ctx}
+	if l.limits.wall > 0 {
 		var cancel context.CancelFunc
-		wall, cancel = context.WithTimeout(ctx, limits.wall)
-		defer cancel()
+		r.wall, cancel = context.WithTimeout(ctx, l.limits.wall)
+		l.cleanup.push(cancel)
 	}
-	out := &limitWriter{w: orDiscard(opts.Stdout), limit: limits.output}
-	errw := &limitWriter{w: orDiscard(opts.Stderr), limit: limits.output, shared: out}
+	out := &limitWriter{w: orDiscard(l.opts.Stdout), limit: l.limits.output}
+	errw := &limitWriter{w: orDiscard(l.opts.Stderr), limit: l.limits.output, shared: out}
 	stop := make(chan string, 2)
 	out.onLimit = func() { stop <- "output limit exceeded" }
 	errw.onLimit = out.onLimit
+	r.stop = stop
 
-	cmd := rs.command(opts.ID, run.dir)
+	r.cmd = l.rs.command(id, l.run.dir)
 	// stdin goes through a pipe the launcher owns, not exec's copier: Wait
 	// would otherwise wait for the caller's reader to end, so an agent that
 	// exits (or is stopped) while its client keeps stdin open would hang
@@ -313,24 +418,23 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 	// reader; writes after the agent is gone fail harmlessly.
 	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
-		return res, &UnavailableError{Reason: "stdin pipe: " + err.Error()}
+		return nil, fmt.Errorf("stdin pipe: %w", err)
 	}
-	defer stdinW.Close()
-	cmd.Stdin = stdinR
-	cmd.Stdout = out
-	cmd.Stderr = errw
-	waited, err := childproc.Start(cmd)
+	l.cleanup.push(func() { stdinW.Close() })
+	r.cmd.Stdin = stdinR
+	r.cmd.Stdout = out
+	r.cmd.Stderr = errw
+	waited, err := childproc.Start(r.cmd)
+	stdinR.Close() // runsc, if it started, holds its own copy
 	if err != nil {
-		stdinR.Close()
-		return res, &UnavailableError{Reason: "starting runsc: " + err.Error()}
+		return nil, fmt.Errorf("starting runsc: %w", err)
 	}
-	stdinR.Close() // runsc holds its own copy
-	if opts.OnStart != nil {
-		opts.OnStart()
+	if l.opts.OnStart != nil {
+		l.opts.OnStart()
 	}
 	go func() {
-		if opts.Stdin != nil {
-			_, _ = io.Copy(stdinW, opts.Stdin)
+		if l.opts.Stdin != nil {
+			_, _ = io.Copy(stdinW, l.opts.Stdin)
 		}
 		stdinW.Close() // EOF for the agent
 	}()
@@ -340,29 +444,34 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 		close(exited)
 		done <- err
 	}()
-	var polledOOM atomic.Uint64
-	if memcg == nil {
-		go pollOOM(opts.ID, exited, &polledOOM)
+	r.done = done
+	if l.memcg == nil {
+		go pollOOM(id, exited, &l.polledOOM)
 	}
+	return r, nil
+}
 
+// wait returns once the sandbox has ended: by itself, or stopped by the
+// launcher at the wall-time or output limit or when ctx ends. The exit
+// code and the launcher's reason go into the result.
+func (l *launch) wait(ctx context.Context, r *running) {
 	var waitErr error
 	select {
-	case waitErr = <-done:
-	case <-wall.Done():
-		res.Reason = "wall time exceeded"
+	case waitErr = <-r.done:
+	case <-r.wall.Done():
+		l.res.Reason = "wall time exceeded"
 		if ctx.Err() != nil {
-			res.Reason = "cancelled"
+			l.res.Reason = "cancelled"
 		}
-		waitErr = rs.stop(opts.ID, cmd, done, opts.Grace)
-	case why := <-stop:
-		res.Reason = why
-		waitErr = rs.stop(opts.ID, cmd, done, opts.Grace)
+		waitErr = l.rs.stop(l.opts.ID, r.cmd, r.done, l.opts.Grace)
+	case why := <-r.stop:
+		l.res.Reason = why
+		waitErr = l.rs.stop(l.opts.ID, r.cmd, r.done, l.opts.Grace)
 	}
-	res.ExitCode = exitCode(waitErr)
-	if res.Reason == "" && ((memcg != nil && memcg.oomKills() > 0) || polledOOM.Load() > 0) {
-		res.Reason = "memory limit exceeded: the kernel killed the sandbox"
+	l.res.ExitCode = exitCode(waitErr)
+	if l.res.Reason == "" && ((l.memcg != nil && l.memcg.oomKills() > 0) || l.polledOOM.Load() > 0) {
+		l.res.Reason = "memory limit exceeded: the kernel killed the sandbox"
 	}
-	return res, nil
 }
 
 // preflightOptions are the checks a launch runs: everything doctor checks
