@@ -186,7 +186,7 @@ func routeToken(opts Options, files bundle.Files, deployment string, r bundle.Ro
 func Launch(ctx context.Context, opts Options) (res Result, err error) {
 	l := newLaunch(opts)
 	defer func() {
-		l.cleanup.run()
+		l.teardown()
 		res = l.res
 	}()
 	if err := l.phases(ctx); err != nil {
@@ -369,6 +369,9 @@ func (l *launch) network(ctx context.Context) error {
 	}
 	return nil
 }
+
+// teardown undoes everything the phases made, last made first.
+func (l *launch) teardown() { l.cleanup.run() }
 
 // recordRoute puts a closed proxy's counters into the result.
 func (l *launch) recordRoute(purpose string, proxy *routeproxy.Proxy) {
