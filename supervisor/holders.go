@@ -203,8 +203,11 @@ func (s *Server) adoptHolders() {
 			// than cut a live holder off from every supervisor.
 			continue
 		}
-		s.boxes[in.Sandbox] = &box{id: in.Sandbox, deployment: in.Deployment, agent: in.Agent, profile: in.Profile,
-			sock: sock, adopted: true}
+		b, err := newBox(in.Sandbox, in.Deployment, in.Agent, in.Profile, sock, stateRunningUnattached)
+		if err != nil {
+			continue // cannot happen: a new box may always be adopted
+		}
+		s.boxes[in.Sandbox] = b
 	}
 }
 

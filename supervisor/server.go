@@ -73,31 +73,6 @@ type Server struct {
 	wg      sync.WaitGroup
 }
 
-// box is one sandbox the supervisor knows.
-type box struct {
-	id, deployment, agent, profile string
-	// sock is the socket of the sandbox's holder, the process that owns
-	// its stdio and bridge; empty when the holder is gone.
-	sock string
-	// adopted marks a sandbox an earlier supervisor started: it is
-	// running-unattached until a client attaches through this one.
-	adopted bool
-
-	mu       sync.Mutex
-	detach   context.CancelFunc // the current attachment's streamer
-	attached bool               // a client attached through this supervisor
-	// orphaned is set when the holder is gone while runsc still runs the
-	// sandbox; a gone holder with no running sandbox means it ended.
-	orphaned bool
-}
-
-// holder is the holder's socket, or "" once the holder is gone.
-func (b *box) holder() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.sock
-}
-
 // New loads the registry and reconciles the sandboxes an earlier
 // supervisor left: those whose holders live are adopted whole.
 func New(cfg Config) (*Server, error) {
@@ -153,8 +128,15 @@ func (s *Server) reconcile() error {
 			continue // not one of ours: gc's business
 		}
 		r := recs[i]
-		s.boxes[r.ID] = &box{id: r.ID, deployment: r.Deployment, agent: r.Agent, profile: r.Profile,
-			orphaned: e.Status == "running" || e.Status == "created"}
+		first := stateExited
+		if e.Status == "running" || e.Status == "created" {
+			first = stateOrphaned
+		}
+		b, err := newBox(r.ID, r.Deployment, r.Agent, r.Profile, "", first)
+		if err != nil {
+			return err
+		}
+		s.boxes[r.ID] = b
 	}
 	return nil
 }
@@ -459,7 +441,7 @@ func (s *Server) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 		return nil, fail(ErrUnknownOp, "unknown op %q", req.Op)
 	}
 	b := s.lookup(cn.peer, req.Sandbox)
-	if b == nil {
+	if b == nil || b.state() == stateDeleted {
 		// The same answer whether the sandbox does not exist or belongs to
 		// a deployment this peer may not use: ids are not an oracle.
 		return nil, fail(ErrNotFound, "no sandbox %q for this peer", req.Sandbox)
@@ -477,7 +459,7 @@ func (s *Server) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 		// acknowledgment happen there.
 		sock := b.holder()
 		if sock == "" {
-			return nil, fail(ErrState, "sandbox %s is %s: its stdio is gone", b.id, s.info(b).Status)
+			return nil, fail(ErrState, "sandbox %s is %s: its stdio is gone", b.id, b.info(nil, nil).Status)
 		}
 		var result json.RawMessage
 		if err := holderCall(ctx, sock, Request{Op: req.Op, Cursor: req.Cursor, Epoch: req.Epoch, InputID: req.InputID, Data: req.Data}, &result); err != nil {
@@ -494,7 +476,11 @@ func (s *Server) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 		}
 		return map[string]string{"signal": unix.SignalName(sig)}, nil
 	case "inspect":
-		return s.info(b), nil
+		in, err := s.inspect(b)
+		if err != nil {
+			return nil, fail(ErrState, "%v", err)
+		}
+		return in, nil
 	case "delete":
 		if err := s.delete(b); err != nil {
 			return nil, fail(ErrInternal, "%v", err)
@@ -564,7 +550,8 @@ func (s *Server) create(p peer, req Request) (any, *Error) {
 		_ = os.RemoveAll(dir)
 		return nil, e
 	}
-	return s.info(b), nil
+	in, _ := s.inspect(b)
+	return in, nil
 }
 
 // reserve takes a place under the deployment's maxSandboxes for a
@@ -581,7 +568,7 @@ func (s *Server) reserve(deployment string) *Error {
 	defer s.mu.Unlock()
 	n := s.pending[deployment]
 	for _, b := range s.boxes {
-		if b.deployment == deployment && b.live() {
+		if b.deployment == deployment && b.state().counts() {
 			n++
 		}
 	}
@@ -603,14 +590,6 @@ func (s *Server) unreserve(deployment string) {
 // DefaultMaxSandboxes is the schema's default for maxSandboxes.
 const DefaultMaxSandboxes = 32
 
-// live reports whether the box still costs the host something: a holder,
-// or a sandbox runsc runs.
-func (b *box) live() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.sock != "" || b.orphaned
-}
-
 // start launches the bundle in a new holder, which keeps its stdio on a
 // bridge, and waits until runsc runs it (or the launch failed).
 func (s *Server) start(id, bundleDir, deployment, agent, profile string, mcpToken string) (*box, *Error) {
@@ -623,10 +602,17 @@ func (s *Server) start(id, bundleDir, deployment, agent, profile string, mcpToke
 	if e := s.prepare(&spec); e != nil {
 		return nil, e
 	}
+	b, err := newBox(id, deployment, agent, profile, holderSocket(s.cfg.StateRoot, id), stateCreating)
+	if err != nil {
+		return nil, fail(ErrInternal, "%v", err)
+	}
 	if e := s.spawn(spec); e != nil {
+		_ = b.move(stateDeleted) // never listed: the creation fails whole
 		return nil, e
 	}
-	b := &box{id: id, deployment: deployment, agent: agent, profile: profile, sock: holderSocket(s.cfg.StateRoot, id)}
+	if err := b.move(stateRunning); err != nil {
+		return nil, fail(ErrInternal, "%v", err)
+	}
 	s.mu.Lock()
 	s.boxes[id] = b
 	s.mu.Unlock()
@@ -642,7 +628,7 @@ func (s *Server) handToken(ctx context.Context, b *box, token string) *Error {
 	}
 	sock := b.holder()
 	if sock == "" {
-		return fail(ErrState, "sandbox %s is %s: its route proxy is gone", b.id, s.info(b).Status)
+		return fail(ErrState, "sandbox %s is %s: its route proxy is gone", b.id, b.info(nil, nil).Status)
 	}
 	if err := holderCall(ctx, sock, Request{Op: "mcpToken", MCPToken: token}, nil); err != nil {
 		return typed(err, "handing the MCP token to the holder")
@@ -657,12 +643,12 @@ func (s *Server) handToken(ctx context.Context, b *box, token string) *Error {
 func (s *Server) attach(ctx context.Context, cn *conn, b *box, cursor uint64) (any, *Error) {
 	sock := b.holder()
 	if sock == "" {
-		return nil, fail(ErrState, "sandbox %s is %s: its output cannot be recovered", b.id, s.info(b).Status)
+		return nil, fail(ErrState, "sandbox %s is %s: its output cannot be recovered", b.id, b.info(nil, nil).Status)
 	}
 	hc, err := dialHolder(sock, 256)
 	if err != nil {
 		if holderDead(err) {
-			s.lose(b)
+			_ = s.lose(b) // the answer is state either way
 		}
 		return nil, fail(ErrState, "sandbox %s: the holder does not answer: %v", b.id, err)
 	}
@@ -679,9 +665,12 @@ func (s *Server) attach(ctx context.Context, cn *conn, b *box, cursor uint64) (a
 		stop()
 		return nil, typed(err, "attach")
 	}
-	b.mu.Lock()
-	b.attached = true
-	b.mu.Unlock()
+	if err := b.attached(); err != nil {
+		// A delete raced the attach: the holder is being stopped.
+		hc.Close()
+		stop()
+		return nil, fail(ErrState, "%v", err)
+	}
 	cn.streams.Add(1)
 	go func() {
 		defer cn.streams.Add(-1)
@@ -709,51 +698,42 @@ func (s *Server) signal(b *box, sig unix.Signal) error {
 	return s.inventory().Kill(b.id, sig)
 }
 
-// lose marks a box whose holder stopped answering: runsc may still run
-// its sandbox (orphaned) or it ended with the holder.
-func (s *Server) lose(b *box) {
-	orphaned := false
+// lose records that a box's holder stopped answering, in the request that
+// found it out: runsc may still run its sandbox (orphaned) or it ended
+// with the holder (exited).
+func (s *Server) lose(b *box) error {
+	runs := false
 	if entries, err := s.inventory().PS(); err == nil {
 		for _, e := range entries {
 			if e.ID == b.id {
-				orphaned = e.Status == "running" || e.Status == "created"
+				runs = e.Status == "running" || e.Status == "created"
 			}
 		}
 	}
-	b.mu.Lock()
-	b.sock, b.orphaned = "", orphaned
-	b.mu.Unlock()
+	return b.holderGone(runs)
 }
 
-func (s *Server) info(b *box) Info {
-	if sock := b.holder(); sock != "" {
-		var in Info
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := holderCall(ctx, sock, Request{Op: "inspect"}, &in)
-		cancel()
-		if err == nil {
-			b.mu.Lock()
-			if in.Status == StatusRunning && b.adopted && !b.attached {
-				in.Status = StatusRunningUnattached
-			}
-			b.mu.Unlock()
-			return in
-		}
-		if !holderDead(err) {
-			// Slow, not gone: report what is known and keep the holder.
-			return Info{Sandbox: b.id, Deployment: b.deployment, Agent: b.agent, Profile: b.profile, Status: StatusRunning,
-				Reason: fmt.Sprintf("its holder did not answer inspect: %v", err)}
-		}
-		s.lose(b)
+// inspect asks a live holder for its sandbox's state, records a holder it
+// finds gone (lose), and then answers from the box's state. The error is a
+// move the state table refused (the box was deleted meanwhile).
+func (s *Server) inspect(b *box) (Info, error) {
+	sock := b.holder()
+	if sock == "" {
+		return b.info(nil, nil), nil
 	}
-	in := Info{Sandbox: b.id, Deployment: b.deployment, Agent: b.agent, Profile: b.profile, Status: StatusExited,
-		Reason: "ended when its holder ended; its output is lost"}
-	b.mu.Lock()
-	if b.orphaned {
-		in.Status, in.Reason = StatusOrphaned, "runsc still runs it but its holder is gone: its stdio cannot be recovered"
+	var in Info
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := holderCall(ctx, sock, Request{Op: "inspect"}, &in)
+	cancel()
+	if err == nil {
+		return b.info(&in, nil), nil
 	}
-	b.mu.Unlock()
-	return in
+	if holderDead(err) {
+		if lerr := s.lose(b); lerr != nil {
+			return b.info(nil, nil), lerr
+		}
+	}
+	return b.info(nil, err), nil
 }
 
 func (s *Server) list(p peer) []Info {
@@ -767,7 +747,11 @@ func (s *Server) list(p peer) []Info {
 	s.mu.Unlock()
 	out := []Info{}
 	for _, b := range boxes {
-		out = append(out, s.info(b))
+		in, err := s.inspect(b)
+		if err != nil {
+			continue // deleted meanwhile
+		}
+		out = append(out, in)
 	}
 	slices.SortFunc(out, func(a, b Info) int { return strings.Compare(a.Sandbox, b.Sandbox) })
 	return out
@@ -776,12 +760,16 @@ func (s *Server) list(p peer) []Info {
 // delete stops the sandbox if it runs and removes everything it had.
 func (s *Server) delete(b *box) error {
 	b.mu.Lock()
-	sock := b.sock
+	st, sock := b.st, b.sock
 	if b.detach != nil {
 		b.detach()
 	}
 	b.mu.Unlock()
-	if sock != "" {
+	if st == stateDeleted {
+		return nil // a delete that raced this one did the work
+	}
+	gone := !st.holderLives()
+	if !gone {
 		// The holder's launcher stops runsc and tears everything down;
 		// release then ends the holder.
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -794,11 +782,14 @@ func (s *Server) delete(b *box) error {
 			if !holderDead(err) {
 				return err
 			}
-			s.lose(b) // the holder died meanwhile: remove as gc would
-			sock = ""
+			// The holder died meanwhile: remove as gc would.
+			if err := s.lose(b); err != nil {
+				return err
+			}
+			gone = true
 		}
 	}
-	if sock == "" {
+	if gone {
 		s.awaitLauncherEnd(b.id, 10*time.Second)
 		rep, err := s.inventory().Remove(b.id)
 		if err != nil {
@@ -814,6 +805,9 @@ func (s *Server) delete(b *box) error {
 	s.mu.Lock()
 	delete(s.boxes, b.id)
 	s.mu.Unlock()
+	if err := b.move(stateDeleted); err != nil && b.state() != stateDeleted {
+		return err
+	}
 	return nil
 }
 
