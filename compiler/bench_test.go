@@ -89,14 +89,25 @@ func BenchmarkCompileReference(b *testing.B) {
 }
 
 // batchFacts returns n distinct fact sets: the reference facts with agent.id
-// and model.id merge-patched to unique values. Every set compiles.
-func batchFacts(b *testing.B, base []byte, n int) [][]byte {
+// and model.id merge-patched to unique values, and the agent's session and
+// cache dirs named for it (PP-STATE-SHARED otherwise) and made under the
+// host tree at root. Every set compiles.
+func batchFacts(b *testing.B, base []byte, root string, n int) [][]byte {
 	b.Helper()
 	out := make([][]byte, n)
 	for i := range out {
+		id := fmt.Sprintf("agent-%04x", i)
+		sessions := "/srv/paseo/state/pi-sessions/" + id
+		cache := "/srv/paseo/state/pi-cache/" + id
+		for _, d := range []string{sessions, cache} {
+			if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+				b.Fatal(err)
+			}
+		}
 		patch, err := json.Marshal(map[string]any{
-			"agent": map[string]any{"id": fmt.Sprintf("agent-%04x", i)},
+			"agent": map[string]any{"id": id},
 			"model": map[string]any{"id": fmt.Sprintf("fake-%d", i+1)},
+			"state": map[string]any{"sessionDir": sessions, "cacheDir": cache},
 		})
 		if err != nil {
 			b.Fatal(err)
@@ -111,7 +122,7 @@ func batchFacts(b *testing.B, base []byte, n int) [][]byte {
 func BenchmarkCompileBatch(b *testing.B) {
 	in, res := benchSetup(b)
 	opts := Options{Resolver: res}
-	all := batchFacts(b, in.Facts.Data, 1000)
+	all := batchFacts(b, in.Facts.Data, res.Base, 1000)
 	inputs := make([]Inputs, len(all))
 	for i, f := range all {
 		inputs[i] = Inputs{Facts: schema.Input{Name: "facts.json", Data: f}, Registry: in.Registry}

@@ -65,6 +65,6 @@ func (c *compilation) resources(p *grant.Plan) {
 	p.Add(grant.Grant{Kind: grant.Cgroup, Subject: "memory", Access: grant.Max, Value: i64(l.MemoryBytes), Reason: "memory including swap", Fact: c.limitFact("memoryBytes")})
 	p.Add(grant.Grant{Kind: grant.Cgroup, Subject: "pids", Access: grant.Max, Value: i64(l.Pids), Reason: "tasks in the sandbox; Pi, bash and MCP children included", Fact: c.limitFact("pids")})
 	p.Add(grant.Grant{Kind: grant.Cgroup, Subject: "cpu", Access: grant.Max, Value: strconv.FormatFloat(l.CPUs, 'f', -1, 64), Reason: "CPUs, as quota over a 100ms period", Fact: c.limitFact("cpus")})
-	p.Add(grant.Grant{Kind: grant.Limit, Subject: "outputBytes", Access: grant.Max, Value: i64(l.OutputBytes), Reason: "stdout and stderr the launcher buffers before applying back-pressure", Fact: c.limitFact("outputBytes")})
+	p.Add(grant.Grant{Kind: grant.Limit, Subject: "outputBytes", Access: grant.Max, Value: i64(l.OutputBytes), Reason: "stdout and stderr together; the launcher ends the sandbox when they pass this", Fact: c.limitFact("outputBytes")})
 	p.Add(grant.Grant{Kind: grant.Limit, Subject: "wallSeconds", Access: grant.Max, Value: i64(l.WallSeconds), Reason: "the launcher tears the sandbox down after this long", Fact: c.limitFact("wallSeconds")})
 }

@@ -88,10 +88,13 @@ done
 # build that tree beneath a temporary directory and resolve there.
 host=$tmp/host
 mkdir -p "$host"
-while read -r kind path _; do
+# tree.txt lines: "dir PATH", "file PATH" (empty) or "text PATH CONTENT"
+# (as scripts/demo.sh reads them).
+while read -r kind path rest; do
   case "$kind" in
     dir) mkdir -p "$host$path" ;;
     file) mkdir -p "$(dirname "$host$path")" && : > "$host$path" ;;
+    text) mkdir -p "$(dirname "$host$path")" && printf '%s\n' "$rest" > "$host$path" ;;
   esac
 done < testdata/base/tree.txt
 

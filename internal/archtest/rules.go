@@ -1,0 +1,182 @@
+package archtest
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Module is the module path every Package.Path is relative to.
+const Module = "paseo.dev/paseo-policy"
+
+// Package is one package of the module: Path relative to Module, imports
+// as `go list` gives them (module packages made relative too).
+type Package struct {
+	Path        string
+	Imports     []string // direct, non-test files
+	Deps        []string // transitive, non-test files
+	TestImports []string // _test.go files, in-package and external
+}
+
+// Violation is one forbidden edge (Pkg imports or depends on Import), with
+// the rule that forbids it.
+type Violation struct {
+	Rule   string
+	Pkg    string
+	Import string
+	Why    string
+}
+
+func (v Violation) String() string {
+	if v.Import == "" {
+		return fmt.Sprintf("%s: %s: %s", v.Rule, v.Pkg, v.Why)
+	}
+	return fmt.Sprintf("%s: %s -> %s: %s", v.Rule, v.Pkg, v.Import, v.Why)
+}
+
+const cueModule = "cuelang.org/go"
+
+// cueImporters may import CUE; every other package works on the Go types
+// schema decodes into, so CUE's evaluation stays in one place (STYLE.md:
+// the launcher reads compiler output, never CUE; cmd does no CUE).
+var cueImporters = map[string]string{
+	"schema": "the CUE contracts and the one place facts, registry and profiles are unified and decoded",
+}
+
+// cueTestImporters may import CUE from their _test.go files only.
+var cueTestImporters = map[string]string{
+	"schema":   "its tests",
+	"compiler": "bench_test.go's bare-CUE baseline (BenchmarkCUEBaseline), the yardstick for a compile",
+}
+
+// execImporters are the non-test packages allowed os/exec. runsc is
+// exec'd only by launcher; each other entry runs something that is not
+// runsc, and says what.
+var execImporters = map[string]string{
+	"launcher":               "runs runsc (run, kill, delete, list): the only package that execs it",
+	"internal/childproc":     "starts the *exec.Cmd the launcher built from a thread that lives until it is reaped; builds no command",
+	"execution":              "the Local adapter runs a plain host process the user chose instead of a sandbox; the OCI adapter goes through launcher",
+	"supervisor":             "re-execs its own binary as a sandbox's holder process (holders.go)",
+	"internal/testbundle":    "test support: builds static probe binaries with go build",
+	"internal/testnet":       "test support: starts test hosts' processes inside the namespaces it made",
+	"internal/testcontainer": "test support: re-execs the test binary into the container's namespaces",
+	"cmd/fake-pi":            "test support: spawns copies of itself for the process-tree tests",
+}
+
+// TestSupport are the fakes, test worlds and probes. The product never
+// depends on them, so no test double can ship in a binary.
+var TestSupport = []string{
+	"internal/testbundle",
+	"internal/testnet",
+	"internal/testtree",
+	"internal/fakemodel",
+	"internal/testcontainer",
+	"cmd/fake-pi",
+	"probe",
+	"cmd/paseo-probe",
+	"cmd/paseo-flood",
+}
+
+// testOnly are packages that are tests themselves; every other package
+// that is not TestSupport is product.
+var testOnly = []string{"acceptance", "e2e", "internal/archtest"}
+
+// launchSide run a bundle; they read the compiler's output types and must
+// not be able to compile, so a launch cannot depend on CUE or profiles.
+var launchSide = []string{"launcher", "execution", "bridge"}
+
+// notOnLaunchSide are what the launch side must not depend on, even
+// transitively (compiler/pathsafe, a leaf, is fine).
+var notOnLaunchSide = []string{"compiler", "schema", "profiles"}
+
+// Check returns every violation in pkgs, sorted. A rule that names a
+// package pkgs lacks is a violation too: after a move the rules must move
+// with it instead of silently allowing nothing or guarding nothing.
+func Check(pkgs []Package) []Violation {
+	var vs []Violation
+	add := func(rule, pkg, imp, why string) {
+		vs = append(vs, Violation{Rule: rule, Pkg: pkg, Import: imp, Why: why})
+	}
+	known := map[string]bool{}
+	for _, p := range pkgs {
+		known[p.Path] = true
+	}
+	for _, names := range [][]string{keys(cueImporters), keys(cueTestImporters), keys(execImporters), TestSupport, testOnly, launchSide, notOnLaunchSide} {
+		for _, n := range names {
+			if !known[n] {
+				add("stale-rule", n, "", "a rule names this package but the module has none; update internal/archtest")
+			}
+		}
+	}
+	support := set(TestSupport)
+	tests := set(testOnly)
+	for _, p := range pkgs {
+		for _, imp := range p.Imports {
+			if isCUE(imp) && cueImporters[p.Path] == "" {
+				add("cue-only-in-schema", p.Path, imp, "CUE is evaluated in schema only; use schema's Go types")
+			}
+			if imp == "os/exec" && execImporters[p.Path] == "" {
+				add("exec-allowlist", p.Path, imp, "only launcher execs runsc; a new exec needs an entry in execImporters saying what it runs")
+			}
+		}
+		for _, imp := range p.TestImports {
+			if isCUE(imp) && cueTestImporters[p.Path] == "" {
+				add("cue-only-in-schema", p.Path, imp+" (in _test.go)", "CUE is evaluated in schema only; test through schema")
+			}
+		}
+		if !support[p.Path] && !tests[p.Path] {
+			for _, d := range p.Deps {
+				if support[d] {
+					add("no-test-support-in-product", p.Path, d, "product code must not link fakes, test worlds or probes")
+				}
+			}
+		}
+		if within(p.Path, launchSide) {
+			for _, d := range p.Deps {
+				if isCUE(d) || contains(notOnLaunchSide, d) {
+					add("launch-reads-output-only", p.Path, d, "the launch side reads the compiler's output, it never compiles or evaluates CUE")
+				}
+			}
+		}
+	}
+	sort.Slice(vs, func(i, j int) bool { return vs[i].String() < vs[j].String() })
+	return vs
+}
+
+func isCUE(imp string) bool { return imp == cueModule || strings.HasPrefix(imp, cueModule+"/") }
+
+// within reports whether path is one of roots or below one.
+func within(path string, roots []string) bool {
+	for _, r := range roots {
+		if path == r || strings.HasPrefix(path, r+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func set(list []string) map[string]bool {
+	m := map[string]bool{}
+	for _, s := range list {
+		m[s] = true
+	}
+	return m
+}
+
+func keys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
