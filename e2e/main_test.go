@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"paseo.dev/paseo-policy/internal/testcontainer"
-	"paseo.dev/paseo-policy/supervisor"
+	"paseo.dev/paseo-policy/supervisor/holder"
 )
 
 // TestMain lets the supervisor under test re-execute this test binary as
@@ -13,6 +13,6 @@ import (
 // TestPiOfficialContainer re-execute it as the official container.
 func TestMain(m *testing.M) {
 	testcontainer.MaybeEnter()
-	supervisor.MaybeRunHolder()
+	holder.MaybeRun()
 	os.Exit(m.Run())
 }

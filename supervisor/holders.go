@@ -1,64 +1,52 @@
 package supervisor
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
-	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"paseo.dev/paseo-policy/bundle"
 	"paseo.dev/paseo-policy/launcher"
 	"paseo.dev/paseo-policy/launcher/sandboxnet"
+	"paseo.dev/paseo-policy/supervisor/holder"
 )
 
-// The supervisor's side of the holders (see holder.go).
+// The supervisor's side of the holders: what it resolves for a new
+// holder, and the adoption of holders an earlier supervisor started. The
+// holder process and its protocol are package holder's.
 
-// holderExe is what the supervisor re-executes as a holder. /proc/self/exe
-// is this very binary even after an upgrade replaced the file on disk, so
-// a holder always speaks the protocol of the supervisor that started it.
-const holderExe = "/proc/self/exe"
+// HolderDir holds the holders' sockets and logs (root-only, in the state root).
+func HolderDir(stateRoot string) string { return holder.Dir(stateRoot) }
 
-// dialHolder connects to a holder's socket. events bounds the events
-// buffered for a stream connection (control calls need none).
-func dialHolder(sock string, events int) (*Client, error) {
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		return nil, err
-	}
-	return newClient(c, events), nil
-}
+func holderSocket(stateRoot, id string) string { return holder.Socket(stateRoot, id) }
 
-// holderCall runs one request on a fresh connection to the holder. A
-// holder's typed refusal comes back as *Error.
-func holderCall(ctx context.Context, sock string, req Request, result any) error {
-	c, err := dialHolder(sock, 1)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	return c.Call(ctx, req, result)
-}
-
-// typed passes a holder's typed refusal through and wraps anything else.
+// typed passes a holder's typed refusal through to the client (the codes
+// are shared) and wraps anything else.
 func typed(err error, format string, a ...any) *Error {
-	var e *Error
-	if errors.As(err, &e) {
-		return e
+	var he *holder.Error
+	if errors.As(err, &he) {
+		return &Error{Code: he.Code, Message: he.Message}
 	}
 	return fail(ErrInternal, format+": %v", append(a, err)...)
+}
+
+// fromHolder is a holder's state as the client protocol reports it.
+func fromHolder(st holder.State) Info {
+	in := Info{Sandbox: st.Sandbox, Deployment: st.Deployment, Agent: st.Agent, Profile: st.Profile, Status: StatusRunning,
+		ExitCode: st.ExitCode, Reason: st.Reason, Epoch: st.Epoch, NextSeq: st.NextSeq, Acked: st.Acked, Paused: st.Paused}
+	if st.Exited {
+		in.Status = StatusExited
+	}
+	return in
 }
 
 // prepare resolves, on the supervisor's side, what the launch will need
 // from the supervisor's configuration: the secrets the bundle names and
 // the egress host names to pin.
-func (s *Server) prepare(spec *holderSpec) *Error {
+func (s *Server) prepare(spec *holder.Spec) *Error {
 	files, err := bundle.Read(spec.BundleDir)
 	if err != nil {
 		return fail(ErrInternal, "bundle: %v", err)
@@ -117,65 +105,17 @@ func (s *Server) prepare(spec *holderSpec) *Error {
 }
 
 // spawn starts a holder for spec and waits until its sandbox runs (or the
-// launch failed). The holder runs in a session of its own, so signals for
-// the supervisor's process group do not reach it; this process reaps it if
-// it is still the parent when the holder ends.
-func (s *Server) spawn(spec holderSpec) *Error {
-	dir := HolderDir(spec.StateRoot)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fail(ErrInternal, "%v", err)
-	}
-	logf, err := os.OpenFile(filepath.Join(dir, spec.ID+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return fail(ErrInternal, "holder log: %v", err)
-	}
-	defer logf.Close()
-	specR, specW, err := os.Pipe()
-	if err != nil {
-		return fail(ErrInternal, "%v", err)
-	}
-	readyR, readyW, err := os.Pipe()
-	if err != nil {
-		specR.Close()
-		specW.Close()
-		return fail(ErrInternal, "%v", err)
-	}
-	defer readyR.Close()
-	cmd := exec.Command(holderExe)
-	cmd.Args = []string{"paseo-sandbox-holder", spec.ID}
-	cmd.Env = []string{HolderEnv + "=1", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-	cmd.Dir = "/"
-	cmd.Stdin, cmd.Stderr = specR, logf
-	cmd.ExtraFiles = []*os.File{readyW}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = cmd.Start()
-	specR.Close()
-	readyW.Close()
-	if err != nil {
-		specW.Close()
-		return fail(ErrInternal, "starting the holder: %v", err)
-	}
-	go func() { _ = cmd.Wait() }()
-	err = json.NewEncoder(specW).Encode(spec)
-	specW.Close()
-	for _, v := range spec.Secrets {
-		clear(v) // the holder has them now; no copy stays here
-	}
-	if err != nil {
-		return fail(ErrInternal, "holder spec: %v", err)
-	}
-	line, rerr := bufio.NewReader(readyR).ReadBytes('\n')
-	var ready holderReady
-	if json.Unmarshal(line, &ready) != nil {
-		return fail(ErrInternal, "the holder ended before its sandbox started (%v); see %s", rerr, logf.Name())
-	}
+// launch failed).
+func (s *Server) spawn(spec holder.Spec) *Error {
+	err := holder.Spawn(spec)
+	var le *holder.LaunchError
 	switch {
-	case ready.OK:
+	case err == nil:
 		return nil
-	case ready.Unavailable:
-		return fail(ErrUnavailable, "%s", ready.Error)
+	case errors.As(err, &le) && le.Unavailable:
+		return fail(ErrUnavailable, "%s", le.Message)
 	default:
-		return fail(ErrInternal, "%s", ready.Error)
+		return fail(ErrInternal, "%v", err)
 	}
 }
 
@@ -190,11 +130,10 @@ func (s *Server) adoptHolders() {
 			continue
 		}
 		sock := filepath.Join(HolderDir(s.cfg.StateRoot), name)
-		var in Info
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := holderCall(ctx, sock, Request{Op: "inspect"}, &in)
+		in, err := holder.Inspect(ctx, sock)
 		cancel()
-		if err != nil && holderDead(err) {
+		if err != nil && holder.Dead(err) {
 			_ = os.Remove(sock)
 			continue
 		}
@@ -209,10 +148,4 @@ func (s *Server) adoptHolders() {
 		}
 		s.boxes[in.Sandbox] = b
 	}
-}
-
-// holderDead tells a holder that is gone (nothing listens on its socket,
-// or the socket is gone) from one that is only slow to answer.
-func holderDead(err error) bool {
-	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT)
 }

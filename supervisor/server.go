@@ -26,6 +26,7 @@ import (
 	"paseo.dev/paseo-policy/launcher/routeproxy"
 	"paseo.dev/paseo-policy/launcher/sandboxnet"
 	"paseo.dev/paseo-policy/schema"
+	"paseo.dev/paseo-policy/supervisor/holder"
 )
 
 // Config is the supervisor's own configuration (root-owned; never from a
@@ -323,17 +324,15 @@ func (s *Server) serveConn(ctx context.Context, uc *net.UnixConn) {
 		return
 	}
 	defer release()
-	serveLines(ctx, cn, func(ctx context.Context, req Request) (any, *Error, bool) {
-		result, e := s.handle(ctx, cn, req)
-		return result, e, false
+	serveLines(ctx, cn, func(ctx context.Context, req Request) (any, *Error) {
+		return s.handle(ctx, cn, req)
 	})
 }
 
 // serveLines answers one connection's JSON-line requests, strictly decoded,
-// each with its response, until the peer hangs up, a send fails, or handle
-// says stop (after its response went out). The context handle gets ends
+// each with its response, until the peer hangs up or a send fails. The context handle gets ends
 // with the connection, and with it any stream the connection started.
-func serveLines(ctx context.Context, cn *conn, handle func(context.Context, Request) (result any, e *Error, stop bool)) {
+func serveLines(ctx context.Context, cn *conn, handle func(context.Context, Request) (result any, e *Error)) {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	br := bufio.NewReaderSize(cn.c, 16<<10)
@@ -367,8 +366,8 @@ func serveLines(ctx context.Context, cn *conn, handle func(context.Context, Requ
 			_ = cn.send(Response{V: Version, ID: req.ID, OK: false, Error: &Error{ErrMalformed, fmt.Sprintf("only write may be longer than %d bytes", MaxFrame)}})
 			return
 		}
-		result, e, stop := handle(cctx, req)
-		if err := cn.send(Response{V: Version, ID: req.ID, OK: e == nil, Result: result, Error: e}); err != nil || stop {
+		result, e := handle(cctx, req)
+		if err := cn.send(Response{V: Version, ID: req.ID, OK: e == nil, Result: result, Error: e}); err != nil {
 			return
 		}
 	}
@@ -461,8 +460,17 @@ func (s *Server) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 		if sock == "" {
 			return nil, fail(ErrState, "sandbox %s is %s: its stdio is gone", b.id, b.info(nil, nil).Status)
 		}
-		var result json.RawMessage
-		if err := holderCall(ctx, sock, Request{Op: req.Op, Cursor: req.Cursor, Epoch: req.Epoch, InputID: req.InputID, Data: req.Data}, &result); err != nil {
+		var result any
+		var err error
+		switch req.Op {
+		case "write":
+			result, err = holder.Write(ctx, sock, req.Epoch, req.InputID, req.Data)
+		case "ack":
+			result, err = holder.Ack(ctx, sock, req.Cursor)
+		default:
+			result, err = holder.CloseInput(ctx, sock, req.Epoch)
+		}
+		if err != nil {
 			return nil, typed(err, "%s", req.Op)
 		}
 		return result, nil
@@ -593,7 +601,7 @@ const DefaultMaxSandboxes = 32
 // start launches the bundle in a new holder, which keeps its stdio on a
 // bridge, and waits until runsc runs it (or the launch failed).
 func (s *Server) start(id, bundleDir, deployment, agent, profile string, mcpToken string) (*box, *Error) {
-	spec := holderSpec{ID: id, BundleDir: bundleDir, StateRoot: s.cfg.StateRoot, RunscPath: s.cfg.RunscPath,
+	spec := holder.Spec{ID: id, BundleDir: bundleDir, StateRoot: s.cfg.StateRoot, RunscPath: s.cfg.RunscPath,
 		Uplink: s.cfg.Uplink, Bridge: s.cfg.Bridge, Deployment: deployment, Agent: agent, Profile: profile,
 		Linger: s.cfg.HolderLinger, MCPToken: mcpToken}
 	if spec.Linger <= 0 {
@@ -630,7 +638,7 @@ func (s *Server) handToken(ctx context.Context, b *box, token string) *Error {
 	if sock == "" {
 		return fail(ErrState, "sandbox %s is %s: its route proxy is gone", b.id, b.info(nil, nil).Status)
 	}
-	if err := holderCall(ctx, sock, Request{Op: "mcpToken", MCPToken: token}, nil); err != nil {
+	if err := holder.SetMCPToken(ctx, sock, token); err != nil {
 		return typed(err, "handing the MCP token to the holder")
 	}
 	return nil
@@ -645,9 +653,9 @@ func (s *Server) attach(ctx context.Context, cn *conn, b *box, cursor uint64) (a
 	if sock == "" {
 		return nil, fail(ErrState, "sandbox %s is %s: its output cannot be recovered", b.id, b.info(nil, nil).Status)
 	}
-	hc, err := dialHolder(sock, 256)
+	hc, err := holder.Dial(sock, 256)
 	if err != nil {
-		if holderDead(err) {
+		if holder.Dead(err) {
 			_ = s.lose(b) // the answer is state either way
 		}
 		return nil, fail(ErrState, "sandbox %s: the holder does not answer: %v", b.id, err)
@@ -659,8 +667,8 @@ func (s *Server) attach(ctx context.Context, cn *conn, b *box, cursor uint64) (a
 	actx, stop := context.WithCancel(ctx)
 	b.detach = stop
 	b.mu.Unlock()
-	var att struct{ Epoch, Cursor uint64 }
-	if err := hc.Call(actx, Request{Op: "attach", Cursor: cursor}, &att); err != nil {
+	att, err := hc.Attach(actx, cursor)
+	if err != nil {
 		hc.Close()
 		stop()
 		return nil, typed(err, "attach")
@@ -678,11 +686,11 @@ func (s *Server) attach(ctx context.Context, cn *conn, b *box, cursor uint64) (a
 		go func() { <-actx.Done(); hc.Close() }()
 		reason := "the sandbox's holder is gone"
 		for e := range hc.Events {
-			if e.Event == "detached" {
+			if e.Event == holder.EventDetached {
 				reason = e.Reason
 				break
 			}
-			if cn.send(e) != nil {
+			if cn.send(Event{V: Version, Event: e.Event, Sandbox: e.Sandbox, Seq: e.Seq, Stream: e.Stream, Data: e.Data, Reason: e.Reason}) != nil {
 				break
 			}
 		}
@@ -721,14 +729,14 @@ func (s *Server) inspect(b *box) (Info, error) {
 	if sock == "" {
 		return b.info(nil, nil), nil
 	}
-	var in Info
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	err := holderCall(ctx, sock, Request{Op: "inspect"}, &in)
+	st, err := holder.Inspect(ctx, sock)
 	cancel()
 	if err == nil {
+		in := fromHolder(st)
 		return b.info(&in, nil), nil
 	}
-	if holderDead(err) {
+	if holder.Dead(err) {
 		if lerr := s.lose(b); lerr != nil {
 			return b.info(nil, nil), lerr
 		}
@@ -774,12 +782,12 @@ func (s *Server) delete(b *box) error {
 		// release then ends the holder.
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
-		err := holderCall(ctx, sock, Request{Op: "stop"}, nil)
+		_, err := holder.Stop(ctx, sock)
 		if err == nil {
-			err = holderCall(ctx, sock, Request{Op: "release"}, nil)
+			err = holder.Release(ctx, sock)
 		}
 		if err != nil {
-			if !holderDead(err) {
+			if !holder.Dead(err) {
 				return err
 			}
 			// The holder died meanwhile: remove as gc would.
@@ -800,7 +808,7 @@ func (s *Server) delete(b *box) error {
 		}
 	}
 	_ = os.RemoveAll(filepath.Join(s.cfg.StateRoot, "bundles", b.id))
-	_ = os.Remove(filepath.Join(HolderDir(s.cfg.StateRoot), b.id+".log"))
+	_ = os.Remove(holder.Log(s.cfg.StateRoot, b.id))
 	_ = os.Remove(holderSocket(s.cfg.StateRoot, b.id))
 	s.mu.Lock()
 	delete(s.boxes, b.id)

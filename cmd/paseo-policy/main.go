@@ -6,11 +6,11 @@ import (
 	"os"
 
 	"paseo.dev/paseo-policy/cli"
-	"paseo.dev/paseo-policy/supervisor"
+	"paseo.dev/paseo-policy/supervisor/holder"
 )
 
 func main() {
 	// The supervisor re-executes this binary as each sandbox's holder.
-	supervisor.MaybeRunHolder()
+	holder.MaybeRun()
 	os.Exit(cli.Run())
 }

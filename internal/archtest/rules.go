@@ -56,7 +56,7 @@ var execImporters = map[string]string{
 	"launcher":               "runs runsc (run, kill, delete, list): the only package that execs it",
 	"internal/childproc":     "starts the *exec.Cmd the launcher built from a thread that lives until it is reaped; builds no command",
 	"execution":              "the Local adapter runs a plain host process the user chose instead of a sandbox; the OCI adapter goes through launcher",
-	"supervisor":             "re-execs its own binary as a sandbox's holder process (holders.go)",
+	"supervisor/holder":      "re-execs its own binary (/proc/self/exe) as a sandbox's holder process (Spawn, client.go); the holder runs runsc through launcher",
 	"internal/testbundle":    "test support: builds static probe binaries with go build",
 	"internal/testnet":       "test support: starts test hosts' processes inside the namespaces it made",
 	"internal/testcontainer": "test support: re-execs the test binary into the container's namespaces",
@@ -83,7 +83,9 @@ var testOnly = []string{"acceptance", "e2e", "internal/archtest"}
 
 // launchSide run a bundle; they read the compiler's output types and must
 // not be able to compile, so a launch cannot depend on CUE or profiles.
-var launchSide = []string{"launcher", "execution", "bridge"}
+// The holder process runs one (the supervisor, which compiles, only
+// hands it a bundle on disk).
+var launchSide = []string{"launcher", "execution", "bridge", "supervisor/holder"}
 
 // notOnLaunchSide are what the launch side must not depend on, even
 // transitively (compiler/pathsafe, a leaf, is fine).

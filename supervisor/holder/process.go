@@ -1,4 +1,4 @@
-package supervisor
+package holder
 
 import (
 	"context"
@@ -21,13 +21,13 @@ import (
 	"paseo.dev/paseo-policy/launcher/routeproxy"
 )
 
-// The holder: one process per sandbox that owns its stdio
+// The holder process: one per sandbox that owns its stdio
 //
 // `runsc run` ties a sandbox to the process that started it, and a pipe's
 // other end dies with the process holding it. If the supervisor itself ran
 // the launcher, a supervisor restart (upgrade, crash) would end every
 // sandbox and its turn. So the supervisor starts one small holder process
-// per sandbox (this binary, re-executed with HolderEnv set), in a session of
+// per sandbox (this binary, re-executed with Env set), in a session of
 // its own, that runs the launcher and keeps the sandbox's bridge. The
 // holder serves the bridge on a root-only socket in the state root; the
 // supervisor is its only client. A supervisor that restarts finds the
@@ -38,15 +38,15 @@ import (
 // a parent-death signal), so a sandbox never runs without an owner of its
 // stdio for longer than runsc takes to notice.
 
-// HolderEnv, when set in a process's environment, makes MaybeRunHolder turn the
+// Env, when set to "1" in a process's environment, makes MaybeRun turn the
 // process into a sandbox holder. Every binary that embeds the supervisor
-// (the CLI, test binaries) calls MaybeRunHolder first thing.
-const HolderEnv = "PASEO_POLICY_HOLDER"
+// (the CLI, test binaries) calls MaybeRun first thing.
+const Env = "PASEO_POLICY_HOLDER"
 
-// holderSpec is what the supervisor hands a new holder on its stdin. The
+// Spec is what the supervisor hands a new holder on its stdin. The
 // secrets and name pins are resolved by the supervisor (its configuration
 // holds the sources); they travel over a pipe only the two processes share.
-type holderSpec struct {
+type Spec struct {
 	ID         string                  `json:"id"`
 	BundleDir  string                  `json:"bundleDir"`
 	StateRoot  string                  `json:"stateRoot"`
@@ -65,56 +65,61 @@ type holderSpec struct {
 	Linger time.Duration `json:"linger"`
 }
 
-// holderReady is the holder's one message on its ready pipe (fd 3).
-type holderReady struct {
+// ready is the holder's one message on its ready pipe (fd 3).
+type ready struct {
 	OK          bool   `json:"ok"`
 	Error       string `json:"error,omitempty"`
 	Unavailable bool   `json:"unavailable,omitempty"`
 }
 
-// HolderDir holds the holders' sockets and logs (root-only, in the state root).
-func HolderDir(stateRoot string) string { return filepath.Join(stateRoot, "holders") }
+// Dir holds the holders' sockets and logs (root-only, in the state root).
+func Dir(stateRoot string) string { return filepath.Join(stateRoot, "holders") }
 
-func holderSocket(stateRoot, id string) string {
-	return filepath.Join(HolderDir(stateRoot), id+".sock")
-}
+// Socket is the socket of sandbox id's holder.
+func Socket(stateRoot, id string) string { return filepath.Join(Dir(stateRoot), id+".sock") }
 
-// MaybeRunHolder runs the holder and exits if HolderEnv is set; otherwise it
-// returns at once.
-func MaybeRunHolder() {
-	if os.Getenv(HolderEnv) != "1" {
+// Log is the holder's own diagnostics file.
+func Log(stateRoot, id string) string { return filepath.Join(Dir(stateRoot), id+".log") }
+
+// maxSpec bounds the spec read from the supervisor (trusted, bounded anyway).
+const maxSpec = 1 << 20
+
+// MaybeRun runs the holder and exits if Env is set; otherwise it returns
+// at once.
+func MaybeRun() {
+	if os.Getenv(Env) != "1" {
 		return
 	}
-	os.Exit(runHolder(os.Stdin, os.NewFile(3, "ready")))
+	os.Exit(run(os.Stdin, os.NewFile(3, "ready")))
 }
 
-func runHolder(in io.Reader, ready *os.File) int {
-	var spec holderSpec
-	dec := json.NewDecoder(io.LimitReader(in, MaxWriteFrame)) // the supervisor's own spec: trusted, bounded anyway
+func run(in io.Reader, readyF *os.File) int {
+	var spec Spec
+	dec := json.NewDecoder(io.LimitReader(in, maxSpec))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&spec); err != nil {
-		tell(ready, holderReady{Error: "holder spec: " + err.Error()})
+		tell(readyF, ready{Error: "holder spec: " + err.Error()})
 		return 2
 	}
 	h, err := newHolder(spec)
 	if err != nil {
-		tell(ready, holderReady{Error: err.Error()})
+		tell(readyF, ready{Error: err.Error()})
 		return 1
 	}
-	return h.run(ready)
+	return h.run(readyF)
 }
 
-func tell(ready *os.File, r holderReady) {
-	if ready == nil {
+func tell(f *os.File, r ready) {
+	if f == nil {
 		return
 	}
 	data, _ := json.Marshal(r)
-	_, _ = ready.Write(append(data, '\n'))
-	_ = ready.Close()
+	_, _ = f.Write(append(data, '\n'))
+	_ = f.Close()
 }
 
 type holder struct {
-	spec holderSpec
+	spec Spec
 	// token is the route proxy's daemon bearer; the supervisor replaces it
 	// (op mcpToken) when the daemon reattaches with a new one.
 	token routeproxy.Token
@@ -167,12 +172,11 @@ func (h *holder) linger() {
 	}
 }
 
-func newHolder(spec holderSpec) (*holder, error) {
-	dir := HolderDir(spec.StateRoot)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+func newHolder(spec Spec) (*holder, error) {
+	if err := os.MkdirAll(Dir(spec.StateRoot), 0o700); err != nil {
 		return nil, err
 	}
-	sock := holderSocket(spec.StateRoot, spec.ID)
+	sock := Socket(spec.StateRoot, spec.ID)
 	_ = os.Remove(sock)
 	old := unix.Umask(0o177)
 	ln, err := net.Listen("unix", sock)
@@ -184,8 +188,8 @@ func newHolder(spec holderSpec) (*holder, error) {
 }
 
 // run launches the sandbox, reports readiness and serves until released.
-func (h *holder) run(ready *os.File) int {
-	defer os.Remove(holderSocket(h.spec.StateRoot, h.spec.ID))
+func (h *holder) run(readyF *os.File) int {
+	defer os.Remove(Socket(h.spec.StateRoot, h.spec.ID))
 	pins, secrets := h.spec.Pins, h.spec.Secrets
 	if h.spec.MCPToken != "" {
 		// create checked it; until a token is set the proxy answers 503.
@@ -211,7 +215,7 @@ func (h *holder) run(ready *os.File) int {
 	if err != nil {
 		_ = os.RemoveAll(h.spec.BundleDir)
 		var ue *launcher.UnavailableError
-		tell(ready, holderReady{Error: err.Error(), Unavailable: errors.As(err, &ue)})
+		tell(readyF, ready{Error: err.Error(), Unavailable: errors.As(err, &ue)})
 		return 1
 	}
 	h.proc = proc
@@ -226,7 +230,7 @@ func (h *holder) run(ready *os.File) int {
 		}
 		_ = os.RemoveAll(h.spec.BundleDir)
 	}()
-	tell(ready, holderReady{OK: true})
+	tell(readyF, ready{OK: true})
 	// The secrets are in the sandbox's private run dir now; drop this copy.
 	for k := range secrets {
 		clear(secrets[k])
@@ -249,119 +253,4 @@ func (h *holder) run(ready *os.File) int {
 	<-h.released
 	h.ln.Close()
 	return 0
-}
-
-// serve answers one connection. Only root may talk to a holder: the socket
-// is 0600 in a 0700 directory, and the peer is checked anyway.
-func (h *holder) serve(c *net.UnixConn) {
-	defer c.Close()
-	if p, err := peerOf(c); err != nil || p.uid != 0 {
-		return
-	}
-	cn := &conn{c: c, enc: json.NewEncoder(c)}
-	released := false
-	serveLines(context.Background(), cn, func(ctx context.Context, req Request) (any, *Error, bool) {
-		result, e := h.handle(ctx, cn, req)
-		released = req.Op == "release" && e == nil
-		return result, e, released
-	})
-	if released {
-		h.end() // only now: the response has been sent
-	}
-}
-
-func (h *holder) handle(ctx context.Context, cn *conn, req Request) (any, *Error) {
-	switch req.Op {
-	case "attach":
-		if st := h.sess.State(); req.Cursor < st.Acked {
-			return nil, fail(ErrOutOfOrder, "cursor %d is behind the acknowledged %d", req.Cursor, st.Acked)
-		}
-		h.mu.Lock()
-		if h.detach != nil {
-			h.detach()
-		}
-		actx, stop := context.WithCancel(ctx)
-		h.detach = stop
-		epoch := h.sess.Attach()
-		h.mu.Unlock()
-		go func() {
-			err := h.sess.Stream(actx, req.Cursor, func(r bridge.Record) error {
-				return cn.send(Event{V: Version, Event: "output", Sandbox: h.spec.ID, Seq: r.Seq, Stream: r.Stream, Data: r.Data})
-			})
-			reason := "sandbox ended"
-			if errors.Is(err, context.Canceled) {
-				reason = "superseded or connection closed"
-			} else if err != nil {
-				reason = err.Error()
-			}
-			_ = cn.send(Event{V: Version, Event: "detached", Sandbox: h.spec.ID, Reason: reason})
-		}()
-		return map[string]uint64{"epoch": epoch, "cursor": req.Cursor}, nil
-	case "write":
-		applied, err := h.sess.Write(req.Epoch, req.InputID, req.Data)
-		switch {
-		case errors.Is(err, bridge.ErrFenced):
-			return nil, fail(ErrFenced, "epoch %d is not the current attachment", req.Epoch)
-		case errors.Is(err, bridge.ErrInputClosed):
-			return nil, fail(ErrState, "input closed")
-		case err != nil:
-			return nil, fail(ErrState, "write: %v", err)
-		}
-		return map[string]bool{"applied": applied}, nil
-	case "ack":
-		h.sess.Ack(req.Cursor)
-		return map[string]uint64{"acked": req.Cursor}, nil
-	case "closeInput":
-		if err := h.sess.CloseInput(req.Epoch); err != nil {
-			return nil, fail(ErrFenced, "%v", err)
-		}
-		return map[string]bool{"closed": true}, nil
-	case "inspect":
-		return h.state(), nil
-	case "mcpToken":
-		if err := h.token.Set([]byte(req.MCPToken)); err != nil {
-			return nil, fail(ErrMalformed, "%v", err) // names no value
-		}
-		return map[string]bool{"mcpToken": true}, nil
-	case "stop":
-		go h.proc.Stop() // the launcher stops runsc and tears everything down
-		select {
-		case <-h.done:
-		case <-time.After(60 * time.Second):
-			return nil, fail(ErrInternal, "sandbox %s did not stop", h.spec.ID)
-		}
-		h.mu.Lock()
-		if h.detach != nil {
-			h.detach()
-		}
-		h.mu.Unlock()
-		return h.state(), nil
-	case "release":
-		select {
-		case <-h.done:
-		default:
-			return nil, fail(ErrState, "sandbox %s still runs: stop it first", h.spec.ID)
-		}
-		h.sess.Release()
-		return map[string]string{"released": h.spec.ID}, nil
-	}
-	return nil, fail(ErrUnknownOp, "unknown holder op %q", req.Op)
-}
-
-func (h *holder) state() Info {
-	s := h.spec
-	in := Info{Sandbox: s.ID, Deployment: s.Deployment, Agent: s.Agent, Profile: s.Profile, Status: StatusRunning}
-	select {
-	case <-h.done:
-		in.Status = StatusExited
-		code := h.exit.Code
-		in.ExitCode, in.Reason = &code, h.exit.Reason
-		if h.exit.Err != nil {
-			in.Reason = h.exit.Err.Error()
-		}
-	default:
-	}
-	st := h.sess.State()
-	in.Epoch, in.NextSeq, in.Acked, in.Paused = h.sess.Epoch(), st.Next, st.Acked, st.Paused
-	return in
 }
