@@ -22,6 +22,7 @@ import (
 	"paseo.dev/paseo-policy/bridge"
 	"paseo.dev/paseo-policy/compiler"
 	"paseo.dev/paseo-policy/execution"
+	"paseo.dev/paseo-policy/internal/lineio"
 	"paseo.dev/paseo-policy/launcher"
 	"paseo.dev/paseo-policy/launcher/routeproxy"
 	"paseo.dev/paseo-policy/launcher/sandboxnet"
@@ -395,32 +396,19 @@ func (cn *conn) awaitRequest(br *bufio.Reader) error {
 // readFrame reads one request line: at most MaxFrame bytes, or
 // MaxWriteFrame for a write (its op found in the first MaxFrame bytes).
 func readFrame(br *bufio.Reader) ([]byte, error) {
-	var line []byte
 	limit := MaxFrame
-	for {
-		chunk, err := br.ReadSlice('\n')
-		line = append(line, chunk...)
-		if len(line) > limit {
-			if limit == MaxFrame && opOf(line[:MaxFrame]) == "write" {
-				limit = MaxWriteFrame
-			} else {
-				return nil, fmt.Errorf("request longer than %d bytes (only write may be longer, up to %d)", MaxFrame, MaxWriteFrame)
+	return lineio.Read(br, func(line []byte) error {
+		if len(line) > limit && limit == MaxFrame {
+			if opOf(line[:MaxFrame]) != "write" {
+				return fmt.Errorf("request longer than %d bytes (only write may be longer, up to %d)", MaxFrame, MaxWriteFrame)
 			}
+			limit = MaxWriteFrame
 		}
 		if len(line) > limit {
-			return nil, fmt.Errorf("write request longer than %d bytes", MaxWriteFrame)
+			return fmt.Errorf("write request longer than %d bytes", MaxWriteFrame)
 		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if err != nil {
-			if len(bytes.TrimSpace(line)) > 0 && errors.Is(err, io.EOF) {
-				return line, nil
-			}
-			return nil, err
-		}
-		return bytes.TrimRight(line, "\r\n"), nil
-	}
+		return nil
+	})
 }
 
 func fail(code, format string, a ...any) *Error {

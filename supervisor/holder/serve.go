@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/bridge"
+	"paseo.dev/paseo-policy/internal/lineio"
 )
 
 // serve answers one connection. Only root may talk to a holder: the socket
@@ -56,24 +57,12 @@ func (h *holder) serve(c *net.UnixConn) {
 
 // readLine reads one request line of at most MaxFrame bytes.
 func readLine(br *bufio.Reader) ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := br.ReadSlice('\n')
-		line = append(line, chunk...)
+	return lineio.Read(br, func(line []byte) error {
 		if len(line) > MaxFrame {
-			return nil, fmt.Errorf("request longer than %d bytes", MaxFrame)
+			return fmt.Errorf("request longer than %d bytes", MaxFrame)
 		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if err != nil {
-			if len(bytes.TrimSpace(line)) > 0 && errors.Is(err, io.EOF) {
-				return line, nil
-			}
-			return nil, err
-		}
-		return bytes.TrimRight(line, "\r\n"), nil
-	}
+		return nil
+	})
 }
 
 // conn serializes a connection's responses and events.
