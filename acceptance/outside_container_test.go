@@ -2,7 +2,6 @@ package acceptance
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"paseo.dev/paseo-policy/internal/childproc"
 	"paseo.dev/paseo-policy/internal/testbundle"
 	"paseo.dev/paseo-policy/internal/testcontainer"
 	"paseo.dev/paseo-policy/schema"
@@ -101,26 +99,11 @@ func runContainer(t *testing.T, mode string, binds []testcontainer.Bind, extra [
 		Groups: []uint32{containerGID}, ExtraFiles: extra,
 		Argv: []string{"paseo-daemon", "-test.run=^TestHelperContainerAttack$", "-test.timeout=2m"},
 		Env:  []string{"PATH=/usr/bin:/bin", envContainerAttack + "=" + mode}}
-	cmd, err := testcontainer.Command(spec)
+	out, err := testcontainer.Run(spec, 3*time.Minute)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the container (%s): %v\n%s", mode, err, out)
 	}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	done, err := childproc.Start(cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err = <-done:
-	case <-time.After(3 * time.Minute):
-		_ = cmd.Process.Kill()
-		err = <-done
-	}
-	if err != nil {
-		t.Fatalf("the container (%s): %v\n%s", mode, err, out.String())
-	}
-	return out.String()
+	return string(out)
 }
 
 // containerSeesState: from inside the container, look for the

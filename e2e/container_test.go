@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"paseo.dev/paseo-policy/internal/childproc"
 	"paseo.dev/paseo-policy/internal/fakemodel"
 	"paseo.dev/paseo-policy/internal/testbundle"
 	"paseo.dev/paseo-policy/internal/testcontainer"
@@ -269,23 +268,8 @@ func runOfficialContainer(t *testing.T, host, socket string, client officialClie
 		Env:  []string{"HOME=/home/paseo", "PATH=/usr/bin:/bin", envOfficialClient + "=" + string(data)},
 	}
 	spec.ExtraFiles = extra
-	cmd, err := testcontainer.Command(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	done, err := childproc.Start(cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err = <-done:
-	case <-time.After(6 * time.Minute):
-		_ = cmd.Process.Kill()
-		err = fmt.Errorf("timed out: %v", <-done)
-	}
-	return out.String(), err
+	out, err := testcontainer.Run(spec, 6*time.Minute)
+	return string(out), err
 }
 
 // listenActivated makes the socket as systemd's socket unit does

@@ -15,6 +15,7 @@
 package testcontainer
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -22,8 +23,11 @@ import (
 	"path/filepath"
 	"slices"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"paseo.dev/paseo-policy/internal/childproc"
 )
 
 // Bind is one bind mount of a host path (a directory or a single file) at
@@ -74,6 +78,28 @@ func Command(spec Spec) (*exec.Cmd, error) {
 		Pdeathsig:  syscall.SIGKILL,
 	}
 	return cmd, nil
+}
+
+// Run runs the container to its end, at most timeout (then it is killed),
+// and returns what it wrote to stdout and stderr.
+func Run(spec Spec, timeout time.Duration) ([]byte, error) {
+	cmd, err := Command(spec)
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	done, err := childproc.Start(cmd)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case err = <-done:
+	case <-time.After(timeout):
+		_ = cmd.Process.Kill()
+		err = fmt.Errorf("timed out after %s: %v", timeout, <-done)
+	}
+	return out.Bytes(), err
 }
 
 // MaybeEnter is the container's first process (pid 1 of its namespace): if
