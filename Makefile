@@ -1,9 +1,10 @@
 # paseo-policy. `make demo` compiles and explains the reference facts;
-# `make test` runs every test (some need root: CI runs as root).
+# `make test` installs what it needs (as root) and runs every test (some
+# need root: CI runs as root).
 GO ?= go
 BIN := bin
 
-.PHONY: all build cross runsc demo test vet race unit fuzz acceptance e2e-pi e2e-continuity bench bench-launch bench-pi golden clean image bench-bridge
+.PHONY: all build cross runsc demo test deps deps-demo deps-test vet race unit fuzz acceptance e2e-pi e2e-continuity bench bench-launch bench-pi golden clean image bench-bridge
 
 all: build
 
@@ -33,7 +34,20 @@ cross:
 demo: build
 	./scripts/demo.sh
 
-test: runsc image vet cross fuzz unit acceptance e2e-pi e2e-continuity
+test: deps deps-test runsc image vet cross fuzz unit acceptance e2e-pi e2e-continuity
+
+# The Debian packages the tests and the runsc and image builds exec (file, a
+# static busybox, git, debootstrap, erofs-utils, npm, qemu-user-static...):
+# as root, the missing ones are installed through this machine's apt
+# configuration; without root, scripts/deps.sh prints the apt-get line and
+# fails. deps-demo only warns without root (the demo's compile-and-explain
+# part needs none of them). deps-test checks the script's decisions.
+deps:
+	scripts/deps.sh
+deps-demo:
+	scripts/deps.sh --warn
+deps-test: deps
+	scripts/deps_test.sh
 
 vet:
 	$(GO) vet ./...
