@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -13,10 +14,15 @@ import (
 )
 
 func newExplain(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var wide bool
+	cmd := &cobra.Command{
 		Use:   "explain DIR",
 		Short: "List every grant in a bundle: what, how much, why, and from which fact",
-		Args:  cobra.ExactArgs(1),
+		Long: `Explain lists every grant: its kind, access, subject and detail, then the
+fact that caused it and why it exists. The text fits the terminal (COLUMNS,
+else the terminal's width, else 100 columns): long values wrap. --wide prints
+one line per grant with every value in full; -o json prints the manifest.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			m, err := loadManifest(args[0])
 			if err != nil {
@@ -25,16 +31,57 @@ func newExplain(g *globals) *cobra.Command {
 			if g.json() {
 				return g.printJSON(m)
 			}
-			fmt.Fprintf(g.stdout, "profile %s  agent %s  deployment %s (%s)\nimage %s %s at %s\n\n",
-				m.Profile, m.Agent, m.Deployment, m.Topology, m.Image.Version, m.Image.Digest, m.Image.Rootfs)
-			w := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(w, "KIND\tACCESS\tSUBJECT\tDETAIL\tFACT\tWHY")
-			for _, gr := range m.Grants {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", gr.Kind, gr.Access, gr.Subject, detail(gr), gr.Fact, gr.Reason)
+			if wide {
+				return explainWide(g.stdout, m)
 			}
-			return w.Flush()
+			return explainFit(g.stdout, m, outputWidth(g.stdout))
 		},
 	}
+	cmd.Flags().BoolVar(&wide, "wide", false, "one line per grant, every value in full")
+	return cmd
+}
+
+// explainWide is one line per grant, padded to the longest value: for
+// grep, and for terminals wide enough.
+func explainWide(w io.Writer, m *bundle.Manifest) error {
+	fmt.Fprintf(w, "profile %s  agent %s  deployment %s (%s)\nimage %s %s at %s\n\n",
+		m.Profile, m.Agent, m.Deployment, m.Topology, m.Image.Version, m.Image.Digest, m.Image.Rootfs)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tACCESS\tSUBJECT\tDETAIL\tFACT\tWHY")
+	for _, gr := range m.Grants {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", gr.Kind, gr.Access, gr.Subject, detail(gr), gr.Fact, gr.Reason)
+	}
+	return tw.Flush()
+}
+
+// explainFit fits width: each grant's kind, access, subject and detail in
+// columns whose long values wrap, and beneath them "fact: why", wrapped.
+func explainFit(w io.Writer, m *bundle.Manifest, width int) error {
+	var head []string
+	head = append(head, hang(fmt.Sprintf("profile %s  agent %s  deployment %s (%s)", m.Profile, m.Agent, m.Deployment, m.Topology), width, 2)...)
+	head = append(head, hang(fmt.Sprintf("image %s %s", m.Image.Version, m.Image.Digest), width, 2)...)
+	head = append(head, hang("  at "+m.Image.Rootfs, width, 5)...)
+	if _, err := io.WriteString(w, strings.Join(head, "\n")+"\n\n"); err != nil {
+		return err
+	}
+	t := &table{
+		cols: []column{
+			{header: "KIND"}, {header: "ACCESS"},
+			{header: "SUBJECT", narrow: true, floor: 32}, {header: "DETAIL", narrow: true, floor: 24},
+		},
+		headNote: "FACT: WHY",
+		// Under ACCESS: left of the subject and detail, whose wrapped
+		// lines start further right.
+		noteFrom: 1,
+	}
+	for _, gr := range m.Grants {
+		note := gr.Fact
+		if gr.Reason != "" {
+			note += ": " + gr.Reason
+		}
+		t.add([]string{string(gr.Kind), string(gr.Access), gr.Subject, detail(gr)}, note)
+	}
+	return t.render(w, width)
 }
 
 // detail is the one-line rendering of a grant's kind-specific fields.
