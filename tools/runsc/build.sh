@@ -19,10 +19,16 @@
 # GOARCH set to another architecture (GOARCH=arm64) cross-builds: the binary
 # cannot run here, so instead of `--version` the ELF header must name that
 # architecture (file), and the up-to-date check trusts the digest alone.
+#
+# A build says what it is doing on stderr (scripts/progress.sh): the module
+# download, then the compile with a count of packages, then the checks, each
+# with its step number and the seconds since the start.
 set -euo pipefail
 
 script_dir=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 repo_dir=$(cd -- "$script_dir/../.." && pwd -P)
+# shellcheck source=../../scripts/progress.sh
+. "$repo_dir/scripts/progress.sh"
 
 out=${1:-$repo_dir/bin/runsc}
 out_dir=$(dirname -- "$out")
@@ -84,15 +90,26 @@ if up_to_date; then
 fi
 
 echo "building runsc $version for linux/$goarch -> $out" >&2
-start=$(date +%s)
+progress_init runsc 3
 
 tmp=$(mktemp -- "$out_dir/.$out_name.XXXXXX")
 trap 'rm -f -- "$tmp"' EXIT
 
-go build -trimpath \
-	-ldflags "-X gvisor.dev/gvisor/runsc/version.version=$version" \
-	-o "$tmp" gvisor.dev/gvisor/runsc
+# The modules runsc needs, from the Go proxy this machine is configured for
+# (a no-op when the module cache has them).
+progress_run "downloading the modules runsc needs ($(go list -m all | wc -l) in its module graph)" -- go mod download
 
+# go build -v names each package it compiles: counted against the packages
+# runsc links, so the count says how far along the compile is.
+packages=$(go list -deps gvisor.dev/gvisor/runsc | wc -l)
+build_runsc() {
+	{ go build -v -trimpath \
+		-ldflags "-X gvisor.dev/gvisor/runsc/version.version=$version" \
+		-o "$tmp" gvisor.dev/gvisor/runsc 2>&1 >&3 | progress_count "$packages" "packages compiled"; } 3>&1
+}
+progress_run "compiling runsc ($packages packages; a few minutes on a cold cache)" -- build_runsc
+
+progress_step "checking the binary (runs, static, $goarch)"
 # Refuse anything that is not what the launcher will accept.
 if [[ -z $cross ]] && ! "$tmp" --version >/dev/null 2>&1; then
 	echo "built runsc does not run --version" >&2
@@ -123,5 +140,5 @@ trap - EXIT
 printf '%s  %s\n' "$digest" "$out_name" >"$digest_file.tmp"
 mv -f -- "$digest_file.tmp" "$digest_file"
 
-echo "built in $(($(date +%s) - start))s" >&2
+progress_done "runsc $version at $out"
 echo "$digest"
