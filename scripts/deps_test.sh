@@ -9,7 +9,14 @@ cd "$(dirname "$0")/.."
 [[ $(id -u) == 0 ]] || { echo "deps_test: run as root (it runs deps.sh as root and as nobody)" >&2; exit 1; }
 fails=0
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+# nobody runs a copy (the script and the go.mod it reads): the checkout may
+# be where nobody cannot enter (under /root).
+copy=$(mktemp -d)
+trap 'rm -f "$out"; rm -rf "$copy"' EXIT
+mkdir "$copy/scripts"
+cp scripts/deps.sh "$copy/scripts/"
+cp go.mod "$copy/"
+chmod -R a+rX "$copy"
 
 # expect WANT_RC WANT_LINE_OR_EMPTY CMD...: run CMD, check its exit code and
 # that stderr has WANT_LINE as a whole line.
@@ -32,7 +39,7 @@ expect() {
 	echo "ok: $*" >&2
 }
 nobody() {
-	setpriv --reuid=65534 --regid=65534 --clear-groups env -i PATH="$PATH" HOME=/tmp "$@"
+	(cd "$copy" && setpriv --reuid=65534 --regid=65534 --clear-groups env -i PATH="$PATH" HOME=/tmp "$@")
 }
 install_line() {
 	echo "  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $*"
@@ -47,7 +54,7 @@ expect 1 "$(install_line file busybox-static)" nobody PASEO_DEPS_MISSING=file sc
 expect 1 "$(install_line util-linux ca-certificates)" nobody PASEO_DEPS_MISSING="ca-certs findmnt unshare" scripts/deps.sh
 expect 0 "$(install_line debootstrap)" nobody PASEO_DEPS_MISSING=debootstrap scripts/deps.sh --warn
 # No Go on PATH fails even with --warn: nothing builds without it.
-expect 1 "" setpriv --reuid=65534 --regid=65534 --clear-groups env -i PATH=/usr/bin:/bin HOME=/tmp scripts/deps.sh --warn
+expect 1 "deps: Go $(awk '$1 == "go" { print $2; exit }' go.mod) or newer is not on PATH (go.mod's go line); install it, e.g. under /usr/local/go, and add its bin to PATH" nobody env PATH=/usr/bin:/bin scripts/deps.sh --warn
 expect 2 "usage: scripts/deps.sh [--warn]" scripts/deps.sh --bogus
 
 ((fails == 0)) || { echo "deps_test: $fails failure(s)" >&2; exit 1; }
