@@ -83,7 +83,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/internal/testbundle"
-	"paseo.dev/paseo-policy/piproto"
+	"paseo.dev/paseo-policy/internal/testkit/piproto"
 )
 
 func BenchmarkPiSandboxedFirstResponse(b *testing.B) {

@@ -26,10 +26,10 @@ import (
 
 	"paseo.dev/paseo-policy/internal/fakemodel"
 	"paseo.dev/paseo-policy/internal/testbundle"
+	"paseo.dev/paseo-policy/internal/testkit/piproto"
 	"paseo.dev/paseo-policy/internal/testnet"
 	"paseo.dev/paseo-policy/internal/testtree"
 	"paseo.dev/paseo-policy/launcher"
-	"paseo.dev/paseo-policy/piproto"
 	"paseo.dev/paseo-policy/supervisor"
 )
 
