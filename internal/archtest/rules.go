@@ -74,6 +74,7 @@ var TestSupport = []string{
 	"cmd/fake-pi",
 	"internal/testkit/piproto",
 	"internal/testkit/localexec",
+	"internal/testkit/chunks",
 	"probe",
 	"cmd/paseo-probe",
 	"cmd/paseo-flood",
