@@ -55,7 +55,7 @@ echo "== machine: $(nproc) cores; kernel $(uname -r); $("$go" version | cut -d' 
 echo "   image: $(sed -n 's/^  "version": "\(.*\)",$/\1/p' .image/image.json), $(sed -n 's/^  "entries": \(.*\),$/\1/p' .image/image.json) entries"
 echo "   load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 if rev=$(git rev-parse --short HEAD 2>/dev/null); then
-  git diff --quiet HEAD -- launcher internal e2e compiler profiles 2>/dev/null || rev="$rev + uncommitted changes"
+  git diff --quiet HEAD -- ./launcher ./internal ./e2e ./compiler ./profiles 2>/dev/null || rev="$rev + uncommitted changes"
   echo "   code: $rev"
 fi
 
@@ -65,7 +65,7 @@ fi
 bench() {
   local out=$1 re=$2 bt=$3
   shift 3
-  if ! (cd e2e && env "$@" "$tmp/e2e.test" -test.run '^$' -test.bench "$re" -test.benchtime "$bt" -test.timeout 30m) >>"$out" 2>&1; then
+  if ! (cd ./e2e && env "$@" "$tmp/e2e.test" -test.run '^$' -test.bench "$re" -test.benchtime "$bt" -test.timeout 30m) >>"$out" 2>&1; then
     echo "   a run failed ($re $*); its output:" >&2
     tail -n 20 "$out" >&2
   fi
