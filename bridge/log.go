@@ -2,8 +2,8 @@
 // client disconnects: it drains the process's output continuously into a
 // bounded, sequenced log, replays what a reattaching client missed, and
 // fences writers so only the newest attachment can send input. It moves
-// bytes and records only; what the bytes mean (Pi's JSONL) is an
-// adapter's business (package piproto).
+// bytes and records only; what the bytes mean (Pi's JSONL) is the
+// daemon's business (the tests speak it through internal/testkit/piproto).
 package bridge
 
 import (

@@ -26,10 +26,10 @@ import (
 
 	"paseo.dev/paseo-policy/internal/fakemodel"
 	"paseo.dev/paseo-policy/internal/testbundle"
+	"paseo.dev/paseo-policy/internal/testkit/piproto"
 	"paseo.dev/paseo-policy/internal/testnet"
 	"paseo.dev/paseo-policy/internal/testtree"
 	"paseo.dev/paseo-policy/launcher"
-	"paseo.dev/paseo-policy/piproto"
 	"paseo.dev/paseo-policy/supervisor"
 )
 
@@ -125,12 +125,6 @@ func (e *env) decoyAddr() string { return e.decoyHost.Addr.String() }
 // prepares the daemon-owned state Pi reads: models.json, settings.json
 // loading the image's pi-mcp-adapter, and the integration extension.
 func (e *env) scene(t testing.TB, profile, factsPatch string) *testbundle.Scene {
-	return e.sceneArgv(t, profile, factsPatch, nil)
-}
-
-// sceneArgv is scene with the profile's argv replaced (testbundle's argv
-// words, "slot:NAME" for the profile's slots); nil keeps it as reviewed.
-func (e *env) sceneArgv(t testing.TB, profile, factsPatch string, argv []string) *testbundle.Scene {
 	facts := []byte(fmt.Sprintf(`{"model":{"baseURL":%q},"mcp":{"agentsURL":"http://127.0.0.1:%d/mcp/agents"}}`, modelURL, e.daemon.port))
 	if factsPatch != "" {
 		// The scene's own fields go into the test's patch, not the other way
@@ -144,7 +138,7 @@ func (e *env) sceneArgv(t testing.TB, profile, factsPatch string, argv []string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := testbundle.New(t, testbundle.Options{Host: e.host, Rootfs: e.image.Rootfs, Profile: profile, Argv: argv,
+	sc := testbundle.New(t, testbundle.Options{Host: e.host, Rootfs: e.image.Rootfs, Profile: profile,
 		RegistryPatch: fmt.Sprintf(`{"network":{"mode":"sandbox"},"image":{"version":%q,"digest":%q,"erofs":%s},"deployments":{"host-alice":{"peers":{"uids":[0],"gids":[1000]}}}}`, e.image.Version, e.image.Digest, erofs),
 		FactsPatch:    string(facts)})
 	e.prepareState(t, sc)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"paseo.dev/paseo-policy/internal/fakemodel"
-	"paseo.dev/paseo-policy/piproto"
+	"paseo.dev/paseo-policy/internal/testkit/piproto"
 )
 
 // A session: get_state answers; a plain turn settles; a scripted write

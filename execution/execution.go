@@ -1,13 +1,15 @@
 // Package execution is the backend-neutral process seam the seed decided
 // on: a backend starts one agent process under an identity it owns and
 // hands back its stdio; the process can be signalled, stopped and waited
-// for; a backend can clean up what crashed runs left behind. Two adapters
-// implement it: OCI (a compiled bundle under gVisor runsc, through the
-// launcher) and Local (a plain host process, for providers that stay local
-// and for an explicit local retry after sandbox-unavailable — never a
-// silent fallback).
+// for; a backend can clean up what crashed runs left behind. The product's
+// one adapter is OCI (a compiled bundle under gVisor runsc, through the
+// launcher); the contract test also runs a plain host process through
+// internal/testkit/localexec, so the seam stays backend-neutral. A
+// Spec's Command exists for such a backend and OCI refuses it: a
+// sandboxed launch never becomes a local one by mistake.
 //
-// Provider protocol (Pi JSONL: package piproto) and output replay (package
+// The provider's protocol (Pi's JSONL is the daemon's business; the tests
+// speak it through internal/testkit/piproto) and output replay (package
 // bridge) stay above this seam: a backend moves bytes and reports exits.
 package execution
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"paseo.dev/paseo-policy/internal/testbundle"
-	"paseo.dev/paseo-policy/piproto"
+	"paseo.dev/paseo-policy/internal/testkit/piproto"
 )
 
 // Transport through the launcher with the deterministic fake Pi (no Node,

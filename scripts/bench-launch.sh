@@ -58,15 +58,16 @@ esac
 echo "== machine: $(nproc) cores; kernel $(uname -r); $cgroup; $("$go" version | cut -d' ' -f3-); $(bin/runsc --version | head -1)"
 echo "   load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 if rev=$(git rev-parse --short HEAD 2>/dev/null); then
-  git diff --quiet HEAD -- launcher internal 2>/dev/null || rev="$rev + uncommitted changes under launcher/ or internal/"
+  git diff --quiet HEAD -- ./launcher ./internal 2>/dev/null || rev="$rev + uncommitted changes under ./launcher or ./internal"
   echo "   code: $rev"
 fi
 
 # --- test binaries ----------------------------------------------------------
 # Built once, run from their package directories (the benchmarks find
 # bin/runsc and testdata relative to it).
-for pkg in launcher launcher/preflight launcher/sandboxnet; do
-  "$go" test -c -o "$tmp/$(basename "$pkg").test" "./$pkg"
+# Package directories are written ./dir here, as go test takes them.
+for pkg in ./launcher ./launcher/preflight ./launcher/sandboxnet; do
+  "$go" test -c -o "$tmp/$(basename "$pkg").test" "$pkg"
 done
 bench() { # bench PKGDIR BINARY BENCH-REGEXP BENCHTIME COUNT
   (cd "$1" && "$tmp/$2" -test.run '^$' -test.bench "$3" -test.benchtime "$4" -test.count "$5")
@@ -77,12 +78,12 @@ launch='^BenchmarkLaunchFirstByte$'
 bare='^BenchmarkBareRunscFirstByte$'
 echo
 echo "== first byte: $rounds rounds of one Launch and one bare runsc run (order alternating), after one warm-up round"
-bench launcher launcher.test "$launch" 1x 1 > /dev/null
-bench launcher launcher.test "$bare" 1x 1 > /dev/null
+bench ./launcher launcher.test "$launch" 1x 1 > /dev/null
+bench ./launcher launcher.test "$bare" 1x 1 > /dev/null
 for ((r = 0; r < rounds; r++)); do
   if ((r % 2 == 0)); then order=("$launch" "$bare"); else order=("$bare" "$launch"); fi
   for b in "${order[@]}"; do
-    bench launcher launcher.test "$b" 1x 1 >> "$tmp/first-byte.txt"
+    bench ./launcher launcher.test "$b" 1x 1 >> "$tmp/first-byte.txt"
   done
 done
 metrics "$tmp/first-byte.txt" > "$tmp/first-byte.m"
@@ -92,12 +93,12 @@ echo "   bare ms:     $(samples "$tmp/first-byte.m" BenchmarkBareRunscFirstByte 
 # --- where the launcher's time goes -------------------------------------------
 echo
 echo "== launcher steps before runsc starts (-benchtime 5x -count $count)"
-bench launcher launcher.test '^BenchmarkLaunchSteps$' 5x "$count" | tee "$tmp/steps.txt" | grep '^Benchmark' | head -3
+bench ./launcher launcher.test '^BenchmarkLaunchSteps$' 5x "$count" | tee "$tmp/steps.txt" | grep '^Benchmark' | head -3
 echo "   ..."
 metrics "$tmp/steps.txt" > "$tmp/steps.m"
 echo
 echo "== preflight host checks (-benchtime 5x -count $count)"
-bench launcher/preflight preflight.test '^BenchmarkPreflight$' 5x "$count" > "$tmp/preflight.txt"
+bench ./launcher/preflight preflight.test '^BenchmarkPreflight$' 5x "$count" > "$tmp/preflight.txt"
 metrics "$tmp/preflight.txt" > "$tmp/preflight.m"
 grep '^Benchmark' "$tmp/preflight.txt" | awk '!seen[$1]++'
 echo "   ..."
@@ -105,7 +106,7 @@ echo "   ..."
 # --- sandbox network ----------------------------------------------------------
 echo
 echo "== sandbox network Setup/Teardown (-benchtime 20x -count $count)"
-bench launcher/sandboxnet sandboxnet.test '^BenchmarkSetup$' 20x "$count" > "$tmp/net.txt"
+bench ./launcher/sandboxnet sandboxnet.test '^BenchmarkSetup$' 20x "$count" > "$tmp/net.txt"
 metrics "$tmp/net.txt" > "$tmp/net.m"
 grep '^Benchmark' "$tmp/net.txt" | head -3
 echo "   ..."

@@ -15,25 +15,16 @@
 #      the jiti cache on both sides (both warm, as a host Pi keeps /tmp/jiti
 #      between starts). Ratio of the medians, target <= 1.5.
 #   2. File access: the host start under strace up to the get_state
-#      response (opens, failed lookups, stats, reads), and gVisor's own
-#      counters for one sandboxed start (--final-metrics-log).
+#      response (opens, failed lookups, stats, reads).
 #   3. An agent's first start: the jiti cache emptied before every start
 #      (timed or not), host and sandboxed, ROUNDS rounds; then the same with
 #      the emptied cache seeded from the image's /opt/pi-jiti-seed, as a
 #      daemon would seed a new agent's cache dir.
-#   4. runsc by hand on the bundle a Launch materialized (network none, jiti
-#      cache warm), variants interleaved per round: as compiled (/usr and
-#      /opt from EROFS files), the whole tree through the gofer (no EROFS),
-#      and gVisor's EROFS root of the whole tree (rootfs annotations; works
-#      here only because the e2e scene's binds all lie under /tmp, see
-#      docs/image.md; needs mkfs.erofs).
-#   5. runsc checkpoint of a Pi that answered get_state, then runsc restore
-#      -> response to a new get_state.
 #
 # Exits 0 whether or not the target is met (it is a benchmark); the target
 # is printed as MET or MISSED. Knobs (environment): ROUNDS (samples of every
 # figure, default 5, at least 5 for the target), GO (default go), SKIP
-# (space-separated section numbers to skip, e.g. "4 5").
+# (space-separated section numbers to skip, e.g. "2 3").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,7 +55,7 @@ echo "== machine: $(nproc) cores; kernel $(uname -r); $("$go" version | cut -d' 
 echo "   image: $(sed -n 's/^  "version": "\(.*\)",$/\1/p' .image/image.json), $(sed -n 's/^  "entries": \(.*\),$/\1/p' .image/image.json) entries"
 echo "   load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 if rev=$(git rev-parse --short HEAD 2>/dev/null); then
-  git diff --quiet HEAD -- launcher internal e2e compiler profiles 2>/dev/null || rev="$rev + uncommitted changes"
+  git diff --quiet HEAD -- ./launcher ./internal ./e2e ./compiler ./profiles 2>/dev/null || rev="$rev + uncommitted changes"
   echo "   code: $rev"
 fi
 
@@ -74,7 +65,7 @@ fi
 bench() {
   local out=$1 re=$2 bt=$3
   shift 3
-  if ! (cd e2e && env "$@" "$tmp/e2e.test" -test.run '^$' -test.bench "$re" -test.benchtime "$bt" -test.timeout 30m) >>"$out" 2>&1; then
+  if ! (cd ./e2e && env "$@" "$tmp/e2e.test" -test.run '^$' -test.bench "$re" -test.benchtime "$bt" -test.timeout 30m) >>"$out" 2>&1; then
     echo "   a run failed ($re $*); its output:" >&2
     tail -n 20 "$out" >&2
   fi
@@ -145,12 +136,6 @@ if [[ $skip != *" 2 "* ]]; then
       printf "     statx %d (%d ENOENT) on %d distinct paths, newfstatat %d, access %d, readlink %d, read %d, pread64 %d, mmap %d\n", calls["statx"], enoent["statx"], st, calls["newfstatat"], calls["access"], calls["readlink"], calls["read"], calls["pread64"], calls["mmap"]
     }' "$tmp/trace"
   true
-  # gVisor's counters, from one hand run (section 4's default variant).
-  bench "$tmp/gmetrics.txt" '^BenchmarkPiRunscFirstResponse$' 1x PI_BENCH_ROUNDS=1 PI_BENCH_RUNSC_VARIANTS="metrics=@metrics=$tmp/final-metrics"
-  if [[ -s $tmp/final-metrics ]]; then
-    g() { awk -v n="$1" '$1 == n { print $2 }' "$tmp/final-metrics"; }
-    echo "   sandboxed (gVisor final metrics, whole run): file opens $(g runsc_fs_opens), gofer opens with a host FD $(g runsc_gofer_opens_host) / without $(g runsc_gofer_opens_9p), reads $(g runsc_fs_reads) (gofer host-FD reads $(g runsc_gofer_reads_host))"
-  fi
 fi
 
 # --- 3. an agent's first start -------------------------------------------------
@@ -166,45 +151,6 @@ if [[ $skip != *" 3 "* ]]; then
   echo "   sandboxed s: $(samples "$tmp/cache-seed.txt.m" $S first-response-ns)"
 fi
 
-# --- 4. runsc by hand -------------------------------------------------------------
-erofs=""
-if [[ $skip != *" 4 "* ]]; then
-  echo
-  if command -v mkfs.erofs >/dev/null; then
-    # gVisor maps regular files' data straight from the image, so no inline
-    # (tail-packed) data.
-    if mkfs.erofs -E noinline_data "$tmp/rootfs.erofs" .image/rootfs >"$tmp/mkfs.log" 2>&1; then
-      erofs="erofs-root=@erofs"
-      echo "== 4. runsc by hand (network none, jiti cache warm), $rounds rounds; whole-tree EROFS image $(du -m "$tmp/rootfs.erofs" | cut -f1) MiB"
-    else
-      echo "== 4. runsc by hand (network none, jiti cache warm), $rounds rounds; mkfs.erofs failed ($(tail -n 1 "$tmp/mkfs.log")): EROFS root skipped"
-    fi
-  else
-    echo "== 4. runsc by hand (network none, jiti cache warm), $rounds rounds; no mkfs.erofs (apt-get install erofs-utils): EROFS root skipped"
-  fi
-  variants="default=;tree=@tree${erofs:+;$erofs}"
-  bench "$tmp/hand.txt" '^BenchmarkPiRunscFirstResponse$' 1x PI_BENCH_ROUNDS="$rounds" PI_BENCH_RUNSC_VARIANTS="$variants" PI_BENCH_EROFS="$tmp/rootfs.erofs"
-  metrics "$tmp/hand.txt" >"$tmp/hand.m"
-  hd=$(metric "$tmp/hand.m" BenchmarkPiRunscFirstResponse/default first-response-ns)
-  for v in $(awk '{ sub(/^BenchmarkPiRunscFirstResponse\//, "", $1); print $1 }' "$tmp/hand.m" | awk '!seen[$0]++'); do
-    m=$(metric "$tmp/hand.m" "BenchmarkPiRunscFirstResponse/$v" first-response-ns)
-    printf '   %-22s median %s s vs default %s (%d samples: %s)\n' "$v" "$(s "$m")" "$(gain "$m" "$hd")" \
-      "$(count "$tmp/hand.m" "BenchmarkPiRunscFirstResponse/$v" first-response-ns)" "$(samples "$tmp/hand.m" "BenchmarkPiRunscFirstResponse/$v" first-response-ns)"
-  done
-fi
-
-# --- 5. checkpoint / restore ------------------------------------------------------
-if [[ $skip != *" 5 "* ]]; then
-  echo
-  echo "== 5. runsc restore of a checkpointed warm Pi -> get_state response: $rounds samples"
-  for ((r = 0; r < rounds; r++)); do
-    bench "$tmp/restore.txt" '^BenchmarkPiRestoreFirstResponse$' 1x
-  done
-  metrics "$tmp/restore.txt" >"$tmp/restore.m"
-  { grep -h 'checkpoint of a warm Pi' "$tmp/restore.txt" || true; } | head -1 | sed 's/^ */   /'
-  echo "   restore s: $(samples "$tmp/restore.m" BenchmarkPiRestoreFirstResponse first-response-ns)"
-fi
-
 # --- summary -----------------------------------------------------------------------
 echo
 echo "== summary (medians; load average now: $(cut -d' ' -f1-3 /proc/loadavg))"
@@ -218,9 +164,5 @@ if [[ $skip != *" 3 "* ]]; then
   h=$(metric "$tmp/cache-seed.txt.m" $H first-response-ns)
   x=$(metric "$tmp/cache-seed.txt.m" $S first-response-ns)
   echo "jiti cache seeded from the image (an agent's first start): host $(s "$h") s ($(gain "$h" "$host_ns")), sandboxed $(s "$x") s ($(gain "$x" "$sbx_ns")), ratio $(ratio "$x" "$h")"
-fi
-if [[ $skip != *" 5 "* ]]; then
-  rs=$(metric "$tmp/restore.m" BenchmarkPiRestoreFirstResponse first-response-ns)
-  echo "restore of a checkpointed warm Pi: $(s "$rs") s; vs the plain host figure: $(ratio "$rs" "$host_ns")"
 fi
 exit 0

@@ -832,18 +832,6 @@ func TestRunInProcess(t *testing.T) {
 	inW.Close()
 }
 
-func TestSplitText(t *testing.T) {
-	for _, tc := range []struct {
-		s string
-		n int
-	}{{"", 3}, {"ab", 5}, {"abcdef", 4}, {"héllo ✓ wörld", 3}} {
-		got := splitText(tc.s, tc.n)
-		if strings.Join(got, "") != tc.s || len(got) > tc.n {
-			t.Errorf("splitText(%q, %d) = %q", tc.s, tc.n, got)
-		}
-	}
-}
-
 func TestBackToBackTurns(t *testing.T) {
 	env := baseEnv(t)
 	env["FAKE_PI_TURN_MS"] = "300"

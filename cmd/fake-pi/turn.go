@@ -4,7 +4,8 @@ import (
 	"encoding/json"
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"paseo.dev/paseo-policy/internal/testkit/chunks"
 )
 
 // Message shapes, field order as Pi emits them.
@@ -175,7 +176,7 @@ func (a *agent) runTurn(prompt string, abort <-chan struct{}, done chan<- struct
 	if reply == "" {
 		reply = "fake-pi reply: " + prompt
 	}
-	pieces := splitText(reply, a.updates)
+	pieces := chunks.Split(reply, a.updates)
 	interval := a.turnDur / time.Duration(max(1, len(pieces)))
 	text := ""
 	aborted := false
@@ -230,30 +231,4 @@ func (a *agent) runTurn(prompt string, abort <-chan struct{}, done chan<- struct
 	// Not streaming any more by the time a client sees agent_settled.
 	finish()
 	emit(typeOnly{"agent_settled"})
-}
-
-// splitText cuts s into at most n pieces of about equal length on rune
-// boundaries.
-func splitText(s string, n int) []string {
-	runes := utf8.RuneCountInString(s)
-	if runes == 0 {
-		return nil
-	}
-	n = min(max(n, 1), runes)
-	out := make([]string, 0, n)
-	per, extra := runes/n, runes%n
-	for i := 0; i < n; i++ {
-		k := per
-		if i < extra {
-			k++
-		}
-		cut := 0
-		for j := 0; j < k; j++ {
-			_, size := utf8.DecodeRuneInString(s[cut:])
-			cut += size
-		}
-		out = append(out, s[:cut])
-		s = s[cut:]
-	}
-	return out
 }

@@ -53,14 +53,14 @@ var cueTestImporters = map[string]string{
 // exec'd only by launcher; each other entry runs something that is not
 // runsc, and says what.
 var execImporters = map[string]string{
-	"launcher":               "runs runsc (run, kill, delete, list): the only package that execs it",
-	"internal/childproc":     "starts the *exec.Cmd the launcher built from a thread that lives until it is reaped; builds no command",
-	"execution":              "the Local adapter runs a plain host process the user chose instead of a sandbox; the OCI adapter goes through launcher",
-	"supervisor/holder":      "re-execs its own binary (/proc/self/exe) as a sandbox's holder process (Spawn, client.go); the holder runs runsc through launcher",
-	"internal/testbundle":    "test support: builds static probe binaries with go build",
-	"internal/testnet":       "test support: starts test hosts' processes inside the namespaces it made",
-	"internal/testcontainer": "test support: re-execs the test binary into the container's namespaces",
-	"cmd/fake-pi":            "test support: spawns copies of itself for the process-tree tests",
+	"launcher":                   "runs runsc (run, kill, delete, list): the only package that execs it",
+	"internal/childproc":         "starts the *exec.Cmd the launcher built from a thread that lives until it is reaped; builds no command",
+	"internal/testkit/localexec": "test support: the contract test's second execution backend runs a plain host process",
+	"supervisor/holder":          "re-execs its own binary (/proc/self/exe) as a sandbox's holder process (Spawn, client.go); the holder runs runsc through launcher",
+	"internal/testbundle":        "test support: builds static probe binaries with go build",
+	"internal/testnet":           "test support: starts test hosts' processes inside the namespaces it made",
+	"internal/testcontainer":     "test support: re-execs the test binary into the container's namespaces",
+	"cmd/fake-pi":                "test support: spawns copies of itself for the process-tree tests",
 }
 
 // TestSupport are the fakes, test worlds and probes. The product never
@@ -72,6 +72,9 @@ var TestSupport = []string{
 	"internal/fakemodel",
 	"internal/testcontainer",
 	"cmd/fake-pi",
+	"internal/testkit/piproto",
+	"internal/testkit/localexec",
+	"internal/testkit/chunks",
 	"probe",
 	"cmd/paseo-probe",
 	"cmd/paseo-flood",

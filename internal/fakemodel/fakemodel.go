@@ -29,7 +29,8 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"paseo.dev/paseo-policy/internal/testkit/chunks"
 )
 
 // DefaultModel is the model id served when Options.Model is empty.
@@ -707,7 +708,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rec *Recorded, i
 		aborted()
 		return
 	}
-	for _, piece := range split(t.Content, n) {
+	for _, piece := range chunks.Split(t.Content, n) {
 		if !wait() || !send(mk(delta{Content: jsonString(piece)}, nil)) {
 			aborted()
 			return
@@ -720,7 +721,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rec *Recorded, i
 			aborted()
 			return
 		}
-		for _, piece := range split(c.args, n) {
+		for _, piece := range chunks.Split(c.args, n) {
 			p := piece
 			if !wait() || !send(mk(delta{ToolCalls: []toolCallDelta{{Index: i, Function: functionDelta{Arguments: &p}}}}, nil)) {
 				aborted()
@@ -807,36 +808,4 @@ func (s *Server) respondWhole(w http.ResponseWriter, r *http.Request, rec *Recor
 		return
 	}
 	s.update(rec, func(r *Recorded) { r.Completed = true })
-}
-
-// split cuts s into at most n pieces of about equal length on rune
-// boundaries; an empty s gives no pieces.
-func split(s string, n int) []string {
-	if s == "" {
-		return nil
-	}
-	runes := utf8.RuneCountInString(s)
-	if n > runes {
-		n = runes
-	}
-	if n < 1 {
-		n = 1
-	}
-	out := make([]string, 0, n)
-	per, extra := runes/n, runes%n
-	rest := s
-	for i := 0; i < n; i++ {
-		k := per
-		if i < extra {
-			k++
-		}
-		cut := 0
-		for j := 0; j < k; j++ {
-			_, size := utf8.DecodeRuneInString(rest[cut:])
-			cut += size
-		}
-		out = append(out, rest[:cut])
-		rest = rest[cut:]
-	}
-	return out
 }

@@ -635,19 +635,6 @@ func TestFinishReasonOverrideAndRawArguments(t *testing.T) {
 	}
 }
 
-func TestSplit(t *testing.T) {
-	for _, tc := range []struct {
-		s    string
-		n    int
-		want int
-	}{{"", 3, 0}, {"ab", 5, 2}, {"abcdef", 3, 3}, {"héllo✓", 2, 2}, {"x", 0, 1}} {
-		got := split(tc.s, tc.n)
-		if len(got) != tc.want || strings.Join(got, "") != tc.s {
-			t.Errorf("split(%q, %d) = %q", tc.s, tc.n, got)
-		}
-	}
-}
-
 func TestServeTLS(t *testing.T) {
 	cert, pool := selfSigned(t)
 	s := New(Options{APIKey: testKey, Script: []Turn{Text("over tls")}})

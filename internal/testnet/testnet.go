@@ -182,13 +182,7 @@ func (h *Host) Serve(t testing.TB, port int, banner string) *Server {
 
 // Listen opens a listener inside the host's namespace.
 func (h *Host) Listen(network, addr string) (net.Listener, error) {
-	var l net.Listener
-	err := nsutil.Do(h.fd, func() error {
-		var err error
-		l, err = net.Listen(network, addr)
-		return err
-	})
-	return l, err
+	return listenIn(h.fd, network, addr)
 }
 
 // ListenPacket opens a packet listener inside the host's namespace.
@@ -216,8 +210,14 @@ func (h *Host) Dial(network, addr string, timeout time.Duration) (net.Conn, erro
 // ListenUplink opens a listener in the uplink namespace: a service of "the
 // host itself" as the sandbox sees it.
 func (w *World) ListenUplink(network, addr string) (net.Listener, error) {
+	return listenIn(w.fd, network, addr)
+}
+
+// listenIn opens a listener from a thread inside the namespace fd; the
+// socket keeps that namespace after the thread leaves it.
+func listenIn(fd int, network, addr string) (net.Listener, error) {
 	var l net.Listener
-	err := nsutil.Do(w.fd, func() error {
+	err := nsutil.Do(fd, func() error {
 		var err error
 		l, err = net.Listen(network, addr)
 		return err

@@ -1,4 +1,9 @@
-package execution
+// Package localexec is test support: a second implementation of the
+// execution seam that runs a plain host process, so execution's contract
+// test checks the seam itself and not only the OCI adapter's behaviour.
+// The product never selects a local backend (no silent fallback, and no
+// local retry yet); when it does, this moves back next to OCI.
+package localexec
 
 import (
 	"context"
@@ -11,13 +16,12 @@ import (
 	"syscall"
 	"time"
 
+	"paseo.dev/paseo-policy/execution"
 	"paseo.dev/paseo-policy/internal/childproc"
 )
 
-// Local runs a plain host process with the caller's authority: for
-// providers that are not sandboxed, and for the explicit local retry a
-// user chooses after sandbox-unavailable. It enforces nothing; that is
-// the point of choosing it explicitly.
+// Local runs a plain host process with the caller's authority. It
+// enforces nothing; that is why only tests use it.
 type Local struct {
 	// Grace is how long Stop waits between SIGTERM and SIGKILL (default 2s).
 	Grace time.Duration
@@ -27,7 +31,7 @@ func (Local) Name() string { return "local" }
 
 // Start runs the command in a process group of its own, killed with its
 // owner (parent-death signal), so nothing outlives the backend's caller.
-func (l Local) Start(ctx context.Context, spec Spec) (Process, error) {
+func (l Local) Start(ctx context.Context, spec execution.Spec) (execution.Process, error) {
 	if spec.Bundle != "" || spec.Command == nil || len(spec.Command.Argv) == 0 {
 		return nil, errors.New("the local backend runs a command only, never a bundle")
 	}
@@ -36,7 +40,7 @@ func (l Local) Start(ctx context.Context, spec Spec) (Process, error) {
 	}
 	id := spec.ID
 	if id == "" {
-		id = NewID("local-")
+		id = execution.NewID("local-")
 	}
 	c := spec.Command
 	if (c.UID == nil) != (c.GID == nil) {
@@ -117,7 +121,7 @@ type localProcess struct {
 	cmd            *exec.Cmd
 	grace          time.Duration
 	done           chan struct{}
-	exit           Exit
+	exit           execution.Exit
 
 	mu     sync.Mutex
 	reason string
@@ -163,7 +167,7 @@ func (p *localProcess) Stop() {
 	<-p.done
 }
 
-func (p *localProcess) Wait() Exit {
+func (p *localProcess) Wait() execution.Exit {
 	<-p.done
 	return p.exit
 }

@@ -1,4 +1,4 @@
-package execution
+package execution_test
 
 import (
 	"context"
@@ -8,39 +8,43 @@ import (
 	"testing"
 	"time"
 
+	"paseo.dev/paseo-policy/execution"
 	"paseo.dev/paseo-policy/internal/testbundle"
+	"paseo.dev/paseo-policy/internal/testkit/localexec"
 )
 
 // The same contract, checked against both adapters: stdio moves bytes with
 // stdout and stderr apart, the exit status comes back, a signal reaches the
 // process, Stop ends it and tears down, and each backend refuses the other
 // kind of spec. The OCI adapter runs the compiled bundle under the pinned
-// runsc (root, bin/runsc, busybox); the local one the same script on the host.
+// runsc (root, bin/runsc, busybox); the local one (test support,
+// internal/testkit/localexec) the same script on the host, so the contract
+// is checked against the seam, not against one adapter's habits.
 
 // backendCase starts script under one backend.
 type backendCase struct {
 	name  string
-	start func(t *testing.T, script string) Process
-	other Spec // the kind of spec this backend must refuse
-	b     Backend
+	start func(t *testing.T, script string) execution.Process
+	other execution.Spec // the kind of spec this backend must refuse
+	b     execution.Backend
 }
 
 func cases(t *testing.T) []backendCase {
-	local := Local{Grace: time.Second}
+	local := localexec.Local{Grace: time.Second}
 	return []backendCase{
-		{name: "local", b: local, other: Spec{Bundle: "/nonexistent"},
-			start: func(t *testing.T, script string) Process {
-				p, err := local.Start(context.Background(), Spec{Command: &Command{Argv: testbundle.Script(script)}})
+		{name: "local", b: local, other: execution.Spec{Bundle: "/nonexistent"},
+			start: func(t *testing.T, script string) execution.Process {
+				p, err := local.Start(context.Background(), execution.Spec{Command: &execution.Command{Argv: testbundle.Script(script)}})
 				if err != nil {
 					t.Fatal(err)
 				}
 				return p
 			}},
-		{name: "oci", b: OCI{}, other: Spec{Command: &Command{Argv: []string{"/bin/true"}}},
-			start: func(t *testing.T, script string) Process {
+		{name: "oci", b: execution.OCI{}, other: execution.Spec{Command: &execution.Command{Argv: []string{"/bin/true"}}},
+			start: func(t *testing.T, script string) execution.Process {
 				sc := testbundle.New(t, testbundle.Options{Argv: testbundle.Script(script)})
-				oci := OCI{StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: func(_, _ string) ([]byte, error) { return []byte("k"), nil }}
-				p, err := oci.Start(context.Background(), Spec{Bundle: sc.Bundle})
+				oci := execution.OCI{StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: func(_, _ string) ([]byte, error) { return []byte("k"), nil }}
+				p, err := oci.Start(context.Background(), execution.Spec{Bundle: sc.Bundle})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -117,7 +121,7 @@ func TestContract(t *testing.T) {
 	}
 }
 
-func readBoth(t *testing.T, p Process) (string, string) {
+func readBoth(t *testing.T, p execution.Process) (string, string) {
 	t.Helper()
 	errc := make(chan string, 1)
 	go func() {
@@ -143,15 +147,15 @@ func waitLine(t *testing.T, r io.Reader, want string) {
 	}
 }
 
-func wait(t *testing.T, p Process) Exit {
+func wait(t *testing.T, p execution.Process) execution.Exit {
 	t.Helper()
-	c := make(chan Exit, 1)
+	c := make(chan execution.Exit, 1)
 	go func() { c <- p.Wait() }()
 	select {
 	case e := <-c:
 		return e
 	case <-time.After(60 * time.Second):
 		t.Fatal("the process did not end")
-		return Exit{}
+		return execution.Exit{}
 	}
 }

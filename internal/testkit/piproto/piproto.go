@@ -1,8 +1,11 @@
 // Package piproto speaks Pi's RPC protocol (`pi --mode rpc`): JSON lines on
 // stdin and stdout, split on LF only. Commands carry an id that Pi echoes
-// in its `{"type":"response"}` frame; every other frame is an event. The
-// package is the Pi adapter of the end-to-end tests and, later, of the
-// supervisor's bridge, which itself only moves bytes.
+// in its `{"type":"response"}` frame; every other frame is an event.
+//
+// It is test support: the product never parses Pi's frames. The supervisor
+// and its bridge move bytes and replay them by sequence, and the daemon on
+// the other side of the socket is the one that speaks Pi; only the tests
+// (launcher transport, e2e, benchmarks) play that daemon here.
 package piproto
 
 import (
