@@ -123,6 +123,7 @@ func runDemo(ctx context.Context, t *demoT, o options, rep *report) {
 	secrets := map[string][]byte{"alice/fake-llm": []byte(apiKey), "paseo/mcp-token": []byte(w.mcp.token)}
 	var s *session
 	rep.step("supervisor", func() { s = supervise(t, sc, w, stateRoot, o.runsc, secrets) })
+	rep.sockDir = s.dir
 	rep.step("create sandbox", func() { s.create(ctx, sc.facts, w.mcp.token) })
 	rep.Sandbox = s.id
 	rep.step("get_state", func() {
@@ -229,14 +230,15 @@ func sandboxLeftovers(t *demoT, w *world, stateRoot, runsc, id string) []string 
 }
 
 // leftovers names what the demo left on the host once it ended: its work
-// dir, or a socket dir of its supervisor.
-func leftovers(work string) []string {
+// dir, or its supervisor's socket dir.
+func leftovers(dirs ...string) []string {
 	var left []string
-	if _, err := os.Stat(work); err == nil {
-		left = append(left, work)
+	for _, d := range dirs {
+		if _, err := os.Stat(d); d != "" && err == nil {
+			left = append(left, d)
+		}
 	}
-	socks, _ := filepath.Glob(filepath.Join(os.TempDir(), "paseo-demo-*"))
-	return append(left, socks...)
+	return left
 }
 
 // hostUname is the host kernel's version string, to tell it from the

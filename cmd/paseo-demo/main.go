@@ -89,7 +89,7 @@ func demo(ctx context.Context, o options) (rep *report, err error) {
 		}
 		t.close()
 		if rep != nil {
-			rep.Left = leftovers(o.work)
+			rep.Left = append([]string{}, append(rep.Left, leftovers(o.work, rep.sockDir)...)...)
 			if len(rep.Left) > 0 && err == nil {
 				err = fmt.Errorf("the demo left %v behind", rep.Left)
 			}

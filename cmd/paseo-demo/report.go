@@ -36,6 +36,7 @@ type report struct {
 	// Kept out of the JSON: the secrets it must not contain, explain's
 	// text, and what the tools printed.
 	apiKey, marker, explain, toolOut string
+	sockDir                          string
 }
 
 type runscReport struct {
@@ -180,10 +181,14 @@ func (r *report) verdict() []string {
 	if r.Packets["drop-egress"] == 0 {
 		fails = append(fails, "the filter dropped no egress: the connection attempts did not reach it")
 	}
+	allowed := uint64(0)
 	for tag, n := range r.Packets {
-		if strings.HasPrefix(tag, "allow-") && n == 0 {
-			fails = append(fails, "no packets to the model ("+tag+")")
+		if strings.HasPrefix(tag, "allow-") {
+			allowed += n
 		}
+	}
+	if allowed == 0 {
+		fails = append(fails, "no connection to the model passed the filter")
 	}
 	if r.Routes["mcp"].Forwarded == 0 {
 		fails = append(fails, "the MCP route forwarded nothing")

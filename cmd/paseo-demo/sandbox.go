@@ -18,6 +18,7 @@ import (
 // and one client connection to it.
 type session struct {
 	t      *demoT
+	dir    string // the socket's directory
 	cl     *supervisor.Client
 	id     string
 	epoch  uint64
@@ -55,7 +56,7 @@ func supervise(t *demoT, sc *scene, w *world, stateRoot, runsc string, secrets m
 	var listenErr error
 	go func() { listenErr = srv.Listen(ctx); close(served) }()
 	t.Cleanup(func() { cancel(); srv.Shutdown(); <-served })
-	s := &session{t: t}
+	s := &session{t: t, dir: dir}
 	for i := 0; i < 200 && s.cl == nil; i++ {
 		select {
 		case <-served:
