@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -87,6 +88,10 @@ func demo(ctx context.Context, o options) (rep *report, err error) {
 			}
 			err = fmt.Errorf("%s", f.msg)
 		}
+		if err != nil && rep != nil {
+			// A failure may quote Pi's output; the secrets stay out of it.
+			err = fmt.Errorf("%s", redact(err.Error(), rep.apiKey, rep.marker))
+		}
 		t.close()
 		if rep != nil {
 			rep.Left = append([]string{}, append(rep.Left, leftovers(o.work, rep.sockDir)...)...)
@@ -105,6 +110,16 @@ func demo(ctx context.Context, o options) (rep *report, err error) {
 		return rep, fmt.Errorf("%d check(s) failed: %v", len(fails), fails)
 	}
 	return rep, nil
+}
+
+// redact replaces each secret in s.
+func redact(s string, secrets ...string) string {
+	for _, v := range secrets {
+		if v != "" {
+			s = strings.ReplaceAll(s, v, "[redacted]")
+		}
+	}
+	return s
 }
 
 func randomHex(n int) string {

@@ -60,8 +60,8 @@ func TestTranscript(t *testing.T) {
 	}, "\n")
 	got := strings.Join(transcript("go", stdout), "\n")
 	want := strings.Join([]string{"> go",
-		`  tool bash {"command":"id"}`, "    = ok: uid=1000",
-		`  tool write {"path":"x"}`, "    = error: EACCES",
+		"  tool bash id", "    = ok: uid=1000",
+		"  tool write x", "    = error: EACCES",
 		"< done"}, "\n")
 	if got != want {
 		t.Errorf("transcript:\n%s\nwant:\n%s", got, want)

@@ -121,7 +121,7 @@ func transcript(prompt, stdout string) []string {
 				text.Reset()
 			}
 		case "tool_execution_start":
-			calls[f.ID] = "  tool " + f.ToolName + " " + short(string(f.Args), 88)
+			calls[f.ID] = "  tool " + f.ToolName + " " + short(argsLine(f.Args), 88)
 		case "tool_execution_end":
 			var res strings.Builder
 			for _, c := range f.Result.Content {
@@ -148,4 +148,18 @@ func transcript(prompt, stdout string) []string {
 		}
 	}
 	return out
+}
+
+// argsLine is the argument that says what a call does (a write's path, a
+// bash command, an MCP tool), or the arguments as JSON.
+func argsLine(raw json.RawMessage) string {
+	var args map[string]any
+	if json.Unmarshal(raw, &args) == nil {
+		for _, k := range []string{"path", "command", "tool"} {
+			if v, ok := args[k].(string); ok {
+				return v
+			}
+		}
+	}
+	return string(raw)
 }
