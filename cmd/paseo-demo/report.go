@@ -223,7 +223,7 @@ func (r *report) print(w io.Writer) {
 	for _, l := range r.Transcript {
 		fmt.Fprintln(w, "  "+l)
 	}
-	section("the file on the host")
+	section("the file on the host (removed with the demo's tree at the end)")
 	fmt.Fprintf(w, "  %s (owner %s):\n    %s", r.Workspace.Path, r.Workspace.Owner, r.Workspace.Content)
 	if r.explain != "" {
 		section("what was granted (paseo-policy explain)")
