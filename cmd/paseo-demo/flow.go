@@ -225,6 +225,15 @@ func sandboxLeftovers(t *demoT, w *world, stateRoot, runsc, id string) []string 
 	if _, err := os.Stat(sandboxnet.NetnsPath(filepath.Join(stateRoot, "net"), id)); err == nil {
 		left = append(left, "netns of "+id)
 	}
+	// The launcher's cgroups live in paseo-sandbox/<id> of each hierarchy
+	// (cgroup v1 and v2; launcher/inventory.go).
+	cgs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*/paseo-sandbox", id))
+	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/paseo-sandbox", id)); err == nil {
+		cgs = append(cgs, filepath.Join("/sys/fs/cgroup/paseo-sandbox", id))
+	}
+	for _, c := range cgs {
+		left = append(left, "cgroup "+c)
+	}
 	peer, _, table := sandboxnet.Names(id)
 	return append(left, testnet.Leftovers(t, w.net.Uplink, peer, table)...)
 }
