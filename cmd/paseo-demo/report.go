@@ -236,7 +236,7 @@ func (r *report) print(w io.Writer) {
 	}
 	section("what was used")
 	for _, u := range r.Used {
-		fmt.Fprintf(w, "  %s\n      %s\n", u.Grant, u.Evidence)
+		fmt.Fprint(w, wrap(u.Grant, "  ", "  "), wrap(u.Evidence, "      ", "      "))
 	}
 	section("what was blocked")
 	for _, a := range r.Blocked {
@@ -244,7 +244,7 @@ func (r *report) print(w io.Writer) {
 		if !a.Contained {
 			mark = "NOT CONTAINED"
 		}
-		fmt.Fprintf(w, "  [%s] %s\n      %s\n", mark, a.Attempt, a.Evidence)
+		fmt.Fprint(w, wrap("["+mark+"] "+a.Attempt, "  ", "      "), wrap(a.Evidence, "      ", "      "))
 	}
 	section("packet counters (nftables: allow rules count new connections, drop rules packets)")
 	tags := make([]string, 0, len(r.Packets))
@@ -271,6 +271,30 @@ func (r *report) print(w io.Writer) {
 			fmt.Fprintln(w, "  "+l)
 		}
 	}
+}
+
+// width is what the demo's own lines fit in (an ordinary terminal).
+const width = 100
+
+// wrap breaks s at spaces into lines of at most width columns (a word
+// longer than that keeps its own line), the first line after first, the
+// others after rest.
+func wrap(s, first, rest string) string {
+	var b strings.Builder
+	line := first
+	for i, word := range strings.Fields(s) {
+		if i > 0 && len(line)+1+len(word) > width {
+			b.WriteString(line + "\n")
+			line = rest + word
+			continue
+		}
+		if i > 0 {
+			line += " "
+		}
+		line += word
+	}
+	b.WriteString(line + "\n")
+	return b.String()
 }
 
 func short(s string, n int) string {

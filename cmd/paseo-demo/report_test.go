@@ -67,3 +67,15 @@ func TestTranscript(t *testing.T) {
 		t.Errorf("transcript:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+func TestWrap(t *testing.T) {
+	got := wrap(strings.Repeat("word ", 30), "  ", "    ")
+	for _, l := range strings.Split(strings.TrimSuffix(got, "\n"), "\n") {
+		if len(l) > width || !strings.HasPrefix(l, "  ") {
+			t.Errorf("line %q", l)
+		}
+	}
+	if strings.Count(got, "word") != 30 {
+		t.Errorf("words lost: %q", got)
+	}
+}
