@@ -126,6 +126,15 @@ func runDemo(ctx context.Context, t *demoT, o options, rep *report) {
 	rep.sockDir = s.dir
 	rep.step("create sandbox", func() { s.create(ctx, sc.facts, w.mcp.token) })
 	rep.Sandbox = s.id
+	// What the turn did is reported even when a later step fails.
+	defer func() {
+		if o.raw != "" {
+			_ = os.WriteFile(o.raw, s.tr.Stdout.Bytes(), 0o644)
+		}
+		if s.tr.Stdout.Len() > 0 {
+			rep.observe(sc, w, s.tr.Stdout.String())
+		}
+	}()
 	rep.step("get_state", func() {
 		s.send(ctx, map[string]any{"id": "s1", "type": "get_state"})
 		s.until(ctx, `"id":"s1"`)
@@ -143,10 +152,6 @@ func runDemo(ctx context.Context, t *demoT, o options, rep *report) {
 		s.delete(ctx)
 		rep.Left = append(rep.Left, sandboxLeftovers(t, w, stateRoot, o.runsc, s.id)...)
 	})
-	if o.raw != "" {
-		t.check(os.WriteFile(o.raw, s.tr.Stdout.Bytes(), 0o644), "writing Pi's output")
-	}
-	rep.observe(sc, w, s.tr.Stdout.String())
 }
 
 func loadImage(t *demoT, dir string) imageInfo {

@@ -244,7 +244,7 @@ func (r *report) print(w io.Writer) {
 		if !a.Contained {
 			mark = "NOT CONTAINED"
 		}
-		fmt.Fprint(w, wrap("["+mark+"] "+a.Attempt, "  ", "      "), wrap(a.Evidence, "      ", "      "))
+		fmt.Fprint(w, wrap("["+mark+"] "+a.Attempt, "  ", "    "), wrap(a.Evidence, "      ", "      "))
 	}
 	section("packet counters (nftables: allow rules count new connections, drop rules packets)")
 	tags := make([]string, 0, len(r.Packets))
