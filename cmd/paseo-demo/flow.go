@@ -18,9 +18,12 @@ import (
 	"paseo.dev/paseo-policy/bundle"
 	"paseo.dev/paseo-policy/cli"
 	"paseo.dev/paseo-policy/internal/fakemodel"
+	"paseo.dev/paseo-policy/internal/nsutil"
 	"paseo.dev/paseo-policy/internal/testnet"
 	"paseo.dev/paseo-policy/launcher"
 	"paseo.dev/paseo-policy/launcher/sandboxnet"
+	"paseo.dev/paseo-policy/schema"
+	"paseo.dev/paseo-policy/supervisor"
 	"paseo.dev/paseo-policy/supervisor/holder"
 )
 
@@ -101,8 +104,9 @@ func runDemo(ctx context.Context, t *demoT, o options, rep *report) {
 		rep.Image = imageReport{Version: img.Version, Digest: img.Digest}
 		rep.Runsc = runscDigest(t, o.runsc)
 	})
-	t.check(os.RemoveAll(o.work), "removing an old "+o.work)
+	rep.step("old run", func() { t.check(removeOldRun(o), "the old "+o.work) })
 	t.check(os.MkdirAll(o.work, 0o700), "work dir")
+	t.check(os.WriteFile(filepath.Join(o.work, workMarker), nil, 0o600), "work dir")
 	t.Cleanup(func() { os.RemoveAll(o.work) })
 	apiKey, marker := "sk-demo-"+randomHex(12), "canary-"+randomHex(8)
 	rep.apiKey, rep.marker = apiKey, marker
@@ -110,6 +114,8 @@ func runDemo(ctx context.Context, t *demoT, o options, rep *report) {
 	var w *world
 	rep.step("network", func() {
 		w = newWorld(t)
+		// A killed demo cannot unpin these namespaces; the next one will.
+		t.check(os.WriteFile(filepath.Join(o.work, worldFile), []byte(filepath.Dir(w.net.Uplink)), 0o600), "work dir")
 		t.check(w.reachable(), "demo network")
 		w.serveModel(t, script(sc, w), apiKey)
 	})
@@ -152,6 +158,65 @@ func runDemo(ctx context.Context, t *demoT, o options, rep *report) {
 		s.delete(ctx)
 		rep.Left = append(rep.Left, sandboxLeftovers(t, w, stateRoot, o.runsc, s.id)...)
 	})
+}
+
+// workMarker marks a work dir as the demo's, so that only a dir the demo
+// made is ever removed.
+const workMarker = ".paseo-demo"
+
+// removeOldRun removes what a demo that was killed (SIGKILL: no cleanup
+// ran) left in the work dir. Its sandboxes live on in their holders, as
+// they outlive any supervisor; a supervisor over its state root adopts
+// them and Shutdown deletes them, before the dir goes.
+func removeOldRun(o options) error {
+	if _, err := os.Stat(o.work); os.IsNotExist(err) {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(o.work, workMarker)); err != nil {
+		return fmt.Errorf("%s exists but is not a demo's work dir (no %s); remove it or pick another --work", o.work, workMarker)
+	}
+	state := filepath.Join(o.work, "state")
+	if reg, err := os.ReadFile(filepath.Join(o.work, "registry.json")); err == nil {
+		if _, err := os.Stat(state); err == nil {
+			srv, err := supervisor.New(supervisor.Config{Registry: schema.Input{Name: "registry.json", Data: reg},
+				Socket: filepath.Join(o.work, "unused.sock"), StateRoot: state, RunscPath: o.runsc})
+			if err != nil {
+				return err
+			}
+			srv.Shutdown()
+		}
+	}
+	if dir, err := os.ReadFile(filepath.Join(o.work, worldFile)); err == nil {
+		if err := removeWorld(string(dir)); err != nil {
+			return err
+		}
+	}
+	return os.RemoveAll(o.work)
+}
+
+// worldFile names the run's test network dir (testnet pins its
+// namespaces there).
+const worldFile = "world"
+
+// removeWorld unpins and removes a killed run's test network namespaces,
+// as testnet's own cleanup would have.
+func removeWorld(dir string) error {
+	if !strings.HasPrefix(filepath.Base(dir), "paseo-testnet-") {
+		return fmt.Errorf("%s does not name a test network dir", dir)
+	}
+	ents, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := nsutil.Remove(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return os.Remove(dir)
 }
 
 func loadImage(t *demoT, dir string) imageInfo {

@@ -261,10 +261,10 @@ func (r *report) print(w io.Writer) {
 	section("timings")
 	var total int64
 	for _, s := range r.Steps {
-		fmt.Fprintf(w, "  %-16s %6d ms\n", s.Step, s.Millis)
+		fmt.Fprintf(w, "  %-18s %6d ms\n", s.Step, s.Millis)
 		total += s.Millis
 	}
-	fmt.Fprintf(w, "  %-16s %6d ms\n", "total", total)
+	fmt.Fprintf(w, "  %-18s %6d ms\n", "total", total)
 	if len(r.Left) > 0 {
 		section("LEFT BEHIND")
 		for _, l := range r.Left {
