@@ -172,7 +172,9 @@ func removeOldRun(o options) error {
 	if _, err := os.Stat(o.work); os.IsNotExist(err) {
 		return nil
 	}
-	if _, err := os.Stat(filepath.Join(o.work, workMarker)); err != nil {
+	// The checkout's .demo is the demo's (and ignored by Git) even
+	// without the marker, which an older compile-only demo did not write.
+	if _, err := os.Stat(filepath.Join(o.work, workMarker)); err != nil && o.work != filepath.Join(o.repo, ".demo") {
 		return fmt.Errorf("%s exists but is not a demo's work dir (no %s); remove it or pick another --work", o.work, workMarker)
 	}
 	state := filepath.Join(o.work, "state")
