@@ -1,6 +1,7 @@
-# paseo-policy. `make demo` compiles and explains the reference facts;
-# `make test` installs what it needs (as root) and runs every test (some
-# need root: CI runs as root).
+# paseo-policy. `make demo` runs one sandboxed Pi turn (as root; without
+# root it compiles and explains the reference facts); `make test` installs
+# what it needs (as root) and runs every test (some need root: CI runs as
+# root).
 GO ?= go
 BIN := bin
 
@@ -31,8 +32,14 @@ cross:
 	$(QEMU_ARM64) $(BIN)/linux-arm64/runsc --version
 	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) test -exec $(QEMU_ARM64) -count=1 $(CROSS_TEST)
 
-demo: build
-	./scripts/demo.sh
+# As root, the real Pi in gVisor through the supervisor on one scripted
+# turn (cmd/paseo-demo, docs/demo.md), which needs the pinned runsc and the
+# image (both no-ops when up to date); without root, compile and explain
+# only, and say what the rest needs.
+DEMO_NEEDS := $(if $(filter 0,$(shell id -u)),runsc image)
+demo: deps-demo build $(DEMO_NEEDS)
+	$(GO) build -o $(BIN)/paseo-demo ./cmd/paseo-demo
+	PASEO_POLICY=$(BIN)/paseo-policy PASEO_DEMO=$(BIN)/paseo-demo RUNSC=$(BIN)/runsc ./scripts/demo.sh
 
 test: deps script-tests runsc image vet cross fuzz unit acceptance e2e-pi e2e-continuity
 

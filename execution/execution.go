@@ -19,6 +19,8 @@ import (
 	"encoding/hex"
 	"io"
 	"syscall"
+
+	"paseo.dev/paseo-policy/launcher"
 )
 
 // Spec is what to run. Exactly one of Bundle (OCI) or Command (Local) is
@@ -49,6 +51,12 @@ type Exit struct {
 	Reason string
 	// Err is set when the backend itself failed after the start.
 	Err error
+	// Packets and Routes are the sandbox network's counters at teardown
+	// (OCI backend, sandbox network mode; launcher.Result): what the
+	// sandbox used and what was blocked, kept for whoever asks after it
+	// ended.
+	Packets map[string]uint64
+	Routes  map[string]launcher.RouteStats
 }
 
 // Process is a started process as its backend owns it. Its outputs must be

@@ -53,7 +53,7 @@ func (o OCI) Start(ctx context.Context, spec Spec) (Process, error) {
 			OnStart: func() { close(started) },
 		})
 		p.closeBackend()
-		p.exit = Exit{Code: res.ExitCode, Reason: res.Reason, Err: err}
+		p.exit = Exit{Code: res.ExitCode, Reason: res.Reason, Err: err, Packets: res.Packets, Routes: res.Routes}
 	}()
 	select {
 	case <-started:

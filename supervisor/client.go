@@ -112,18 +112,15 @@ func (c *Client) Call(ctx context.Context, req Request, result any) error {
 	}
 	select {
 	case r := <-ch:
-		if !r.OK {
-			if r.Error == nil {
-				return errors.New("supervisor refused without an error")
-			}
-			return r.Error
-		}
-		if result != nil && r.Result != nil {
-			b, _ := json.Marshal(r.Result)
-			return json.Unmarshal(b, result)
-		}
-		return nil
+		return decodeResponse(r, result)
 	case <-c.done:
+		// A peer that answers and then closes (a released holder exits)
+		// makes both ready at once: the answer wins.
+		select {
+		case r := <-ch:
+			return decodeResponse(r, result)
+		default:
+		}
 		if c.refusal != nil {
 			return c.refusal
 		}
@@ -131,6 +128,22 @@ func (c *Client) Call(ctx context.Context, req Request, result any) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// decodeResponse is a response's outcome: its refusal, or its result decoded
+// into result.
+func decodeResponse(r Response, result any) error {
+	if !r.OK {
+		if r.Error == nil {
+			return errors.New("supervisor refused without an error")
+		}
+		return r.Error
+	}
+	if result != nil && r.Result != nil {
+		b, _ := json.Marshal(r.Result)
+		return json.Unmarshal(b, result)
+	}
+	return nil
 }
 
 // Close drops the connection (as a crashing daemon would).

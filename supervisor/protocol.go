@@ -10,6 +10,8 @@ package supervisor
 
 import (
 	"encoding/json"
+
+	"paseo.dev/paseo-policy/launcher"
 )
 
 // Version is the protocol version every frame carries.
@@ -104,4 +106,9 @@ type Info struct {
 	NextSeq    uint64 `json:"nextSeq"`
 	Acked      uint64 `json:"acked"`
 	Paused     bool   `json:"outputPaused"`
+	// Packets and Routes, once the sandbox exited, are what its network
+	// saw: packets per filter rule tag (allow-<purpose>, drop-egress, ...)
+	// and, per private route, requests forwarded and refused.
+	Packets map[string]uint64              `json:"packets,omitempty"`
+	Routes  map[string]launcher.RouteStats `json:"routes,omitempty"`
 }

@@ -78,6 +78,11 @@ var TestSupport = []string{
 	"probe",
 	"cmd/paseo-probe",
 	"cmd/paseo-flood",
+	// `make demo`'s program: it runs the real supervisor, launcher and
+	// runsc, but the model it talks to is internal/fakemodel on a
+	// test host of internal/testnet, so it is test support and no product
+	// binary links it (docs/demo.md).
+	"cmd/paseo-demo",
 }
 
 // testOnly are packages that are tests themselves; every other package

@@ -60,6 +60,8 @@ func TestRules(t *testing.T) {
 		{"launcher's tests use a test bundle", "launcher", tests("internal/testbundle"), ""},
 		{"acceptance links the probe", "acceptance", deps("probe"), ""},
 		{"test support links test support", "internal/testbundle", deps("internal/testtree"), ""},
+		{"the demo runs the fake model and a test world", "cmd/paseo-demo", deps("internal/fakemodel", "internal/testnet"), ""},
+		{"the CLI links the demo", "cmd/paseo-policy", deps("cmd/paseo-demo"), "no-test-support-in-product"},
 		{"launcher depends on compiler", "launcher", deps("compiler"), "launch-reads-output-only"},
 		{"sandboxnet depends on schema", "launcher/sandboxnet", deps("schema"), "launch-reads-output-only"},
 		{"execution depends on CUE transitively", "execution", deps("cuelang.org/go/cue"), "launch-reads-output-only"},

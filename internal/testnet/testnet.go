@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/google/nftables"
@@ -28,9 +27,18 @@ import (
 	"paseo.dev/paseo-policy/internal/nsutil"
 )
 
+// T is what testnet needs of its caller. testing.TB has it, and so can a
+// program that runs a world outside `go test` (cmd/paseo-demo).
+type T interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+}
+
 // World is an uplink namespace with forwarding on and test hosts around it.
 type World struct {
-	t      testing.TB
+	t      T
 	dir    string
 	Uplink string // pinned namespace path of the uplink
 	fd     int
@@ -51,7 +59,7 @@ type Host struct {
 
 // New creates a world. Its host links use 10.77.<n>.0/30; sandbox links
 // come from the launcher's own pool, which does not overlap.
-func New(t testing.TB) *World {
+func New(t T) *World {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "paseo-testnet-")
 	if err != nil {
@@ -121,6 +129,28 @@ func (w *World) Host(name string) *Host {
 	return h
 }
 
+// Alias gives h the extra address a (a /32 on its loopback) and routes a
+// to h in the uplink: a test can stand a server at a well-known address,
+// such as the cloud metadata service's 169.254.169.254, so that reaching
+// it would be seen instead of being merely unroutable.
+func (w *World) Alias(h *Host, a netip.Addr) {
+	w.t.Helper()
+	hh := w.handle(h.fd)
+	defer hh.Close()
+	lo, err := hh.LinkByName("lo")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if err := hh.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(32, 32)}}); err != nil {
+		w.t.Fatalf("alias %s on test host %s: %v", a, h.Name, err)
+	}
+	uh := w.handle(w.fd)
+	defer uh.Close()
+	if err := uh.RouteAdd(&netlink.Route{Dst: &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(32, 32)}, Gw: net.IP(h.Addr.AsSlice())}); err != nil {
+		w.t.Fatalf("uplink route to %s: %v", a, err)
+	}
+}
+
 func (w *World) addr(h *netlink.Handle, name string, a netip.Addr) {
 	l, err := h.LinkByName(name)
 	if err != nil {
@@ -152,9 +182,16 @@ func (s *Server) Conns() int {
 }
 
 // Serve starts a banner server on the host at port.
-func (h *Host) Serve(t testing.TB, port int, banner string) *Server {
+func (h *Host) Serve(t T, port int, banner string) *Server {
 	t.Helper()
-	s := &Server{Addr: netip.AddrPortFrom(h.Addr, uint16(port)), Banner: banner}
+	return h.ServeAt(t, netip.AddrPortFrom(h.Addr, uint16(port)), banner)
+}
+
+// ServeAt starts a banner server on the host at addr, one of its own
+// addresses (Addr, or one Alias gave it).
+func (h *Host) ServeAt(t T, addr netip.AddrPort, banner string) *Server {
+	t.Helper()
+	s := &Server{Addr: addr, Banner: banner}
 	l, err := h.Listen("tcp4", s.Addr.String())
 	if err != nil {
 		t.Fatalf("test server on %s: %v", s.Addr, err)
@@ -261,7 +298,7 @@ func (w *World) close() {
 
 // ServeDNS answers A queries on the host's port 53 (UDP) from names; other
 // names get NXDOMAIN. It counts the queries it saw.
-func (h *Host) ServeDNS(t testing.TB, names map[string]netip.Addr) *DNSServer {
+func (h *Host) ServeDNS(t T, names map[string]netip.Addr) *DNSServer {
 	t.Helper()
 	pc, err := h.ListenPacket("udp4", netip.AddrPortFrom(h.Addr, 53).String())
 	if err != nil {
@@ -329,7 +366,7 @@ func answer(query []byte, names map[string]netip.Addr) ([]byte, bool) {
 
 // Leftovers names which of the inet table and the link are still present
 // in the namespace at nsPath (the uplink a sandbox network used).
-func Leftovers(t testing.TB, nsPath, link, table string) []string {
+func Leftovers(t T, nsPath, link, table string) []string {
 	t.Helper()
 	fd, err := nsutil.Open(nsPath)
 	if err != nil {

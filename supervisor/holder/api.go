@@ -13,7 +13,11 @@
 // older holder gets ErrMalformed on a version mismatch, never a guess.
 package holder
 
-import "time"
+import (
+	"time"
+
+	"paseo.dev/paseo-policy/launcher"
+)
 
 // Version is the holder protocol's version; every frame carries it.
 const Version = 1
@@ -104,6 +108,10 @@ type State struct {
 	NextSeq    uint64 `json:"nextSeq"`
 	Acked      uint64 `json:"acked"`
 	Paused     bool   `json:"outputPaused"`
+	// Packets and Routes are the network counters of an ended sandbox
+	// (execution.Exit).
+	Packets map[string]uint64              `json:"packets,omitempty"`
+	Routes  map[string]launcher.RouteStats `json:"routes,omitempty"`
 }
 
 // AttachResult answers attach.

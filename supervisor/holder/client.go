@@ -178,22 +178,35 @@ func (c *Conn) Call(ctx context.Context, req Request, result any) error {
 	}
 	select {
 	case r := <-ch:
-		if !r.OK {
-			if r.Error == nil {
-				return errors.New("holder refused without an error")
-			}
-			return r.Error
-		}
-		if result != nil && r.Result != nil {
-			b, _ := json.Marshal(r.Result)
-			return json.Unmarshal(b, result)
-		}
-		return nil
+		return decodeResponse(r, result)
 	case <-c.done:
+		// A peer that answers and then closes (a released holder exits)
+		// makes both ready at once: the answer wins.
+		select {
+		case r := <-ch:
+			return decodeResponse(r, result)
+		default:
+		}
 		return fmt.Errorf("connection closed: %v", c.err)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// decodeResponse is a response's outcome: its refusal, or its result decoded
+// into result.
+func decodeResponse(r Response, result any) error {
+	if !r.OK {
+		if r.Error == nil {
+			return errors.New("holder refused without an error")
+		}
+		return r.Error
+	}
+	if result != nil && r.Result != nil {
+		b, _ := json.Marshal(r.Result)
+		return json.Unmarshal(b, result)
+	}
+	return nil
 }
 
 // Close drops the connection (and with it an attach's stream).

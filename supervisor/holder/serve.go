@@ -187,6 +187,7 @@ func (h *holder) state() State {
 		st.Exited = true
 		code := h.exit.Code
 		st.ExitCode, st.Reason = &code, h.exit.Reason
+		st.Packets, st.Routes = h.exit.Packets, h.exit.Routes
 		if h.exit.Err != nil {
 			st.Reason = h.exit.Err.Error()
 		}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"paseo.dev/paseo-policy/launcher"
+)
+
+// A report passes only when everything held; each way the turn could go
+// wrong fails the verdict on its own.
+func TestVerdictFailsClosed(t *testing.T) {
+	exit := 0
+	good := func() *report {
+		return &report{
+			GVisor:    gvisorReport{Confirmed: true},
+			Workspace: fileReport{Content: demoText, Owner: "1000:1000"},
+			Blocked:   []attempt{{Attempt: "metadata", Contained: true}},
+			Packets:   map[string]uint64{"allow-model": 2, "drop-egress": 4},
+			Routes:    map[string]launcher.RouteStats{"mcp": {Forwarded: 3}},
+			Exit:      &exit, apiKey: "sk-demo-1", marker: "canary-1",
+		}
+	}
+	if fails := good().verdict(); len(fails) != 0 {
+		t.Fatalf("a good report fails: %v", fails)
+	}
+	one := 1
+	cases := map[string]func(*report){
+		"gVisor":          func(r *report) { r.GVisor.Confirmed = false },
+		"not contained":   func(r *report) { r.Blocked[0].Contained = false },
+		"nothing dropped": func(r *report) { r.Packets["drop-egress"] = 0 },
+		"model unused":    func(r *report) { r.Packets["allow-model"] = 0 },
+		"route unused":    func(r *report) { r.Routes = nil },
+		"file owner":      func(r *report) { r.Workspace.Owner = "0:0" },
+		"exit":            func(r *report) { r.Exit = &one },
+		"no exit":         func(r *report) { r.Exit = nil },
+		"secret in json":  func(r *report) { r.Transcript = []string{"key sk-demo-1"} },
+		"canary in json":  func(r *report) { r.Blocked[0].Evidence = "read canary-1" },
+	}
+	for name, edit := range cases {
+		r := good()
+		edit(r)
+		if fails := r.verdict(); len(fails) == 0 {
+			t.Errorf("%s: the verdict passed", name)
+		}
+	}
+}
+
+// The transcript pairs each tool call with its result, whatever order
+// Pi's parallel calls end in, and keeps the assistant's text.
+func TestTranscript(t *testing.T) {
+	stdout := strings.Join([]string{
+		`{"type":"tool_execution_start","toolCallId":"a","toolName":"write","args":{"path":"x"}}`,
+		`{"type":"tool_execution_start","toolCallId":"b","toolName":"bash","args":{"command":"id"}}`,
+		`{"type":"tool_execution_end","toolCallId":"b","toolName":"bash","result":{"content":[{"type":"text","text":"uid=1000"}]},"isError":false}`,
+		`{"type":"tool_execution_end","toolCallId":"a","toolName":"write","result":{"content":[{"type":"text","text":"EACCES"}]},"isError":true}`,
+		`{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"do"}}`,
+		`{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"ne"}}`,
+		`{"type":"message_end"}`,
+	}, "\n")
+	got := strings.Join(transcript("go", stdout), "\n")
+	want := strings.Join([]string{"> go",
+		"  tool bash id", "    = ok: uid=1000",
+		"  tool write x", "    = error: EACCES",
+		"< done"}, "\n")
+	if got != want {
+		t.Errorf("transcript:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestWrap(t *testing.T) {
+	got := wrap(strings.Repeat("word ", 30), "  ", "    ")
+	for _, l := range strings.Split(strings.TrimSuffix(got, "\n"), "\n") {
+		if len(l) > width || !strings.HasPrefix(l, "  ") {
+			t.Errorf("line %q", l)
+		}
+	}
+	if strings.Count(got, "word") != 30 {
+		t.Errorf("words lost: %q", got)
+	}
+}
