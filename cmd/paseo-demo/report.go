@@ -218,10 +218,12 @@ func (r *report) write(path string) error {
 
 func (r *report) print(w io.Writer) {
 	section := func(title string) { fmt.Fprintf(w, "\n== %s\n", title) }
-	fmt.Fprintf(w, "== sandbox %s: Pi %s (image %s), runsc %s\n", r.Sandbox, r.Image.Version, short(r.Image.Digest, 19), short(r.Runsc.Digest, 19))
+	fmt.Fprintf(w, "== sandbox %s: Pi %s (image %s), runsc %s\n", r.Sandbox, r.Image.Version, short(r.Image.Digest, 16), short(r.Runsc.Digest, 16))
 	section("the turn (Pi's RPC output, shortened)")
 	for _, l := range r.Transcript {
-		fmt.Fprintln(w, "  "+l)
+		// short trims leading space, so the indent is added after it.
+		indent := len(l) - len(strings.TrimLeft(l, " "))
+		fmt.Fprintln(w, "  "+strings.Repeat(" ", indent)+short(l, width-2-indent))
 	}
 	section("the file on the host (removed with the demo's tree at the end)")
 	fmt.Fprintf(w, "  %s (owner %s):\n    %s", r.Workspace.Path, r.Workspace.Owner, r.Workspace.Content)
@@ -232,7 +234,7 @@ func (r *report) print(w io.Writer) {
 	section("gVisor")
 	fmt.Fprintf(w, "  confirmed: %v\n", r.GVisor.Confirmed)
 	for _, e := range r.GVisor.Evidence {
-		fmt.Fprintln(w, "  "+e)
+		fmt.Fprint(w, wrap(e, "  ", "    "))
 	}
 	section("what was used")
 	for _, u := range r.Used {

@@ -79,3 +79,27 @@ func TestWrap(t *testing.T) {
 		t.Errorf("words lost: %q", got)
 	}
 }
+
+// Every line the demo prints of its own fits an ordinary terminal, however
+// long the transcript's commands, the digests and the evidence are.
+func TestPrintFits(t *testing.T) {
+	long := strings.Repeat("x", 150)
+	exit := 0
+	r := &report{
+		Sandbox:    "pp-0123456789abcdef",
+		Image:      imageReport{Version: "pi-0.84.2-2", Digest: "sha256:" + strings.Repeat("a", 64)},
+		Runsc:      runscReport{Digest: "sha256:" + strings.Repeat("b", 64)},
+		Transcript: []string{"> " + long, "  tool bash " + long, "    = ok: " + long, "      " + long},
+		GVisor:     gvisorReport{Confirmed: true, Evidence: []string{"uname -v in the sandbox: " + strings.Repeat("word ", 30)}},
+		Workspace:  fileReport{Path: "/w/DEMO.md", Content: demoText, Owner: "1000:1000"},
+		Blocked:    []attempt{{Attempt: "metadata " + strings.Repeat("y ", 60), Contained: true, Evidence: strings.Repeat("z ", 80)}},
+		Exit:       &exit,
+	}
+	var b strings.Builder
+	r.print(&b)
+	for _, l := range strings.Split(b.String(), "\n") {
+		if len(l) > width {
+			t.Errorf("%d columns: %q", len(l), l)
+		}
+	}
+}
