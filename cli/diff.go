@@ -47,10 +47,10 @@ argv word or environment value), so CI can require review for those.`,
 					}
 					fmt.Fprintf(g.stdout, "%s %-8s %s\n", mark, c.Change, c.Key)
 					if c.Old != nil {
-						fmt.Fprintf(g.stdout, "    - %s %s %s\n", c.Old.Access, detail(*c.Old), c.Old.Fact)
+						fmt.Fprintf(g.stdout, "    - %s %s %s\n", c.Old.Access(), detail(c.Old), c.Old.Why().Fact)
 					}
 					if c.New != nil {
-						fmt.Fprintf(g.stdout, "    + %s %s %s\n", c.New.Access, detail(*c.New), c.New.Fact)
+						fmt.Fprintf(g.stdout, "    + %s %s %s\n", c.New.Access(), detail(c.New), c.New.Why().Fact)
 					}
 				}
 				fmt.Fprintf(g.stdout, "%d change(s)", len(changes))
