@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/grant"
 )
 
@@ -222,7 +223,7 @@ type Head struct {
 
 // ErrManifestVersion is a manifest of a kind or version this build does
 // not read (PP-MANIFEST-VERSION).
-var ErrManifestVersion = errors.New("PP-MANIFEST-VERSION: not a manifest this build reads")
+var ErrManifestVersion = errors.New(string(diag.ManifestVersion) + ": not a manifest this build reads")
 
 // Egress decodes egress.json strictly.
 func (f Files) Egress() (*Egress, error) {

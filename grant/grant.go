@@ -11,6 +11,8 @@ package grant
 
 import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"paseo.dev/paseo-policy/diag"
 )
 
 // Kind names what a grant controls. Several Go types may share a kind
@@ -127,7 +129,7 @@ type List []Grant
 func (l List) Validate() error {
 	for i, g := range l {
 		if err := g.Validate(); err != nil {
-			return &DecodeError{Code: CodeInvalid, Index: i, Err: err}
+			return &Error{Code: diag.GrantInvalid, Index: i, Err: err}
 		}
 	}
 	return nil

@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strconv"
 	"time"
+
+	"paseo.dev/paseo-policy/diag"
 )
 
 // The manifest encodes each grant as a tagged union: "kind" (with
@@ -118,24 +120,22 @@ func marshal(v any) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
-// Stable codes for a grant list that cannot be decoded.
-const (
-	CodeUnknownKind = "PP-GRANT-UNKNOWN-KIND" // a kind (or kind and subject) no Go type decodes
-	CodeInvalid     = "PP-GRANT-INVALID"      // fields outside the kind, a wrong type, a derived access that disagrees, or a failed Validate
-)
-
-// DecodeError is a grant the decoder refused, with its index in the list.
-type DecodeError struct {
-	Code  string
+// Error is a grant refused by the decoder or by its own Validate, with its
+// index in the list and a stable code (diag.GrantUnknownKind or
+// diag.GrantInvalid).
+type Error struct {
+	Code  diag.Code
 	Index int
-	Key   string
 	Err   error
 }
 
-func (e *DecodeError) Error() string {
+func (e *Error) Error() string {
+	if e.Index < 0 {
+		return fmt.Sprintf("%s grants: %v", e.Code, e.Err)
+	}
 	return fmt.Sprintf("%s grants[%d]: %v", e.Code, e.Index, e.Err)
 }
-func (e *DecodeError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
 // UnmarshalJSON decodes a list strictly: every element must name a known
 // kind, hold only that kind's fields in their canonical types, and pass
@@ -143,13 +143,13 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 func (l *List) UnmarshalJSON(data []byte) error {
 	var raws []json.RawMessage
 	if err := json.Unmarshal(data, &raws); err != nil {
-		return &DecodeError{Code: CodeInvalid, Index: -1, Err: err}
+		return &Error{Code: diag.GrantInvalid, Index: -1, Err: err}
 	}
 	out := make(List, 0, len(raws))
 	for i, raw := range raws {
 		g, code, err := decodeOne(raw)
 		if err != nil {
-			return &DecodeError{Code: code, Index: i, Err: err}
+			return &Error{Code: code, Index: i, Err: err}
 		}
 		out = append(out, g)
 	}
@@ -157,31 +157,31 @@ func (l *List) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-func decodeOne(raw []byte) (Grant, string, error) {
+func decodeOne(raw []byte) (Grant, diag.Code, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
 	var w wire
 	if err := dec.Decode(&w); err != nil {
-		return nil, CodeInvalid, err
+		return nil, diag.GrantInvalid, err
 	}
 	if dec.More() {
-		return nil, CodeInvalid, errors.New("trailing data")
+		return nil, diag.GrantInvalid, errors.New("trailing data")
 	}
 	g, err := fromWire(w)
 	if err != nil {
-		return nil, CodeUnknownKind, err
+		return nil, diag.GrantUnknownKind, err
 	}
 	if g == nil {
-		return nil, CodeInvalid, fmt.Errorf("%s %s: value has the wrong type", w.Kind, w.Subject)
+		return nil, diag.GrantInvalid, fmt.Errorf("%s %s: value has the wrong type", w.Kind, w.Subject)
 	}
 	// The typed grant written back must be the element read: this refuses
 	// fields of other kinds, a wrong access and non-canonical numbers.
 	if !sameWire(w, g.wire()) {
-		return nil, CodeInvalid, fmt.Errorf("%s %s: fields, access or values do not match the kind", w.Kind, w.Subject)
+		return nil, diag.GrantInvalid, fmt.Errorf("%s %s: fields, access or values do not match the kind", w.Kind, w.Subject)
 	}
 	if err := g.Validate(); err != nil {
-		return nil, CodeInvalid, fmt.Errorf("%s %s: %w", w.Kind, w.Subject, err)
+		return nil, diag.GrantInvalid, fmt.Errorf("%s %s: %w", w.Kind, w.Subject, err)
 	}
 	return g, "", nil
 }

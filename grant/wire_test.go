@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"paseo.dev/paseo-policy/diag"
 )
 
 const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -79,38 +81,39 @@ func TestApplyToEmptySpec(t *testing.T) {
 func TestDecodeRefuses(t *testing.T) {
 	const why = `"reason":"r","fact":"f"`
 	cases := []struct {
-		name, elem, code string
+		name, elem string
+		code       diag.Code
 	}{
-		{"unknown kind", `{"kind":"sysctl","subject":"net.ipv4.ip_forward","access":"set","value":"1",` + why + `}`, CodeUnknownKind},
-		{"unknown process field", `{"kind":"process","subject":"oomScoreAdj","access":"set","value":0,` + why + `}`, CodeUnknownKind},
-		{"unknown runtime flag", `{"kind":"runtime","subject":"host-uds","access":"set","value":true,` + why + `}`, CodeUnknownKind},
-		{"unknown limit", `{"kind":"limit","subject":"cpuSeconds","access":"max","value":1,` + why + `}`, CodeUnknownKind},
-		{"unknown field", `{"kind":"env","subject":"A","access":"set","value":"b","colour":"red",` + why + `}`, CodeInvalid},
-		{"field of another kind", `{"kind":"env","subject":"A","access":"set","value":"b","port":80,` + why + `}`, CodeInvalid},
-		{"limit as a string", `{"kind":"limit","subject":"wallSeconds","access":"max","value":"60",` + why + `}`, CodeInvalid},
-		{"limit as a fraction", `{"kind":"limit","subject":"outputBytes","access":"max","value":1.5,` + why + `}`, CodeInvalid},
-		{"non-canonical number", `{"kind":"rlimit","subject":"RLIMIT_NOFILE","access":"max","value":1e3,` + why + `}`, CodeInvalid},
-		{"negative rlimit", `{"kind":"rlimit","subject":"RLIMIT_NOFILE","access":"max","value":-1,` + why + `}`, CodeInvalid},
-		{"access disagrees", `{"kind":"mount","subject":"/w","access":"ro","type":"bind","source":"/h","options":["bind","rw"],` + why + `}`, CodeInvalid},
-		{"root uid", `{"kind":"identity","subject":"uid","access":"set","value":0,` + why + `}`, CodeInvalid},
-		{"uid out of range", `{"kind":"identity","subject":"uid","access":"set","value":4294967296,` + why + `}`, CodeInvalid},
-		{"writable rootfs", `{"kind":"rootfs","subject":"/","access":"rw","source":"/r","readonly":false,"version":"v","digest":"` + digest + `",` + why + `}`, CodeInvalid},
-		{"directfs on", `{"kind":"runtime","subject":"directfs","access":"set","value":true,` + why + `}`, CodeInvalid},
-		{"network host", `{"kind":"runtime","subject":"network","access":"set","value":"host",` + why + `}`, CodeInvalid},
-		{"erofs without digest", `{"kind":"mount","subject":"/opt","access":"ro","type":"erofs","source":"/f","options":["ro"],` + why + `}`, CodeInvalid},
-		{"egress port 0", `{"kind":"egress","subject":"h.test","access":"allow","proto":"tcp","purpose":"model",` + why + `}`, CodeInvalid},
-		{"capabilities granted", `{"kind":"process","subject":"capabilities","access":"set","value":"CAP_SYS_ADMIN",` + why + `}`, CodeInvalid},
-		{"not an object", `"env"`, CodeInvalid},
+		{"unknown kind", `{"kind":"sysctl","subject":"net.ipv4.ip_forward","access":"set","value":"1",` + why + `}`, diag.GrantUnknownKind},
+		{"unknown process field", `{"kind":"process","subject":"oomScoreAdj","access":"set","value":0,` + why + `}`, diag.GrantUnknownKind},
+		{"unknown runtime flag", `{"kind":"runtime","subject":"host-uds","access":"set","value":true,` + why + `}`, diag.GrantUnknownKind},
+		{"unknown limit", `{"kind":"limit","subject":"cpuSeconds","access":"max","value":1,` + why + `}`, diag.GrantUnknownKind},
+		{"unknown field", `{"kind":"env","subject":"A","access":"set","value":"b","colour":"red",` + why + `}`, diag.GrantInvalid},
+		{"field of another kind", `{"kind":"env","subject":"A","access":"set","value":"b","port":80,` + why + `}`, diag.GrantInvalid},
+		{"limit as a string", `{"kind":"limit","subject":"wallSeconds","access":"max","value":"60",` + why + `}`, diag.GrantInvalid},
+		{"limit as a fraction", `{"kind":"limit","subject":"outputBytes","access":"max","value":1.5,` + why + `}`, diag.GrantInvalid},
+		{"non-canonical number", `{"kind":"rlimit","subject":"RLIMIT_NOFILE","access":"max","value":1e3,` + why + `}`, diag.GrantInvalid},
+		{"negative rlimit", `{"kind":"rlimit","subject":"RLIMIT_NOFILE","access":"max","value":-1,` + why + `}`, diag.GrantInvalid},
+		{"access disagrees", `{"kind":"mount","subject":"/w","access":"ro","type":"bind","source":"/h","options":["bind","rw"],` + why + `}`, diag.GrantInvalid},
+		{"root uid", `{"kind":"identity","subject":"uid","access":"set","value":0,` + why + `}`, diag.GrantInvalid},
+		{"uid out of range", `{"kind":"identity","subject":"uid","access":"set","value":4294967296,` + why + `}`, diag.GrantInvalid},
+		{"writable rootfs", `{"kind":"rootfs","subject":"/","access":"rw","source":"/r","readonly":false,"version":"v","digest":"` + digest + `",` + why + `}`, diag.GrantInvalid},
+		{"directfs on", `{"kind":"runtime","subject":"directfs","access":"set","value":true,` + why + `}`, diag.GrantInvalid},
+		{"network host", `{"kind":"runtime","subject":"network","access":"set","value":"host",` + why + `}`, diag.GrantInvalid},
+		{"erofs without digest", `{"kind":"mount","subject":"/opt","access":"ro","type":"erofs","source":"/f","options":["ro"],` + why + `}`, diag.GrantInvalid},
+		{"egress port 0", `{"kind":"egress","subject":"h.test","access":"allow","proto":"tcp","purpose":"model",` + why + `}`, diag.GrantInvalid},
+		{"capabilities granted", `{"kind":"process","subject":"capabilities","access":"set","value":"CAP_SYS_ADMIN",` + why + `}`, diag.GrantInvalid},
+		{"not an object", `"env"`, diag.GrantInvalid},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var l List
 			err := json.Unmarshal([]byte("["+tc.elem+"]"), &l)
-			var de *DecodeError
+			var de *Error
 			if !errors.As(err, &de) || de.Code != tc.code {
 				t.Fatalf("got %v, want %s", err, tc.code)
 			}
-			if !strings.HasPrefix(err.Error(), tc.code) {
+			if !strings.HasPrefix(err.Error(), string(tc.code)) {
 				t.Errorf("error %q does not lead with its code", err)
 			}
 		})
