@@ -50,3 +50,22 @@ func TestManifestDecodeRefuses(t *testing.T) {
 		t.Errorf("decoded %+v, want a 60 s wall limit", m.Grants[0])
 	}
 }
+
+// MarshalManifest is Marshal, byte for byte.
+func TestMarshalManifestIsMarshal(t *testing.T) {
+	m := &Manifest{APIVersion: ManifestAPIVersion, Kind: ManifestKind, Inputs: map[string]string{"facts": "sha256:x"}, Outputs: map[string]string{},
+		Grants: grant.List{grant.Env{Name: "A", Value: "<b> & c"}, grant.WallLimit{Wall: 60e9}, grant.Argv{Words: []string{"pi"}}}}
+	for _, m := range []*Manifest{m, {}} {
+		want, err := Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := MarshalManifest(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("MarshalManifest:\n%s\nMarshal:\n%s", got, want)
+		}
+	}
+}

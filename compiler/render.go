@@ -37,7 +37,7 @@ func Render(plan *Plan) (bundle.Files, *bundle.Manifest, error) {
 		files[bundle.MCPConfigFile] = mcp
 	}
 	m := renderManifest(plan, files)
-	if files[bundle.ManifestFile], err = bundle.Marshal(m); err != nil {
+	if files[bundle.ManifestFile], err = bundle.MarshalManifest(m); err != nil {
 		return nil, nil, err
 	}
 	// pins.json names the manifest it belongs to, so it comes last.

@@ -17,18 +17,18 @@ type Change struct {
 // MarshalJSON writes Old and New as tagged unions, like the manifest.
 func (c Change) MarshalJSON() ([]byte, error) {
 	type plain struct {
-		Key    string `json:"key"`
-		Change string `json:"change"`
-		Widens bool   `json:"widens"`
-		Old    *wire  `json:"old,omitempty"`
-		New    *wire  `json:"new,omitempty"`
+		Key    string   `json:"key"`
+		Change string   `json:"change"`
+		Widens bool     `json:"widens"`
+		Old    *Encoded `json:"old,omitempty"`
+		New    *Encoded `json:"new,omitempty"`
 	}
 	p := plain{Key: c.Key, Change: c.Change, Widens: c.Widens}
 	if c.Old != nil {
-		p.Old = ptr(c.Old.wire())
+		p.Old = ptr(c.Old.encode())
 	}
 	if c.New != nil {
-		p.New = ptr(c.New.wire())
+		p.New = ptr(c.New.encode())
 	}
 	return marshal(p)
 }
@@ -78,7 +78,7 @@ func index(gs List) (map[string]Grant, []string) {
 
 // compare decides the direction of a change to one grant.
 func compare(o, n Grant) (Change, bool) {
-	if reflect.TypeOf(o) == reflect.TypeOf(n) && sameWire(o.wire(), n.wire()) {
+	if reflect.TypeOf(o) == reflect.TypeOf(n) && sameWire(o.encode(), n.encode()) {
 		return Change{}, false
 	}
 	if sameAuthority(o, n) {

@@ -97,7 +97,7 @@ type Grant interface {
 	// need the facts; these need only the grant).
 	Validate() error
 
-	wire() wire
+	encode() Encoded
 }
 
 func key(g Grant) string { return string(g.Kind()) + " " + g.Subject() }

@@ -12,12 +12,12 @@ import (
 	"paseo.dev/paseo-policy/diag"
 )
 
-// The manifest encodes each grant as a tagged union: "kind" (with
+// Encoded is one grant as the manifest encodes it, a tagged union: "kind" (with
 // "subject" for kinds that hold several types) picks the Go type, and only
 // that type's fields may appear. "access" is derived from the payload and
 // is written for readers; a decoded grant whose access disagrees is
 // refused. docs/grants.md lists the fields per kind.
-type wire struct {
+type Encoded struct {
 	Kind    Kind   `json:"kind"`
 	Subject string `json:"subject"`
 	Access  Access `json:"access"`
@@ -51,62 +51,62 @@ type wire struct {
 	Fact   string `json:"fact"`
 }
 
-func head(g Grant) wire {
+func head(g Grant) Encoded {
 	p := g.Why()
-	return wire{Kind: g.Kind(), Subject: g.Subject(), Access: g.Access(), Reason: p.Reason, Fact: p.Fact}
+	return Encoded{Kind: g.Kind(), Subject: g.Subject(), Access: g.Access(), Reason: p.Reason, Fact: p.Fact}
 }
 
 func ptr[T any](v T) *T { return &v }
 
-func (g Rootfs) wire() wire {
+func (g Rootfs) encode() Encoded {
 	w := head(g)
 	w.Source, w.ReadOnly, w.Version, w.Digest = g.Path, ptr(g.ReadOnly), g.Version, g.Digest
 	return w
 }
-func (g Mount) wire() wire {
+func (g Mount) encode() Encoded {
 	w := head(g)
 	w.Type, w.Source, w.Options, w.Digest = g.Type, g.Source, g.Options, g.Digest
 	return w
 }
-func (g Argv) wire() wire            { w := head(g); w.Args = g.Words; return w }
-func (g Cwd) wire() wire             { w := head(g); w.Value = g.Dir; return w }
-func (g NoNewPrivileges) wire() wire { w := head(g); w.Value = g.On; return w }
-func (g Terminal) wire() wire        { w := head(g); w.Value = g.On; return w }
-func (g Capabilities) wire() wire    { w := head(g); w.Value = "none"; return w }
-func (g Identity) wire() wire        { w := head(g); w.Value = g.ID; return w }
-func (g Env) wire() wire             { w := head(g); w.Value = g.Value; return w }
-func (g Hostname) wire() wire        { w := head(g); w.Value = g.Name; return w }
-func (g Namespace) wire() wire       { return head(g) }
-func (g Rlimit) wire() wire          { w := head(g); w.Value = g.Max; return w }
-func (g CgroupMax) wire() wire       { w := head(g); w.Value = g.Max; return w }
-func (g CPUQuota) wire() wire        { w := head(g); w.Value = g.CPUs; return w }
-func (g OutputLimit) wire() wire     { w := head(g); w.Value = g.Bytes; return w }
-func (g WallLimit) wire() wire       { w := head(g); w.Value = int64(g.Wall / time.Second); return w }
-func (g NetworkMode) wire() wire     { w := head(g); w.Value = g.Mode; return w }
-func (g DirectFS) wire() wire        { w := head(g); w.Value = g.On; return w }
-func (g Egress) wire() wire {
+func (g Argv) encode() Encoded            { w := head(g); w.Args = g.Words; return w }
+func (g Cwd) encode() Encoded             { w := head(g); w.Value = g.Dir; return w }
+func (g NoNewPrivileges) encode() Encoded { w := head(g); w.Value = g.On; return w }
+func (g Terminal) encode() Encoded        { w := head(g); w.Value = g.On; return w }
+func (g Capabilities) encode() Encoded    { w := head(g); w.Value = "none"; return w }
+func (g Identity) encode() Encoded        { w := head(g); w.Value = g.ID; return w }
+func (g Env) encode() Encoded             { w := head(g); w.Value = g.Value; return w }
+func (g Hostname) encode() Encoded        { w := head(g); w.Value = g.Name; return w }
+func (g Namespace) encode() Encoded       { return head(g) }
+func (g Rlimit) encode() Encoded          { w := head(g); w.Value = g.Max; return w }
+func (g CgroupMax) encode() Encoded       { w := head(g); w.Value = g.Max; return w }
+func (g CPUQuota) encode() Encoded        { w := head(g); w.Value = g.CPUs; return w }
+func (g OutputLimit) encode() Encoded     { w := head(g); w.Value = g.Bytes; return w }
+func (g WallLimit) encode() Encoded       { w := head(g); w.Value = int64(g.Wall / time.Second); return w }
+func (g NetworkMode) encode() Encoded     { w := head(g); w.Value = g.Mode; return w }
+func (g DirectFS) encode() Encoded        { w := head(g); w.Value = g.On; return w }
+func (g Egress) encode() Encoded {
 	w := head(g)
 	w.Proto, w.Port, w.Purpose = g.Proto, g.Port, g.Purpose
 	return w
 }
-func (g Route) wire() wire {
+func (g Route) encode() Encoded {
 	w := head(g)
 	w.Proto, w.Port, w.Method, w.Path, w.Upstream = g.Proto, g.Port, g.Method, g.Path, g.Upstream
 	w.CallerAgentID, w.TokenRef, w.Methods, w.Tools = g.CallerAgentID, g.TokenRef, g.Methods, g.Tools
 	return w
 }
 
-// MarshalJSON writes the list as tagged unions.
-func (l List) MarshalJSON() ([]byte, error) {
-	if l == nil {
-		return []byte("[]"), nil
-	}
-	ws := make([]wire, len(l))
+// Encode returns the list as manifest.json writes it; never nil.
+func (l List) Encode() []Encoded {
+	ws := make([]Encoded, len(l))
 	for i, g := range l {
-		ws[i] = g.wire()
+		ws[i] = g.encode()
 	}
-	return marshal(ws)
+	return ws
 }
+
+// MarshalJSON writes the list as tagged unions.
+func (l List) MarshalJSON() ([]byte, error) { return marshal(l.Encode()) }
 
 // marshal is json.Marshal without HTML escaping, as bundle.Marshal writes
 // documents: an encoder does not undo a Marshaler's escapes.
@@ -161,7 +161,7 @@ func decodeOne(raw []byte) (Grant, diag.Code, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
-	var w wire
+	var w Encoded
 	if err := dec.Decode(&w); err != nil {
 		return nil, diag.GrantInvalid, err
 	}
@@ -177,7 +177,7 @@ func decodeOne(raw []byte) (Grant, diag.Code, error) {
 	}
 	// The typed grant written back must be the element read: this refuses
 	// fields of other kinds, a wrong access and non-canonical numbers.
-	if !sameWire(w, g.wire()) {
+	if !sameWire(w, g.encode()) {
 		return nil, diag.GrantInvalid, fmt.Errorf("%s %s: fields, access or values do not match the kind", w.Kind, w.Subject)
 	}
 	if err := g.Validate(); err != nil {
@@ -186,7 +186,7 @@ func decodeOne(raw []byte) (Grant, diag.Code, error) {
 	return g, "", nil
 }
 
-func sameWire(a, b wire) bool {
+func sameWire(a, b Encoded) bool {
 	ja, err1 := json.Marshal(a)
 	jb, err2 := json.Marshal(b)
 	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
@@ -194,7 +194,7 @@ func sameWire(a, b wire) bool {
 
 // fromWire picks the type for kind and subject. It returns an error for an
 // unknown kind or subject, and a nil grant for a value of the wrong type.
-func fromWire(w wire) (Grant, error) {
+func fromWire(w Encoded) (Grant, error) {
 	p := Provenance{Reason: w.Reason, Fact: w.Fact}
 	str := func() (string, bool) { s, ok := w.Value.(string); return s, ok }
 	boolean := func() (bool, bool) { b, ok := w.Value.(bool); return b, ok }
@@ -322,7 +322,7 @@ func sameAuthority(a, b Grant) bool {
 	if reflect.TypeOf(a) != reflect.TypeOf(b) {
 		return false
 	}
-	wa, wb := a.wire(), b.wire()
+	wa, wb := a.encode(), b.encode()
 	wa.Reason, wa.Fact, wb.Reason, wb.Fact = "", "", "", ""
 	return sameWire(wa, wb)
 }
