@@ -78,7 +78,7 @@ func index(gs List) (map[string]Grant, []string) {
 
 // compare decides the direction of a change to one grant.
 func compare(o, n Grant) (Change, bool) {
-	if reflect.TypeOf(o) == reflect.TypeOf(n) && sameWire(o.encode(), n.encode()) {
+	if reflect.TypeOf(o) == reflect.TypeOf(n) && sameEncoding(o.encode(), n.encode()) {
 		return Change{}, false
 	}
 	if sameAuthority(o, n) {

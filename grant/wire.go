@@ -12,9 +12,9 @@ import (
 	"paseo.dev/paseo-policy/diag"
 )
 
-// Encoded is one grant as the manifest encodes it, a tagged union: "kind" (with
-// "subject" for kinds that hold several types) picks the Go type, and only
-// that type's fields may appear. "access" is derived from the payload and
+// Encoded is one grant as manifest.json holds it, a tagged union: "kind"
+// (with "subject" for kinds that hold several types) picks the Go type,
+// and only that type's fields may appear. "access" is derived from the payload and
 // is written for readers; a decoded grant whose access disagrees is
 // refused. docs/grants.md lists the fields per kind.
 type Encoded struct {
@@ -168,7 +168,7 @@ func decodeOne(raw []byte) (Grant, diag.Code, error) {
 	if dec.More() {
 		return nil, diag.GrantInvalid, errors.New("trailing data")
 	}
-	g, err := fromWire(w)
+	g, err := typed(w)
 	if err != nil {
 		return nil, diag.GrantUnknownKind, err
 	}
@@ -177,7 +177,7 @@ func decodeOne(raw []byte) (Grant, diag.Code, error) {
 	}
 	// The typed grant written back must be the element read: this refuses
 	// fields of other kinds, a wrong access and non-canonical numbers.
-	if !sameWire(w, g.encode()) {
+	if !sameEncoding(w, g.encode()) {
 		return nil, diag.GrantInvalid, fmt.Errorf("%s %s: fields, access or values do not match the kind", w.Kind, w.Subject)
 	}
 	if err := g.Validate(); err != nil {
@@ -186,15 +186,15 @@ func decodeOne(raw []byte) (Grant, diag.Code, error) {
 	return g, "", nil
 }
 
-func sameWire(a, b Encoded) bool {
+func sameEncoding(a, b Encoded) bool {
 	ja, err1 := json.Marshal(a)
 	jb, err2 := json.Marshal(b)
 	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
 }
 
-// fromWire picks the type for kind and subject. It returns an error for an
+// typed picks the type for kind and subject. It returns an error for an
 // unknown kind or subject, and a nil grant for a value of the wrong type.
-func fromWire(w Encoded) (Grant, error) {
+func typed(w Encoded) (Grant, error) {
 	p := Provenance{Reason: w.Reason, Fact: w.Fact}
 	str := func() (string, bool) { s, ok := w.Value.(string); return s, ok }
 	boolean := func() (bool, bool) { b, ok := w.Value.(bool); return b, ok }
@@ -324,5 +324,5 @@ func sameAuthority(a, b Grant) bool {
 	}
 	wa, wb := a.encode(), b.encode()
 	wa.Reason, wa.Fact, wb.Reason, wb.Fact = "", "", "", ""
-	return sameWire(wa, wb)
+	return sameEncoding(wa, wb)
 }
