@@ -120,6 +120,7 @@ fuzz:
 	$(GO) test -run=^$$ -fuzz=^FuzzLoadFacts$$ -fuzztime=$(FUZZ_CUE) ./schema
 	$(GO) test -run=^$$ -fuzz=^FuzzLoadCUEFacts$$ -fuzztime=$(FUZZ_CUE) ./schema
 	$(GO) test -run=^$$ -fuzz=^FuzzCheck$$ -fuzztime=$(FUZZ_FAST) ./internal/pathform
+	$(GO) test -run=^$$ -fuzz=^FuzzDecodeList$$ -fuzztime=$(FUZZ_FAST) ./grant
 	$(GO) test -run=^$$ -fuzz=^FuzzResolve$$ -fuzztime=$(FUZZ_FAST) ./compiler/pathsafe
 	$(GO) test -run=^$$ -fuzz=^FuzzHost$$ -fuzztime=$(FUZZ_FAST) ./internal/netdest
 

@@ -8,16 +8,26 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/grant"
 )
 
-// APIVersion of every document paseo-policy writes.
+// APIVersion of every document paseo-policy writes but the manifest.
 const APIVersion = "paseo.dev/policy/v1alpha1"
+
+// ManifestAPIVersion is the manifest's own version. v1alpha2 encodes each
+// grant as a tagged union of its kind's typed fields (docs/grants.md);
+// v1alpha1 packed them into strings, and is refused.
+const (
+	ManifestAPIVersion = "paseo.dev/policy/v1alpha2"
+	ManifestKind       = "Manifest"
+)
 
 // File names inside a bundle directory.
 const (
@@ -93,7 +103,19 @@ type Manifest struct {
 	Image      ImageRef          `json:"image"`
 	Inputs     map[string]string `json:"inputs"`  // facts, registryEntry, profile -> sha256:…
 	Outputs    map[string]string `json:"outputs"` // bundle file -> sha256:…
-	Grants     []grant.Grant     `json:"grants"`
+	Grants     grant.List        `json:"grants"`
+}
+
+// MarshalManifest renders manifest.json: the bytes Marshal(m) gives, but
+// the grants are encoded as plain structs rather than through
+// grant.List's MarshalJSON, whose output encoding/json scans again (a
+// measurable share of a compile). The outer grants field shadows the
+// embedded one and sorts last, where Manifest declares it.
+func MarshalManifest(m *Manifest) ([]byte, error) {
+	return Marshal(struct {
+		*Manifest
+		Grants []grant.Encoded `json:"grants"`
+	}{m, m.Grants.Encode()})
 }
 
 // ImageRef names the rootfs the bundle runs.
@@ -189,12 +211,31 @@ func Read(dir string) (Files, error) {
 
 // Manifest decodes manifest.json strictly.
 func (f Files) Manifest() (*Manifest, error) {
-	var m Manifest
-	if err := strictDecode(f[ManifestFile], &m); err != nil {
+	var head Head
+	// The version is read first, so a manifest of another version is
+	// refused as such rather than for the fields it has.
+	if err := json.Unmarshal(f[ManifestFile], &head); err != nil {
 		return nil, fmt.Errorf("%s: %w", ManifestFile, err)
 	}
-	return &m, nil
+	if head.Kind != ManifestKind || head.APIVersion != ManifestAPIVersion {
+		return nil, fmt.Errorf("%s: %w: kind %q version %q, want %q %q", ManifestFile, ErrManifestVersion, head.Kind, head.APIVersion, ManifestKind, ManifestAPIVersion)
+	}
+	var out Manifest
+	if err := strictDecode(f[ManifestFile], &out); err != nil {
+		return nil, fmt.Errorf("%s: %w", ManifestFile, err)
+	}
+	return &out, nil
 }
+
+// Head is what every document starts with.
+type Head struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+}
+
+// ErrManifestVersion is a manifest of a kind or version this build does
+// not read (PP-MANIFEST-VERSION).
+var ErrManifestVersion = errors.New(string(diag.ManifestVersion) + ": not a manifest this build reads")
 
 // Egress decodes egress.json strictly.
 func (f Files) Egress() (*Egress, error) {

@@ -26,7 +26,7 @@ func TestPlaceholderRef(t *testing.T) {
 func TestCheckSecretPlaceholdersWithoutSlots(t *testing.T) {
 	base := func() Files {
 		return Files{
-			ManifestFile: []byte(`{"apiVersion":"v","kind":"Manifest","compiler":"c","profile":"p","deployment":"d","topology":"host","agent":"a","image":{"version":"","digest":"","rootfs":""},"inputs":{},"outputs":{},"grants":[]}`),
+			ManifestFile: []byte(`{"apiVersion":"paseo.dev/policy/v1alpha2","kind":"Manifest","compiler":"c","profile":"p","deployment":"d","topology":"host","agent":"a","image":{"version":"","digest":"","rootfs":""},"inputs":{},"outputs":{},"grants":[]}`),
 			ConfigFile:   []byte(`{"process":{"args":["pi"],"env":["HOME=/home/sandbox"]}}`),
 			EgressFile:   []byte(`{"rules":[]}`),
 			HostsFile:    []byte("127.0.0.1\tlocalhost\n"),

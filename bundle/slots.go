@@ -58,13 +58,16 @@ func SecretSlots(files Files) ([]SecretSlot, error) {
 func slotsOf(files Files, m *Manifest) ([]SecretSlot, error) {
 	var slots []SecretSlot
 	for i, g := range m.Grants {
-		switch {
-		case g.Kind == grant.Env && g.Fact == credentialFact:
-			ref, ok := PlaceholderRef(g.Value)
-			if !ok || g.Access != grant.Set {
-				return nil, fmt.Errorf("manifest: the credential's env grant %s is not one secret placeholder", g.Subject)
+		switch g := g.(type) {
+		case grant.Env:
+			if g.Fact != credentialFact {
+				continue
 			}
-			slots = append(slots, SecretSlot{Kind: SlotCredentialEnv, Ref: ref, Env: g.Subject, grant: i})
+			ref, ok := PlaceholderRef(g.Value)
+			if !ok {
+				return nil, fmt.Errorf("manifest: the credential's env grant %s is not one secret placeholder", g.Name)
+			}
+			slots = append(slots, SecretSlot{Kind: SlotCredentialEnv, Ref: ref, Env: g.Name, grant: i})
 		}
 	}
 	seen := map[SlotKind]bool{}

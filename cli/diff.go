@@ -56,10 +56,10 @@ columns): long lines wrap, indented. --wide prints each on one line.`,
 					}
 					printFit(g.stdout, width, 11, fmt.Sprintf("%s %-8s %s", mark, c.Change, c.Key))
 					if c.Old != nil {
-						printFit(g.stdout, width, 6, fmt.Sprintf("    - %s %s %s", c.Old.Access, detail(*c.Old), c.Old.Fact))
+						printFit(g.stdout, width, 6, fmt.Sprintf("    - %s %s %s", c.Old.Access(), detail(c.Old), c.Old.Why().Fact))
 					}
 					if c.New != nil {
-						printFit(g.stdout, width, 6, fmt.Sprintf("    + %s %s %s", c.New.Access, detail(*c.New), c.New.Fact))
+						printFit(g.stdout, width, 6, fmt.Sprintf("    + %s %s %s", c.New.Access(), detail(c.New), c.New.Why().Fact))
 					}
 				}
 				summary := fmt.Sprintf("%d change(s)", len(changes))

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -49,7 +50,7 @@ func explainWide(w io.Writer, m *bundle.Manifest) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KIND\tACCESS\tSUBJECT\tDETAIL\tFACT\tWHY")
 	for _, gr := range m.Grants {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", gr.Kind, gr.Access, gr.Subject, detail(gr), gr.Fact, gr.Reason)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", gr.Kind(), gr.Access(), gr.Subject(), detail(gr), gr.Why().Fact, gr.Why().Reason)
 	}
 	return tw.Flush()
 }
@@ -75,52 +76,70 @@ func explainFit(w io.Writer, m *bundle.Manifest, width int) error {
 		noteFrom: 1,
 	}
 	for _, gr := range m.Grants {
-		note := gr.Fact
-		if gr.Reason != "" {
-			note += ": " + gr.Reason
+		why := gr.Why()
+		note := why.Fact
+		if why.Reason != "" {
+			note += ": " + why.Reason
 		}
-		t.add([]string{string(gr.Kind), string(gr.Access), gr.Subject, detail(gr)}, note)
+		t.add([]string{string(gr.Kind()), string(gr.Access()), gr.Subject(), detail(gr)}, note)
 	}
 	return t.render(w, width)
 }
 
 // detail is the one-line rendering of a grant's kind-specific fields.
 func detail(g grant.Grant) string {
-	switch g.Kind {
-	case grant.Process:
-		if len(g.Args) > 0 {
-			return strings.Join(g.Args, " ")
-		}
+	switch g := g.(type) {
+	case grant.Argv:
+		return strings.Join(g.Words, " ")
+	case grant.Cwd:
+		return g.Dir
+	case grant.NoNewPrivileges:
+		return strconv.FormatBool(g.On)
+	case grant.Terminal:
+		return strconv.FormatBool(g.On)
+	case grant.Capabilities:
+		return "none"
+	case grant.Identity:
+		return strconv.FormatUint(uint64(g.ID), 10)
+	case grant.Env:
 		return g.Value
+	case grant.Hostname:
+		return g.Name
 	case grant.Mount:
 		switch g.Type {
 		case "bind":
 			return "<- " + g.Source
 		case "erofs":
-			return "erofs <- " + g.Source + " " + g.Value
+			return "erofs <- " + g.Source + " " + g.Digest
 		}
 		return g.Type + " " + strings.Join(g.Options, ",")
 	case grant.Egress:
-		return g.Proto + "/" + strconv.Itoa(g.Port) + " " + g.Value
+		return g.Proto + "/" + strconv.Itoa(g.Port) + " " + g.Purpose
 	case grant.Route:
-		d := "gateway:" + strconv.Itoa(g.Port) + " " + g.Value + " -> " + g.Source
-		var methods, tools []string
-		for _, o := range g.Options {
-			if v, ok := strings.CutPrefix(o, "method="); ok {
-				methods = append(methods, v)
-			} else if v, ok := strings.CutPrefix(o, "tool="); ok {
-				tools = append(tools, v)
-			}
-		}
-		if g.Subject == "mcp" {
+		d := "gateway:" + strconv.Itoa(g.Port) + " " + g.Method + " " + g.Path + " -> " + g.Upstream
+		if g.Purpose == "mcp" {
 			// The scope is authority: shown even when empty.
-			d += " methods [" + strings.Join(methods, " ") + "] tools [" + strings.Join(tools, " ") + "]"
+			d += " methods [" + strings.Join(g.Methods, " ") + "] tools [" + strings.Join(g.Tools, " ") + "]"
 		}
 		return d
 	case grant.Rootfs:
-		return g.Source + " " + g.Value
+		return g.Path + " " + g.Version + " " + g.Digest
+	case grant.Rlimit:
+		return strconv.FormatUint(g.Max, 10)
+	case grant.CgroupMax:
+		return strconv.FormatInt(g.Max, 10)
+	case grant.CPUQuota:
+		return strconv.FormatFloat(g.CPUs, 'f', -1, 64)
+	case grant.OutputLimit:
+		return strconv.FormatInt(g.Bytes, 10)
+	case grant.WallLimit:
+		return strconv.FormatInt(int64(g.Wall/time.Second), 10)
+	case grant.NetworkMode:
+		return g.Mode
+	case grant.DirectFS:
+		return strconv.FormatBool(g.On)
 	}
-	return g.Value
+	return ""
 }
 
 func loadManifest(dir string) (*bundle.Manifest, error) {

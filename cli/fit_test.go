@@ -163,7 +163,7 @@ func TestWideKeepsValues(t *testing.T) {
 		}
 		for i, g := range m.Grants {
 			line := lines[headLines+i]
-			for _, v := range []string{string(g.Kind), string(g.Access), g.Subject, detail(g), g.Fact, g.Reason} {
+			for _, v := range []string{string(g.Kind()), string(g.Access()), g.Subject(), detail(g), g.Why().Fact, g.Why().Reason} {
 				if !strings.Contains(line, v) {
 					t.Errorf("%s: explain --wide line for grant %d lacks %q: %q", name, i, v, line)
 				}
@@ -181,9 +181,9 @@ func TestWideKeepsValues(t *testing.T) {
 		n := 0
 		for _, c := range grant.Diff(ref.Grants, m.Grants) {
 			want := []string{c.Key}
-			for _, g := range []*grant.Grant{c.Old, c.New} {
+			for _, g := range []grant.Grant{c.Old, c.New} {
 				if g != nil {
-					want = append(want, string(g.Access)+" "+detail(*g)+" "+g.Fact)
+					want = append(want, string(g.Access())+" "+detail(g)+" "+g.Why().Fact)
 				}
 			}
 			for _, w := range want {

@@ -13,7 +13,6 @@ import (
 	"paseo.dev/paseo-policy/bundle"
 	"paseo.dev/paseo-policy/compiler/pathsafe"
 	"paseo.dev/paseo-policy/diag"
-	"paseo.dev/paseo-policy/grant"
 	"paseo.dev/paseo-policy/profiles"
 	"paseo.dev/paseo-policy/schema"
 )
@@ -38,7 +37,7 @@ type Inputs struct {
 
 // Result is a compiled launch.
 type Result struct {
-	Plan     *grant.Plan
+	Plan     *Plan
 	Manifest *bundle.Manifest
 	Files    bundle.Files
 }
@@ -79,7 +78,7 @@ func Compile(in Inputs, opts Options) (*Result, diag.List) {
 	if len(l) > 0 {
 		return nil, l.Sorted()
 	}
-	files, manifest, err := render(c, plan)
+	files, manifest, err := Render(plan)
 	if err != nil {
 		l.Addf(diag.Internal, "", "render: %v", err)
 		return nil, l

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"paseo.dev/paseo-policy/bundle"
 	"paseo.dev/paseo-policy/diag"
@@ -67,12 +68,12 @@ func TestProfileLimitsOnlyNarrow(t *testing.T) {
 	}
 	got := map[string]grant.Grant{}
 	for _, g := range r.Plan.Grants {
-		got[string(g.Kind)+" "+g.Subject] = g
+		got[g.Key()] = g
 	}
-	if g := got["cgroup pids"]; g.Value != "512" || !strings.Contains(g.Fact, "profile.pi-session.limits.pids") {
+	if g, _ := got["cgroup pids"].(grant.CgroupMax); g.Max != 512 || !strings.Contains(g.Fact, "profile.pi-session.limits.pids") {
 		t.Errorf("pids: %+v (registry 512 must win over a larger cap)", g)
 	}
-	if g := got["limit wallSeconds"]; g.Value != "60" {
+	if g, _ := got["limit wallSeconds"].(grant.WallLimit); g.Wall != 60*time.Second {
 		t.Errorf("wallSeconds: %+v (a smaller cap must win)", g)
 	}
 }

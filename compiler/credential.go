@@ -64,7 +64,7 @@ func (c *compilation) checkCredential() {
 // credentialMount grants auth.json read-write in oauth-file mode. In every
 // other mode an existing <agentDir>/auth.json would be visible through the
 // agent dir mount, so it is refused rather than silently exposed.
-func (c *compilation) credentialMount() []grant.Grant {
+func (c *compilation) credentialMount() []grant.Mount {
 	f := c.facts
 	roots := c.dep.Roots.State
 	if f.Credential.Mode == "oauth-file" {
@@ -81,8 +81,7 @@ func (c *compilation) credentialMount() []grant.Grant {
 			return nil
 		}
 		c.checkOAuthStore(s)
-		return []grant.Grant{{Kind: grant.Mount, Subject: s.dest, Access: grant.RW, Type: "bind", Source: s.host, Options: bindOpts(grant.RW),
-			Reason: "OAuth credential; read-write because Pi rewrites refreshed tokens", Fact: "credential.authFile"}}
+		return []grant.Mount{bind(s.dest, s.host, grant.RW, "OAuth credential; read-write because Pi rewrites refreshed tokens", "credential.authFile")}
 	}
 	if code, _ := pathform.Check(f.State.AgentDir); code == "" {
 		authFile := f.State.AgentDir + "/auth.json"

@@ -14,7 +14,7 @@ func (c *compilation) env(p *grant.Plan) {
 	f := c.facts
 	prof := "profile." + c.prof.Name
 	add := func(name, value, reason, fact string) {
-		p.Add(grant.Grant{Kind: grant.Env, Subject: name, Access: grant.Set, Value: value, Reason: reason, Fact: fact})
+		p.Add(grant.Env{Name: name, Value: value, Provenance: why(reason, fact)})
 	}
 	add("HOME", sandboxHome, "private tmpfs home", prof)
 	add("PATH", c.reg.Image.Path, "the image's fixed tool paths", "registry.image.path")
@@ -37,7 +37,7 @@ func (c *compilation) env(p *grant.Plan) {
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		if slices.ContainsFunc(p.Grants, func(g grant.Grant) bool { return g.Kind == grant.Env && g.Subject == k }) {
+		if slices.ContainsFunc(p.Grants, func(g grant.Grant) bool { return g.Kind() == grant.KindEnv && g.Subject() == k }) {
 			c.diags.Addf(diag.ProfileInvalid, prof+".env."+k, "the profile may not override the fixed environment")
 			continue
 		}

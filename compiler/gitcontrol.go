@@ -29,7 +29,7 @@ var gitControl = []struct {
 // metadata and the workspace holds a repository.
 // Nothing is added when the Git dir (or the workspace) itself was refused:
 // that refusal already names the fact.
-func (c *compilation) gitControlBinds(granted []grant.Grant) []grant.Grant {
+func (c *compilation) gitControlBinds(granted []grant.Mount) []grant.Mount {
 	f := c.facts
 	roots := c.dep.Roots.Workspace
 	var repo, fact string
@@ -61,18 +61,17 @@ func (c *compilation) gitControlBinds(granted []grant.Grant) []grant.Grant {
 	if f.Workspace.Git == nil {
 		parent = "workspace.cwd"
 	}
-	if !slices.ContainsFunc(granted, func(g grant.Grant) bool { return g.Fact == parent }) {
+	if !slices.ContainsFunc(granted, func(g grant.Mount) bool { return g.Fact == parent }) {
 		return nil
 	}
-	var out []grant.Grant
+	var out []grant.Mount
 	for _, gc := range gitControl {
 		s, ok := c.src.resolve(fact+"/"+gc.name, repo+"/"+gc.name, "workspace", roots, gc.kind)
 		if !ok {
 			continue
 		}
-		out = append(out, grant.Grant{Kind: grant.Mount, Subject: s.dest, Access: grant.RO, Type: "bind", Source: s.host,
-			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}, Fact: s.fact,
-			Reason: "the repository's " + gc.name + ", read-only: Git runs what it names in every sandbox that shares the repository"})
+		out = append(out, grant.Mount{Destination: s.dest, Type: "bind", Source: s.host, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
+			Provenance: why("the repository's "+gc.name+", read-only: Git runs what it names in every sandbox that shares the repository", s.fact)})
 	}
 	return out
 }

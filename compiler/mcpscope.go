@@ -9,29 +9,23 @@ import (
 // names what its kind of Pi process needs (profile.mcp); a deployment's
 // registry entry may narrow it (registry.deployments.<id>.mcp) but never
 // add to it, so an operator cannot widen a profile by mistake. The result
-// is written into the route grant as method=… and tool=… options, in the
-// profile's order, where explain shows it and diff flags a widening.
+// is written into the route grant's methods and tools, in the profile's
+// order, where explain shows it and diff flags a widening.
 
-// mcpScope returns the options naming the route's scope.
-func (c *compilation) mcpScope() []string {
+// mcpScope returns the route's scope.
+func (c *compilation) mcpScope() (methods, tools []string) {
 	if c.prof.MCP == nil {
-		return nil // no scope: the proxy forwards nothing
+		return nil, nil // no scope: the proxy forwards nothing
 	}
-	methods, tools := c.prof.MCP.Methods, c.prof.MCP.Tools
+	methods, tools = c.prof.MCP.Methods, c.prof.MCP.Tools
 	if n := c.dep.MCP; n != nil {
 		methods, tools = narrow(methods, n.Methods), narrow(tools, n.Tools)
 	}
-	var out []string
-	for _, m := range methods {
-		out = append(out, "method="+m)
-	}
 	// tools/call without the method allows no tool: keep the two consistent.
-	if slices.Contains(methods, "tools/call") || slices.Contains(methods, "tools/list") {
-		for _, t := range tools {
-			out = append(out, "tool="+t)
-		}
+	if !slices.Contains(methods, "tools/call") && !slices.Contains(methods, "tools/list") {
+		tools = nil
 	}
-	return out
+	return slices.Clone(methods), slices.Clone(tools)
 }
 
 // narrow keeps the profile's entries the registry names, or all of them

@@ -37,9 +37,9 @@ func TestMCPScopeRendered(t *testing.T) {
 	if len(diags) > 0 {
 		t.Fatal(diags)
 	}
-	var route *grant.Grant
+	var route *grant.Route
 	for _, g := range r.Manifest.Grants {
-		if g.Kind == grant.Route && g.Subject == "mcp" {
+		if g, ok := g.(grant.Route); ok && g.Purpose == "mcp" {
 			route = &g
 		}
 	}
@@ -57,7 +57,14 @@ func TestMCPScopeRendered(t *testing.T) {
 	for _, tool := range eg.Routes[0].Tools {
 		opts = append(opts, "tool="+tool)
 	}
-	if got, want := strings.Join(opts, " "), strings.Join(route.Options[2:], " "); got != want {
+	var scope []string
+	for _, m := range route.Methods {
+		scope = append(scope, "method="+m)
+	}
+	for _, tool := range route.Tools {
+		scope = append(scope, "tool="+tool)
+	}
+	if got, want := strings.Join(opts, " "), strings.Join(scope, " "); got != want {
 		t.Errorf("egress.json scope %q, grant %q", got, want)
 	}
 	for _, tool := range []string{"create_agent", "send_agent_prompt", "kill_agent", "respond_to_permission"} {

@@ -20,10 +20,8 @@ func parseIP(s string) net.IP { return net.ParseIP(s) }
 // route grant per destination the profile's purposes and the facts require.
 func (c *compilation) network(p *grant.Plan) {
 	n := c.reg.Network
-	p.Add(grant.Grant{Kind: grant.Runtime, Subject: "network", Access: grant.Set, Value: n.Mode,
-		Reason: networkReason(n.Mode), Fact: "registry.network.mode"})
-	p.Add(grant.Grant{Kind: grant.Runtime, Subject: "directfs", Access: grant.Set, Value: "false",
-		Reason: "file access stays behind the gofer", Fact: "profile." + c.prof.Name})
+	p.Add(grant.NetworkMode{Mode: n.Mode, Provenance: why(networkReason(n.Mode), "registry.network.mode")})
+	p.Add(grant.DirectFS{On: false, Provenance: why("file access stays behind the gofer", "profile."+c.prof.Name)})
 	if n.Mode != "sandbox" {
 		c.checkURLs() // still refuse bad URLs: facts must be valid whatever the registry says
 		return
@@ -32,8 +30,8 @@ func (c *compilation) network(p *grant.Plan) {
 	f := c.facts
 	if slices.Contains(purposes, "model") {
 		if host, port, scheme, ok := c.endpoint("model.baseURL", f.Model.BaseURL); ok {
-			p.Add(grant.Grant{Kind: grant.Egress, Subject: host, Access: grant.Allow, Proto: "tcp", Port: port, Value: "model",
-				Reason: "the selected model endpoint (" + scheme + ")", Fact: "model.baseURL"})
+			p.Add(grant.Egress{Host: host, Proto: "tcp", Port: port, Purpose: "model",
+				Provenance: why("the selected model endpoint ("+scheme+")", "model.baseURL")})
 		}
 	} else {
 		c.endpoint("model.baseURL", f.Model.BaseURL)
@@ -45,14 +43,14 @@ func (c *compilation) network(p *grant.Plan) {
 		fact := fmt.Sprintf("credential.refreshURLs[%d]", i)
 		host, port, _, ok := c.endpoint(fact, u)
 		if ok && slices.Contains(purposes, "oauth-refresh") && f.Credential.Mode == "oauth-file" {
-			p.Add(grant.Grant{Kind: grant.Egress, Subject: host, Access: grant.Allow, Proto: "tcp", Port: port, Value: "oauth-refresh",
-				Reason: "OAuth token refresh for the credential in auth.json", Fact: fact})
+			p.Add(grant.Egress{Host: host, Proto: "tcp", Port: port, Purpose: "oauth-refresh",
+				Provenance: why("OAuth token refresh for the credential in auth.json", fact)})
 		}
 	}
 	if n.DNS == "resolver" && slices.Contains(purposes, "dns") {
 		for _, proto := range []string{"udp", "tcp"} {
-			p.Add(grant.Grant{Kind: grant.Egress, Subject: n.Resolver, Access: grant.Allow, Proto: proto, Port: 53, Value: "dns",
-				Reason: "DNS to the configured resolver only", Fact: "registry.network.resolver"})
+			p.Add(grant.Egress{Host: n.Resolver, Proto: proto, Port: 53, Purpose: "dns",
+				Provenance: why("DNS to the configured resolver only", "registry.network.resolver")})
 		}
 	}
 }
@@ -151,11 +149,11 @@ func (c *compilation) mcpRoute(p *grant.Plan, allowed bool) {
 		}
 		upstream, fact = c.dep.Daemon.MCPUpstream+u.Path, "registry.deployments."+c.facts.Deployment.ID+".daemon.mcpUpstream"
 	}
-	p.Add(grant.Grant{Kind: grant.Route, Subject: "mcp", Access: grant.Allow, Proto: "tcp", Port: port,
-		Value: "POST " + u.Path, Source: upstream,
-		Options: append([]string{"callerAgentId=" + c.facts.Agent.ID, "tokenRef=" + c.facts.MCP.TokenRef}, c.mcpScope()...),
-		Reason: "Paseo MCP tools via the launcher's per-sandbox proxy on the gateway, which adds the daemon's bearer and forwards only the methods and tools named here " +
-			"(profile.mcp, narrowed by registry.deployments." + c.facts.Deployment.ID + ".mcp); the daemon's listener itself stays unreachable", Fact: fact})
+	methods, tools := c.mcpScope()
+	p.Add(grant.Route{Purpose: "mcp", Proto: "tcp", Port: port, Method: "POST", Path: u.Path, Upstream: upstream,
+		CallerAgentID: c.facts.Agent.ID, TokenRef: c.facts.MCP.TokenRef, Methods: methods, Tools: tools,
+		Provenance: why("Paseo MCP tools via the launcher's per-sandbox proxy on the gateway, which adds the daemon's bearer and forwards only the methods and tools named here "+
+			"(profile.mcp, narrowed by registry.deployments."+c.facts.Deployment.ID+".mcp); the daemon's listener itself stays unreachable", fact)})
 }
 
 // checkResolver refuses a registry resolver that is not an IP address in

@@ -1,6 +1,7 @@
 package compiler
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -55,7 +56,18 @@ type compilation struct {
 	settings *source
 }
 
-func (c *compilation) plan() *grant.Plan {
+// Plan is what the renderers read, and all they read: the grants, and the
+// decisions about a launch that are not authority (the manifest's header,
+// the DNS mode egress.json records, the identity each bind source resolved
+// to). Render is a function of it alone.
+type Plan struct {
+	grant.Plan
+	Header bundle.Manifest // manifest.json without its grants and outputs
+	DNS    string          // registry.network.dns
+	Pins   []bundle.Pin    // one per bind with a host source, by destination
+}
+
+func (c *compilation) plan() *Plan {
 	f := c.facts
 	dep, ok := c.reg.Deployments[f.Deployment.ID]
 	if !ok {
@@ -67,21 +79,35 @@ func (c *compilation) plan() *grant.Plan {
 	c.limits = c.effectiveLimits()
 	c.checkCredential()
 
-	p := &grant.Plan{}
-	c.rootfs(p)
-	c.process(p)
-	c.namespaces(p)
-	c.mounts(p)
-	c.env(p)
-	c.resources(p)
-	c.network(p)
+	p := &Plan{DNS: c.reg.Network.DNS}
+	g := &p.Plan
+	c.rootfs(g)
+	c.process(g)
+	c.namespaces(g)
+	c.mounts(g)
+	c.env(g)
+	c.resources(g)
+	c.network(g)
+	if len(*c.diags) > 0 {
+		return p
+	}
+	var err error
+	if p.Header, err = c.header(); err != nil {
+		c.diags.Addf(diag.Internal, "", "manifest header: %v", err)
+	}
+	if p.Pins, err = c.pins(g); err != nil {
+		c.diags.Addf(diag.Internal, "", "pins: %v", err)
+	}
+	if err := p.Grants.Validate(); err != nil {
+		c.diags.Addf(diag.Internal, "", "%v", err)
+	}
 	return p
 }
 
 func (c *compilation) rootfs(p *grant.Plan) {
 	img := c.reg.Image // checked with the whole registry (checkRootfs)
-	p.Add(grant.Grant{Kind: grant.Rootfs, Subject: "/", Access: grant.RO, Source: img.Rootfs, Value: img.Version + " " + img.Digest,
-		Reason: "pinned image with Pi, Node, bash, git, rg and fd; read-only so the agent cannot change its own tools", Fact: "registry.image"})
+	p.Add(grant.Rootfs{Path: img.Rootfs, ReadOnly: true, Version: img.Version, Digest: img.Digest,
+		Provenance: why("pinned image with Pi, Node, bash, git, rg and fd; read-only so the agent cannot change its own tools", "registry.image")})
 	c.erofs(p)
 }
 
@@ -124,9 +150,8 @@ func (c *compilation) erofs(p *grant.Plan) {
 			continue
 		}
 		dirs = append(dirs, e.Dir)
-		p.Add(grant.Grant{Kind: grant.Mount, Subject: e.Dir, Access: grant.RO, Type: "erofs", Source: e.File, Value: e.Digest,
-			Options: []string{"ro", "nosuid", "nodev"}, Fact: fact,
-			Reason: "the image's " + e.Dir + " from its EROFS file, read by the Sentry without gofer round trips; same files as the tree, digest checked at launch"})
+		p.Add(grant.Mount{Destination: e.Dir, Type: "erofs", Source: e.File, Digest: e.Digest, Options: []string{"ro", "nosuid", "nodev"},
+			Provenance: why("the image's "+e.Dir+" from its EROFS file, read by the Sentry without gofer round trips; same files as the tree, digest checked at launch", fact)})
 	}
 	c.erofsDirs = dirs
 }
@@ -136,31 +161,25 @@ func (c *compilation) process(p *grant.Plan) {
 	for i, w := range c.prof.Argv {
 		fact := fmt.Sprintf("profile.%s.argv[%d]", c.prof.Name, i)
 		if w.Lit != "" {
-			p.Add(grant.Grant{Kind: grant.Process, Subject: "argv", Access: grant.Set, Args: []string{w.Lit}, Reason: "fixed by profile " + c.prof.Name, Fact: fact})
+			p.Add(grant.Argv{Words: []string{w.Lit}, Provenance: why("fixed by profile "+c.prof.Name, fact)})
 			continue
 		}
 		args, fact, reason := c.slot(w.Slot)
 		if len(args) > 0 {
-			p.Add(grant.Grant{Kind: grant.Process, Subject: "argv", Access: grant.Set, Args: args, Reason: reason, Fact: fact})
+			p.Add(grant.Argv{Words: args, Provenance: why(reason, fact)})
 		}
 	}
-	p.Add(grant.Grant{Kind: grant.Process, Subject: "cwd", Access: grant.Set, Value: f.Workspace.Cwd,
-		Reason: "Pi runs in the agent cwd, at the same absolute path the daemon records", Fact: "workspace.cwd"})
+	p.Add(grant.Cwd{Dir: f.Workspace.Cwd, Provenance: why("Pi runs in the agent cwd, at the same absolute path the daemon records", "workspace.cwd")})
 	uid, gid, uidFact, gidFact := c.sandboxUser()
 	who := "the image's unprivileged sandbox"
 	if c.dep.User != nil {
 		who = "deployment " + f.Deployment.ID + "'s sandbox"
 	}
-	p.Add(grant.Grant{Kind: grant.Identity, Subject: "uid", Access: grant.Set, Value: strconv.FormatUint(uint64(uid), 10),
-		Reason: who + " user", Fact: uidFact})
-	p.Add(grant.Grant{Kind: grant.Identity, Subject: "gid", Access: grant.Set, Value: strconv.FormatUint(uint64(gid), 10),
-		Reason: who + " group", Fact: gidFact})
-	p.Add(grant.Grant{Kind: grant.Process, Subject: "capabilities", Access: grant.Set, Value: "none",
-		Reason: "no Linux capability in any set", Fact: "profile." + c.prof.Name + ".capabilities"})
-	p.Add(grant.Grant{Kind: grant.Process, Subject: "noNewPrivileges", Access: grant.Set, Value: "true",
-		Reason: "setuid binaries and file capabilities cannot raise privilege", Fact: "profile." + c.prof.Name})
-	p.Add(grant.Grant{Kind: grant.Process, Subject: "terminal", Access: grant.Set, Value: "false",
-		Reason: "Pi RPC speaks JSONL over pipes the launcher owns", Fact: "profile." + c.prof.Name})
+	p.Add(grant.Identity{Field: "uid", ID: uid, Provenance: why(who+" user", uidFact)})
+	p.Add(grant.Identity{Field: "gid", ID: gid, Provenance: why(who+" group", gidFact)})
+	p.Add(grant.Capabilities{Provenance: why("no Linux capability in any set", "profile."+c.prof.Name+".capabilities")})
+	p.Add(grant.NoNewPrivileges{On: true, Provenance: why("setuid binaries and file capabilities cannot raise privilege", "profile."+c.prof.Name)})
+	p.Add(grant.Terminal{On: false, Provenance: why("Pi RPC speaks JSONL over pipes the launcher owns", "profile."+c.prof.Name)})
 }
 
 // slot expands one argv slot from facts.
@@ -201,9 +220,9 @@ func (c *compilation) slot(name string) (args []string, fact, reason string) {
 
 func (c *compilation) namespaces(p *grant.Plan) {
 	for _, ns := range []string{"pid", "ipc", "uts", "mount", "network"} {
-		p.Add(grant.Grant{Kind: grant.Namespace, Subject: ns, Access: grant.New, Reason: "private " + ns + " namespace", Fact: "profile." + c.prof.Name})
+		p.Add(grant.Namespace{Type: ns, Provenance: why("private "+ns+" namespace", "profile."+c.prof.Name)})
 	}
-	p.Add(grant.Grant{Kind: grant.Hostname, Subject: "hostname", Access: grant.Set, Value: hostname, Reason: "a fixed name that reveals nothing about the host", Fact: "profile." + c.prof.Name})
+	p.Add(grant.Hostname{Name: hostname, Provenance: why("a fixed name that reveals nothing about the host", "profile."+c.prof.Name)})
 }
 
 // mounts adds kernel filesystems, private tmpfs, generated /etc files and
@@ -211,29 +230,29 @@ func (c *compilation) namespaces(p *grant.Plan) {
 // is always mounted before what nests in it.
 func (c *compilation) mounts(p *grant.Plan) {
 	for i, m := range c.prof.Mounts {
-		p.Add(grant.Grant{Kind: grant.Mount, Subject: m.Destination, Access: accessOf(m.Options), Type: m.Type, Source: m.Type,
-			Options: m.Options, Reason: m.Reason, Fact: fmt.Sprintf("profile.%s.mounts[%d]", c.prof.Name, i)})
+		p.Add(grant.Mount{Destination: m.Destination, Type: m.Type, Source: m.Type, Options: m.Options,
+			Provenance: why(m.Reason, fmt.Sprintf("profile.%s.mounts[%d]", c.prof.Name, i))})
 	}
 	size := "size=" + strconv.FormatInt(c.limits.TmpfsBytes, 10)
 	uid, gid := c.ownerOptions()
-	p.Add(grant.Grant{Kind: grant.Mount, Subject: sandboxTmp, Access: grant.RW, Type: "tmpfs", Source: "tmpfs",
-		Options: []string{"nosuid", "nodev", "mode=1777", size}, Reason: "private temp, destroyed with the sandbox; never the daemon's /tmp", Fact: "registry.limits.tmpfsBytes"})
-	p.Add(grant.Grant{Kind: grant.Mount, Subject: sandboxHome, Access: grant.RW, Type: "tmpfs", Source: "tmpfs",
-		Options: []string{"nosuid", "nodev", "mode=0700", uid, gid, size}, Reason: "an empty HOME; the daemon user's home is never mounted", Fact: "registry.limits.tmpfsBytes"})
-	p.Add(grant.Grant{Kind: grant.Mount, Subject: "/etc/hosts", Access: grant.RO, Type: "bind", Source: "files/hosts",
-		Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}, Reason: "generated; the launcher pins egress host names here", Fact: "registry.network.dns"})
-	p.Add(grant.Grant{Kind: grant.Mount, Subject: "/etc/resolv.conf", Access: grant.RO, Type: "bind", Source: "files/resolv.conf",
-		Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}, Reason: "generated; names a resolver only when the DNS mode allows one", Fact: "registry.network.dns"})
+	p.Add(grant.Mount{Destination: sandboxTmp, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", size},
+		Provenance: why("private temp, destroyed with the sandbox; never the daemon's /tmp", "registry.limits.tmpfsBytes")})
+	p.Add(grant.Mount{Destination: sandboxHome, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=0700", uid, gid, size},
+		Provenance: why("an empty HOME; the daemon user's home is never mounted", "registry.limits.tmpfsBytes")})
+	p.Add(grant.Mount{Destination: "/etc/hosts", Type: "bind", Source: "files/hosts", Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
+		Provenance: why("generated; the launcher pins egress host names here", "registry.network.dns")})
+	p.Add(grant.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: "files/resolv.conf", Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
+		Provenance: why("generated; names a resolver only when the DNS mode allows one", "registry.network.dns")})
 
 	binds := c.binds()
-	sort.SliceStable(binds, func(i, j int) bool { return binds[i].Subject < binds[j].Subject })
+	sort.SliceStable(binds, func(i, j int) bool { return binds[i].Destination < binds[j].Destination })
 	seen := map[string]string{}
 	for _, b := range binds {
-		if prev, dup := seen[b.Subject]; dup {
+		if prev, dup := seen[b.Destination]; dup {
 			c.diags.Addf(diag.PathLayout, b.Fact, "mounts at the same path as %s", prev)
 			continue
 		}
-		seen[b.Subject] = b.Fact
+		seen[b.Destination] = b.Fact
 		p.Add(b)
 	}
 	for _, b := range binds {
@@ -241,30 +260,21 @@ func (c *compilation) mounts(p *grant.Plan) {
 	}
 }
 
-func accessOf(opts []string) grant.Access {
-	for _, o := range opts {
-		if o == "ro" {
-			return grant.RO
-		}
-	}
-	return grant.RW
-}
-
 // reservedDest are sandbox paths a fact-driven bind may not cover or sit in.
 var reservedDest = []string{"/proc", "/sys", "/dev", "/etc", sandboxHome}
 
-func (c *compilation) checkDestination(b grant.Grant) {
+func (c *compilation) checkDestination(b grant.Mount) {
 	for _, r := range reservedDest {
-		if pathform.Beneath(r, b.Subject) || pathform.Beneath(b.Subject, r) {
+		if pathform.Beneath(r, b.Destination) || pathform.Beneath(b.Destination, r) {
 			c.diags.Addf(diag.PathLayout, b.Fact, "would mount over or inside the sandbox's own %s", r)
 			return
 		}
 	}
-	if b.Subject == sandboxTmp || b.Subject == "/" {
-		c.diags.Addf(diag.PathLayout, b.Fact, "would replace the sandbox's %s", b.Subject)
+	if b.Destination == sandboxTmp || b.Destination == "/" {
+		c.diags.Addf(diag.PathLayout, b.Fact, "would replace the sandbox's %s", b.Destination)
 	}
 	for _, d := range c.erofsDirs {
-		if pathform.Beneath(d, b.Subject) || pathform.Beneath(b.Subject, d) {
+		if pathform.Beneath(d, b.Destination) || pathform.Beneath(b.Destination, d) {
 			c.diags.Addf(diag.PathLayout, b.Fact, "would mount over or inside the image's read-only EROFS %s, which cannot hold mount points", d)
 			return
 		}
@@ -275,16 +285,23 @@ func bindOpts(a grant.Access) []string {
 	return []string{"bind", string(a), "nosuid", "nodev"}
 }
 
+// bind is a bind mount of a resolved source with the usual options.
+func bind(dest, host string, a grant.Access, reason, fact string) grant.Mount {
+	return grant.Mount{Destination: dest, Type: "bind", Source: host, Options: bindOpts(a), Provenance: why(reason, fact)}
+}
+
+func why(reason, fact string) grant.Provenance { return grant.Provenance{Reason: reason, Fact: fact} }
+
 // binds resolves every fact-driven bind mount.
-func (c *compilation) binds() []grant.Grant {
+func (c *compilation) binds() []grant.Mount {
 	f := c.facts
 	roots := c.dep.Roots
-	var out []grant.Grant
+	var out []grant.Mount
 	add := func(s source, ok bool, a grant.Access, reason string) {
 		if !ok {
 			return
 		}
-		out = append(out, grant.Grant{Kind: grant.Mount, Subject: s.dest, Access: a, Type: "bind", Source: s.host, Options: bindOpts(a), Reason: reason, Fact: s.fact})
+		out = append(out, bind(s.dest, s.host, a, reason, s.fact))
 	}
 	cwd, cwdOK := c.src.resolve("workspace.cwd", f.Workspace.Cwd, "workspace", roots.Workspace, pathsafe.Dir)
 	add(cwd, cwdOK, grant.RW, "the agent's workspace, read-write at the path the daemon uses")
@@ -338,9 +355,9 @@ func (c *compilation) binds() []grant.Grant {
 		// The daemon's own file names its loopback, which the sandbox cannot
 		// reach, and may list other servers; the sandbox gets a generated one
 		// at the same path instead (render.go renderMCPConfig).
-		out = append(out, grant.Grant{Kind: grant.Mount, Subject: f.Launch.MCPConfig, Access: grant.RO, Type: "bind", Source: bundle.MCPConfigFile,
-			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}, Fact: "launch.mcpConfig",
-			Reason: "generated MCP config: only Paseo's server, through the launcher's proxy on the gateway; no bearer (the proxy adds the daemon's)"})
+		out = append(out, grant.Mount{Destination: f.Launch.MCPConfig, Type: "bind", Source: bundle.MCPConfigFile,
+			Options:    []string{"bind", "ro", "nosuid", "nodev", "noexec"},
+			Provenance: why("generated MCP config: only Paseo's server, through the launcher's proxy on the gateway; no bearer (the proxy adds the daemon's)", "launch.mcpConfig")})
 	}
 	out = append(out, c.credentialMount()...)
 	if f.State.CacheDir != "" && c.prof.State.CacheDir == "rw" {
@@ -364,7 +381,7 @@ const jitiCache = sandboxTmp + "/jiti"
 // workspace could plant files in it. The agent could still plant entries in
 // its own cache, so the profiles' argv empties it and copies in the image's
 // seed before Pi starts (threat 56).
-func (c *compilation) cacheBind(others []grant.Grant) []grant.Grant {
+func (c *compilation) cacheBind(others []grant.Mount) []grant.Mount {
 	f := c.facts
 	s, ok := c.src.resolve("state.cacheDir", f.State.CacheDir, "state", c.dep.Roots.State, pathsafe.Dir)
 	if !ok || !c.ownedByAgent("state.cacheDir", f.State.CacheDir, "transpiled extension code") {
@@ -372,7 +389,7 @@ func (c *compilation) cacheBind(others []grant.Grant) []grant.Grant {
 	}
 	overlap := map[string]string{f.State.AgentDir: "state.agentDir", f.State.SessionDir: "state.sessionDir"}
 	for _, g := range others {
-		overlap[g.Subject] = g.Fact
+		overlap[g.Destination] = g.Fact
 	}
 	for _, p := range slices.Sorted(maps.Keys(overlap)) {
 		if pathform.Beneath(p, f.State.CacheDir) || pathform.Beneath(f.State.CacheDir, p) {
@@ -380,8 +397,8 @@ func (c *compilation) cacheBind(others []grant.Grant) []grant.Grant {
 			return nil
 		}
 	}
-	return []grant.Grant{{Kind: grant.Mount, Subject: jitiCache, Access: grant.RW, Type: "bind", Source: s.host, Options: bindOpts(grant.RW), Fact: "state.cacheDir",
-		Reason: "this agent's jiti cache, emptied and reseeded from the image's seed by the profile's argv before every start, so nothing left in it runs again; code Pi runs, so never shared between agents"}}
+	return []grant.Mount{bind(jitiCache, s.host, grant.RW,
+		"this agent's jiti cache, emptied and reseeded from the image's seed by the profile's argv before every start, so nothing left in it runs again; code Pi runs, so never shared between agents", "state.cacheDir")}
 }
 
 // mcpRouted reports whether this launch gets the private MCP route: network
@@ -397,4 +414,61 @@ func (c *compilation) usesSlot(name string) bool {
 		}
 	}
 	return false
+}
+
+// pins records one pin per bind mount with a host source, from the plan's
+// mount grants (so a bind cannot go unpinned) and the identity its source
+// resolved to. A bind whose source was never resolved is a compiler bug and
+// fails the compile rather than a launch.
+func (c *compilation) pins(plan *grant.Plan) ([]bundle.Pin, error) {
+	out := []bundle.Pin{}
+	for _, g := range plan.Grants {
+		m, ok := g.(grant.Mount)
+		if !ok || !m.IsBind() || slices.Contains(bundle.InternalSources, m.Source) {
+			continue
+		}
+		s, ok := c.src.resolved[m.Source]
+		if !ok {
+			return nil, fmt.Errorf("bind %s: source %s was never resolved beneath a root, so it cannot be pinned", m.Destination, m.Source)
+		}
+		out = append(out, bundle.Pin{Destination: m.Destination, Source: s.host, Root: s.root, Dev: s.id.Dev, Ino: s.id.Ino, Kind: string(s.id.Kind)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Destination < out[j].Destination })
+	return out, nil
+}
+
+// header ties the bundle to its inputs. Input digests are over canonical
+// JSON of the decoded values, so CUE and JSON spellings of the same facts
+// give the same manifest.
+func (c *compilation) header() (bundle.Manifest, error) {
+	factsJSON, err := json.Marshal(c.facts)
+	if err != nil {
+		return bundle.Manifest{}, err
+	}
+	entry := struct {
+		ID         string `json:"id"`
+		Deployment any    `json:"deployment"`
+		Image      any    `json:"image"`
+		Network    any    `json:"network"`
+		Limits     any    `json:"limits"`
+		Supervisor any    `json:"supervisor"`
+	}{c.facts.Deployment.ID, c.dep, c.reg.Image, c.reg.Network, c.reg.Limits, c.reg.Supervisor}
+	entryJSON, err := json.Marshal(entry)
+	if err != nil {
+		return bundle.Manifest{}, err
+	}
+	profJSON, err := json.Marshal(c.prof)
+	if err != nil {
+		return bundle.Manifest{}, err
+	}
+	return bundle.Manifest{
+		APIVersion: bundle.ManifestAPIVersion, Kind: bundle.ManifestKind, Compiler: "paseo-policy/" + Version,
+		Profile: c.prof.Name, Deployment: c.facts.Deployment.ID, Topology: c.dep.Topology, Agent: c.facts.Agent.ID,
+		Image: bundle.ImageRef{Version: c.reg.Image.Version, Digest: c.reg.Image.Digest, Rootfs: c.reg.Image.Rootfs},
+		Inputs: map[string]string{
+			"facts":         bundle.Digest(factsJSON),
+			"registryEntry": bundle.Digest(entryJSON),
+			"profile":       bundle.Digest(profJSON),
+		},
+	}, nil
 }

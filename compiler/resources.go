@@ -3,7 +3,7 @@ package compiler
 import (
 	"fmt"
 	"math"
-	"strconv"
+	"time"
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/grant"
@@ -57,14 +57,12 @@ func (c *compilation) limitFact(name string) string {
 
 func (c *compilation) resources(p *grant.Plan) {
 	l := c.limits
-	i64 := func(n int64) string { return strconv.FormatInt(n, 10) }
-	u64 := func(n uint64) string { return strconv.FormatUint(n, 10) }
-	p.Add(grant.Grant{Kind: grant.Rlimit, Subject: "RLIMIT_CORE", Access: grant.Max, Value: "0", Reason: "no core dumps of a process that holds a credential", Fact: "profile." + c.prof.Name})
-	p.Add(grant.Grant{Kind: grant.Rlimit, Subject: "RLIMIT_NOFILE", Access: grant.Max, Value: u64(l.Nofile), Reason: "open files per process", Fact: c.limitFact("nofile")})
-	p.Add(grant.Grant{Kind: grant.Rlimit, Subject: "RLIMIT_NPROC", Access: grant.Max, Value: u64(l.Nproc), Reason: "processes per user inside the sandbox", Fact: c.limitFact("nproc")})
-	p.Add(grant.Grant{Kind: grant.Cgroup, Subject: "memory", Access: grant.Max, Value: i64(l.MemoryBytes), Reason: "memory including swap", Fact: c.limitFact("memoryBytes")})
-	p.Add(grant.Grant{Kind: grant.Cgroup, Subject: "pids", Access: grant.Max, Value: i64(l.Pids), Reason: "tasks in the sandbox; Pi, bash and MCP children included", Fact: c.limitFact("pids")})
-	p.Add(grant.Grant{Kind: grant.Cgroup, Subject: "cpu", Access: grant.Max, Value: strconv.FormatFloat(l.CPUs, 'f', -1, 64), Reason: "CPUs, as quota over a 100ms period", Fact: c.limitFact("cpus")})
-	p.Add(grant.Grant{Kind: grant.Limit, Subject: "outputBytes", Access: grant.Max, Value: i64(l.OutputBytes), Reason: "stdout and stderr together; the launcher ends the sandbox when they pass this", Fact: c.limitFact("outputBytes")})
-	p.Add(grant.Grant{Kind: grant.Limit, Subject: "wallSeconds", Access: grant.Max, Value: i64(l.WallSeconds), Reason: "the launcher tears the sandbox down after this long", Fact: c.limitFact("wallSeconds")})
+	p.Add(grant.Rlimit{Type: "RLIMIT_CORE", Max: 0, Provenance: why("no core dumps of a process that holds a credential", "profile."+c.prof.Name)})
+	p.Add(grant.Rlimit{Type: "RLIMIT_NOFILE", Max: l.Nofile, Provenance: why("open files per process", c.limitFact("nofile"))})
+	p.Add(grant.Rlimit{Type: "RLIMIT_NPROC", Max: l.Nproc, Provenance: why("processes per user inside the sandbox", c.limitFact("nproc"))})
+	p.Add(grant.CgroupMax{Resource: "memory", Max: l.MemoryBytes, Provenance: why("memory including swap", c.limitFact("memoryBytes"))})
+	p.Add(grant.CgroupMax{Resource: "pids", Max: l.Pids, Provenance: why("host tasks of the sandbox (the Sentry's and gofer's threads, systrap stubs), which bounds Pi's children only indirectly", c.limitFact("pids"))})
+	p.Add(grant.CPUQuota{CPUs: l.CPUs, Provenance: why("CPUs, as quota over a 100ms period", c.limitFact("cpus"))})
+	p.Add(grant.OutputLimit{Bytes: l.OutputBytes, Provenance: why("stdout and stderr together; the launcher ends the sandbox when they pass this", c.limitFact("outputBytes"))})
+	p.Add(grant.WallLimit{Wall: time.Duration(l.WallSeconds) * time.Second, Provenance: why("the launcher tears the sandbox down after this long", c.limitFact("wallSeconds"))})
 }

@@ -34,7 +34,7 @@ import (
 // agentDirProjection grants the agent dir as a private tmpfs and binds the
 // profile's agentFiles into it read-only. The host agent dir itself is
 // resolved (it must be a directory beneath a state root) but never mounted.
-func (c *compilation) agentDirProjection() []grant.Grant {
+func (c *compilation) agentDirProjection() []grant.Mount {
 	f := c.facts
 	agent, ok := c.src.resolve("state.agentDir", f.State.AgentDir, "state", c.dep.Roots.State, pathsafe.Dir)
 	if !ok {
@@ -45,9 +45,9 @@ func (c *compilation) agentDirProjection() []grant.Grant {
 		return nil
 	}
 	uid, gid := c.ownerOptions()
-	out := []grant.Grant{{Kind: grant.Mount, Subject: agent.dest, Access: grant.RW, Type: "tmpfs", Source: "tmpfs",
-		Options: []string{"nosuid", "nodev", "noexec", "mode=0700", uid, gid, "size=" + strconv.FormatInt(agentDirBytes, 10)}, Fact: "state.agentDir",
-		Reason: "PI_CODING_AGENT_DIR: a private projection destroyed with the sandbox; Pi's locks and start-up writes land here, and nothing written here reaches another Pi"}}
+	out := []grant.Mount{{Destination: agent.dest, Type: "tmpfs", Source: "tmpfs",
+		Options:    []string{"nosuid", "nodev", "noexec", "mode=0700", uid, gid, "size=" + strconv.FormatInt(agentDirBytes, 10)},
+		Provenance: why("PI_CODING_AGENT_DIR: a private projection destroyed with the sandbox; Pi's locks and start-up writes land here, and nothing written here reaches another Pi", "state.agentDir")}}
 	for _, name := range c.prof.State.AgentFiles {
 		p := agent.dest + "/" + name
 		if !c.src.exists(p, "state", c.dep.Roots.State) {
@@ -61,9 +61,8 @@ func (c *compilation) agentDirProjection() []grant.Grant {
 		if name == "settings.json" {
 			c.settings = &s
 		}
-		out = append(out, grant.Grant{Kind: grant.Mount, Subject: s.dest, Access: grant.RO, Type: "bind", Source: s.host,
-			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}, Fact: fact,
-			Reason: "the daemon's " + name + ", read-only: the sandbox cannot change what a later Pi is configured to load"})
+		out = append(out, grant.Mount{Destination: s.dest, Type: "bind", Source: s.host, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
+			Provenance: why("the daemon's "+name+", read-only: the sandbox cannot change what a later Pi is configured to load", fact)})
 	}
 	return out
 }
@@ -91,11 +90,11 @@ func (c *compilation) ownedByAgent(fact, dir, holds string) bool {
 // apart refuses a writable per-agent dir that is, contains or lies inside
 // another bind of this launch (the workspace, which other agents may share,
 // or another state dir), where someone else could write into it.
-func (c *compilation) apart(fact, dir, holds string, others []grant.Grant) bool {
+func (c *compilation) apart(fact, dir, holds string, others []grant.Mount) bool {
 	overlap := map[string]string{}
 	for _, g := range others {
-		if g.Fact != fact && g.Type == "bind" {
-			overlap[g.Subject] = g.Fact
+		if g.Fact != fact && g.IsBind() {
+			overlap[g.Destination] = g.Fact
 		}
 	}
 	for _, p := range slices.Sorted(maps.Keys(overlap)) {
@@ -140,13 +139,13 @@ const authStoreBytes = 64 << 10
 // agentDirApart refuses a host agent dir that is, contains or lies inside a
 // read-write bind (other than its own auth.json): the sandbox could write
 // the daemon's settings.json or models.json through that bind.
-func (c *compilation) agentDirApart(binds []grant.Grant) {
+func (c *compilation) agentDirApart(binds []grant.Mount) {
 	dir := c.facts.State.AgentDir
 	for _, g := range binds {
-		if g.Type != "bind" || g.Access != grant.RW || g.Fact == "credential.authFile" {
+		if !g.IsBind() || g.ReadOnly() || g.Fact == "credential.authFile" {
 			continue
 		}
-		if pathform.Beneath(dir, g.Subject) || pathform.Beneath(g.Subject, dir) {
+		if pathform.Beneath(dir, g.Destination) || pathform.Beneath(g.Destination, dir) {
 			c.diags.Addf(diag.PathLayout, "state.agentDir", "the agent dir must lie apart from every read-write bind; it overlaps %s", g.Fact)
 			return
 		}
@@ -165,7 +164,7 @@ var settingsCode = []string{"packages", "extensions", "skills", "prompts", "them
 // (defaultProjectTrust "always"), or code from a path in a read-write bind,
 // where this or another agent could have planted it. Relative, ~ and
 // npm:/git: entries resolve in the sandbox's private projection and home.
-func (c *compilation) checkSettings(binds []grant.Grant) {
+func (c *compilation) checkSettings(binds []grant.Mount) {
 	if c.settings == nil {
 		return
 	}
@@ -183,9 +182,9 @@ func (c *compilation) checkSettings(binds []grant.Grant) {
 	if json.Unmarshal(set["defaultProjectTrust"], &trust) == nil && trust == "always" {
 		c.diags.Addf(diag.StateSettings, fact, "defaultProjectTrust \"always\" would load the workspace's .pi extensions, which other agents sharing it can write")
 	}
-	var rw []grant.Grant
+	var rw []grant.Mount
 	for _, g := range binds {
-		if g.Type == "bind" && g.Access == grant.RW {
+		if g.IsBind() && !g.ReadOnly() {
 			rw = append(rw, g)
 		}
 	}
@@ -205,7 +204,7 @@ func (c *compilation) checkSettings(binds []grant.Grant) {
 			}
 			p = strings.TrimLeft(p, "!+-")
 			for _, g := range rw {
-				if strings.HasPrefix(p, "/") && (pathform.Beneath(g.Subject, path.Clean(p)) || pathform.Beneath(path.Clean(p), g.Subject)) {
+				if strings.HasPrefix(p, "/") && (pathform.Beneath(g.Destination, path.Clean(p)) || pathform.Beneath(path.Clean(p), g.Destination)) {
 					c.diags.Addf(diag.StateSettings, fact, "%s names a path in %s, which the sandbox can write: planted code would load in a later Pi", key, g.Fact)
 					break
 				}

@@ -56,3 +56,10 @@ const (
 	EnvInvalid  Code = "PP-ENV-INVALID" // an environment name the allowlist cannot carry
 	Internal    Code = "PP-INTERNAL"    // a bug: the compiler broke one of its own invariants
 )
+
+// Compiled bundles read back (the manifest's grants).
+const (
+	ManifestVersion  Code = "PP-MANIFEST-VERSION"   // manifest.json of a kind or apiVersion this build does not read
+	GrantUnknownKind Code = "PP-GRANT-UNKNOWN-KIND" // a grant's kind (or kind and subject) that no grant type decodes
+	GrantInvalid     Code = "PP-GRANT-INVALID"      // a grant with fields of another kind, a wrong type, a non-canonical number, a derived access that disagrees, or a payload its type refuses
+)

@@ -7,48 +7,58 @@ import (
 )
 
 func TestDiffClassifies(t *testing.T) {
-	ws := Grant{Kind: Mount, Subject: "/w", Access: RO, Source: "/h/w", Type: "bind", Reason: "r", Fact: "workspace.cwd"}
+	ws := Mount{Destination: "/w", Source: "/h/w", Type: "bind", Options: []string{"bind", "ro"}, Provenance: Provenance{Reason: "r", Fact: "workspace.cwd"}}
 	wsRW := ws
-	wsRW.Access = RW
-	mem := Grant{Kind: Cgroup, Subject: "memory", Access: Max, Value: "100"}
+	wsRW.Options = []string{"bind", "rw"}
+	mem := CgroupMax{Resource: "memory", Max: 100}
 	memMore := mem
-	memMore.Value = "200"
-	net := Grant{Kind: Namespace, Subject: "network", Access: New}
-	egress := Grant{Kind: Egress, Subject: "api.example.test", Proto: "tcp", Port: 443, Access: Allow}
+	memMore.Max = 200
+	net := Namespace{Type: "network"}
+	egress := Egress{Host: "api.example.test", Proto: "tcp", Port: 443, Purpose: "model"}
 	reworded := ws
 	reworded.Reason = "other words"
-	route := Grant{Kind: Route, Subject: "mcp", Access: Allow, Port: 6767, Value: "POST /mcp/agents", Source: "http://127.0.0.1:6767/mcp/agents",
-		Options: []string{"callerAgentId=a", "method=tools/list", "method=tools/call", "tool=list_agents"}}
+	route := Route{Purpose: "mcp", Proto: "tcp", Port: 6767, Method: "POST", Path: "/mcp/agents", Upstream: "http://127.0.0.1:6767/mcp/agents",
+		CallerAgentID: "a", Methods: []string{"tools/list", "tools/call"}, Tools: []string{"list_agents"}}
 	routeMoreTools := route
-	routeMoreTools.Options = append([]string{"callerAgentId=a", "method=tools/list", "method=tools/call", "tool=list_agents"}, "tool=create_agent")
+	routeMoreTools.Tools = []string{"list_agents", "create_agent"}
 	routeFewer := route
-	routeFewer.Options = []string{"callerAgentId=a", "method=tools/list"}
+	routeFewer.Methods, routeFewer.Tools = []string{"tools/list"}, nil
 	routeSwapped := route
-	routeSwapped.Options = []string{"callerAgentId=a", "method=tools/list", "method=tools/call", "tool=create_agent"}
+	routeSwapped.Tools = []string{"create_agent"}
 	routeOtherAgent := route
-	routeOtherAgent.Options = []string{"callerAgentId=b", "method=tools/list"}
+	routeOtherAgent.CallerAgentID, routeOtherAgent.Methods, routeOtherAgent.Tools = "b", []string{"tools/list"}, nil
+	nnp := NoNewPrivileges{On: true}
+	network := NetworkMode{Mode: "sandbox"}
+	networkNone := NetworkMode{Mode: "none"}
+	wall := WallLimit{Wall: 60e9}
+	wallLonger := WallLimit{Wall: 120e9}
 
 	cases := []struct {
 		name     string
-		old, new []Grant
+		old, new List
 		want     []string // change kinds
 		widens   bool
 	}{
-		{"same", []Grant{ws}, []Grant{ws}, nil, false},
-		{"ro to rw", []Grant{ws}, []Grant{wsRW}, []string{"widened"}, true},
-		{"rw to ro", []Grant{wsRW}, []Grant{ws}, []string{"narrowed"}, false},
-		{"more memory", []Grant{mem}, []Grant{memMore}, []string{"widened"}, true},
-		{"less memory", []Grant{memMore}, []Grant{mem}, []string{"narrowed"}, false},
-		{"egress added", nil, []Grant{egress}, []string{"added"}, true},
-		{"egress removed", []Grant{egress}, nil, []string{"removed"}, false},
-		{"namespace removed", []Grant{net}, nil, []string{"removed"}, true},
-		{"namespace added", nil, []Grant{net}, []string{"added"}, false},
-		{"limit removed", []Grant{mem}, nil, []string{"removed"}, true},
-		{"reason only", []Grant{ws}, []Grant{reworded}, []string{"changed"}, false},
-		{"mcp tool added", []Grant{route}, []Grant{routeMoreTools}, []string{"widened"}, true},
-		{"mcp scope narrowed", []Grant{route}, []Grant{routeFewer}, []string{"narrowed"}, false},
-		{"mcp tool swapped", []Grant{route}, []Grant{routeSwapped}, []string{"widened"}, true},
-		{"mcp caller changed with fewer tools", []Grant{route}, []Grant{routeOtherAgent}, []string{"changed"}, true},
+		{"same", List{ws}, List{ws}, nil, false},
+		{"ro to rw", List{ws}, List{wsRW}, []string{"widened"}, true},
+		{"rw to ro", List{wsRW}, List{ws}, []string{"narrowed"}, false},
+		{"more memory", List{mem}, List{memMore}, []string{"widened"}, true},
+		{"less memory", List{memMore}, List{mem}, []string{"narrowed"}, false},
+		{"egress added", nil, List{egress}, []string{"added"}, true},
+		{"egress removed", List{egress}, nil, []string{"removed"}, false},
+		{"namespace removed", List{net}, nil, []string{"removed"}, true},
+		{"namespace added", nil, List{net}, []string{"added"}, false},
+		{"limit removed", List{mem}, nil, []string{"removed"}, true},
+		{"reason only", List{ws}, List{reworded}, []string{"changed"}, false},
+		{"mcp tool added", List{route}, List{routeMoreTools}, []string{"widened"}, true},
+		{"mcp scope narrowed", List{route}, List{routeFewer}, []string{"narrowed"}, false},
+		{"mcp tool swapped", List{route}, List{routeSwapped}, []string{"widened"}, true},
+		{"mcp caller changed with fewer tools", List{route}, List{routeOtherAgent}, []string{"changed"}, true},
+		{"no-new-privileges dropped", List{nnp}, List{NoNewPrivileges{}}, []string{"widened"}, true},
+		{"network to none", List{network}, List{networkNone}, []string{"narrowed"}, false},
+		{"network from none", List{networkNone}, List{network}, []string{"changed"}, true},
+		{"longer wall time", List{wall}, List{wallLonger}, []string{"widened"}, true},
+		{"shorter wall time", List{wallLonger}, List{wall}, []string{"narrowed"}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -70,8 +80,8 @@ func TestDiffClassifies(t *testing.T) {
 }
 
 func TestDiffMatchesRepeatedKeysByOccurrence(t *testing.T) {
-	a := []Grant{{Kind: Process, Subject: "argv", Args: []string{"pi"}}, {Kind: Process, Subject: "argv", Args: []string{"--mode"}}}
-	b := []Grant{{Kind: Process, Subject: "argv", Args: []string{"pi"}}, {Kind: Process, Subject: "argv", Args: []string{"--evil"}}}
+	a := List{Argv{Words: []string{"pi"}}, Argv{Words: []string{"--mode"}}}
+	b := List{Argv{Words: []string{"pi"}}, Argv{Words: []string{"--evil"}}}
 	ch := Diff(a, b)
 	if len(ch) != 1 || ch[0].Key != "process argv #2" || !ch[0].Widens {
 		t.Fatalf("got %+v", ch)

@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -519,19 +518,16 @@ type limits struct {
 	output int64
 }
 
-// launcherLimits reads the limits the launcher enforces from the grants.
-func launcherLimits(gs []grant.Grant) limits {
+// launcherLimits reads the limits the launcher enforces from the grants,
+// typed and validated when the manifest was decoded.
+func launcherLimits(gs grant.List) limits {
 	var l limits
 	for _, g := range gs {
-		if g.Kind != grant.Limit {
-			continue
-		}
-		n, _ := strconv.ParseInt(g.Value, 10, 64)
-		switch g.Subject {
-		case "wallSeconds":
-			l.wall = time.Duration(n) * time.Second
-		case "outputBytes":
-			l.output = n
+		switch g := g.(type) {
+		case grant.WallLimit:
+			l.wall = g.Wall
+		case grant.OutputLimit:
+			l.output = g.Bytes
 		}
 	}
 	return l

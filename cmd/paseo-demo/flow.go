@@ -277,7 +277,7 @@ func compileAndExplain(t *demoT, sc *scene, dir string, rep *report) {
 	m, err := files.Manifest()
 	t.check(err, "the bundle's manifest")
 	for _, g := range m.Grants {
-		rep.Granted = append(rep.Granted, grantReport{Kind: string(g.Kind), Access: string(g.Access), Subject: g.Subject, Fact: g.Fact})
+		rep.Granted = append(rep.Granted, grantReport{Kind: string(g.Kind()), Access: string(g.Access()), Subject: g.Subject(), Fact: g.Why().Fact})
 	}
 }
 

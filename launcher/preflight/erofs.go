@@ -55,8 +55,8 @@ func checkErofsFiles(files bundle.Files, readErr error, cacheDir string) (string
 		}
 		want := ""
 		for _, g := range m.Grants {
-			if g.Kind == grant.Mount && g.Type == "erofs" && g.Subject == mnt.Destination && g.Source == mnt.Source {
-				want = g.Value
+			if g, ok := g.(grant.Mount); ok && g.Type == "erofs" && g.Destination == mnt.Destination && g.Source == mnt.Source {
+				want = g.Digest
 			}
 		}
 		if want == "" {

@@ -38,7 +38,7 @@ func erofsBundle(t *testing.T, file, digest string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Grants = []grant.Grant{{Kind: grant.Mount, Subject: "/opt", Access: grant.RO, Type: "erofs", Source: file, Value: digest}}
+	m.Grants = grant.List{grant.Mount{Destination: "/opt", Type: "erofs", Source: file, Digest: digest, Options: []string{"ro"}}}
 	if files[bundle.ManifestFile], err = bundle.Marshal(m); err != nil {
 		t.Fatal(err)
 	}

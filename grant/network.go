@@ -1,0 +1,147 @@
+package grant
+
+import (
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// NetworkMode is the runsc --network flag: sandbox (gVisor's stack in a
+// fresh netns, egress filtered by the launcher) or none (loopback only).
+type NetworkMode struct {
+	Mode string
+	Provenance
+}
+
+func (NetworkMode) Kind() Kind              { return KindRuntime }
+func (NetworkMode) Subject() string         { return "network" }
+func (g NetworkMode) Key() string           { return key(g) }
+func (NetworkMode) Access() Access          { return Set }
+func (NetworkMode) Restricts() bool         { return true }
+func (NetworkMode) Apply(*specs.Spec) error { return nil }
+func (g NetworkMode) Against(old Grant) Direction {
+	if old.(NetworkMode).Mode == "sandbox" && g.Mode == "none" {
+		return Narrowed
+	}
+	return Changed
+}
+func (g NetworkMode) Validate() error {
+	if g.Mode != "sandbox" && g.Mode != "none" {
+		return errors.New("network mode must be sandbox or none")
+	}
+	return nil
+}
+
+// DirectFS is the runsc --directfs flag; file access stays behind the
+// gofer, so it is always off.
+type DirectFS struct {
+	On bool
+	Provenance
+}
+
+func (DirectFS) Kind() Kind              { return KindRuntime }
+func (DirectFS) Subject() string         { return "directfs" }
+func (g DirectFS) Key() string           { return key(g) }
+func (DirectFS) Access() Access          { return Set }
+func (DirectFS) Restricts() bool         { return true }
+func (DirectFS) Apply(*specs.Spec) error { return nil }
+func (g DirectFS) Against(old Grant) Direction {
+	return flagDirection(!old.(DirectFS).On, !g.On)
+}
+func (g DirectFS) Validate() error {
+	if g.On {
+		return errors.New("directfs is never granted")
+	}
+	return nil
+}
+
+// Egress is one allowed destination; everything else is denied.
+type Egress struct {
+	Host    string // host name or IP
+	Proto   string // tcp | udp
+	Port    int
+	Purpose string // model, oauth-refresh, dns, …
+	Provenance
+}
+
+func (Egress) Kind() Kind              { return KindEgress }
+func (g Egress) Subject() string       { return g.Host }
+func (Egress) Access() Access          { return Allow }
+func (Egress) Restricts() bool         { return false }
+func (Egress) Apply(*specs.Spec) error { return nil }
+func (Egress) Against(Grant) Direction { return Changed }
+func (g Egress) Key() string {
+	return string(KindEgress) + " " + g.Proto + " " + g.Host + " " + strconv.Itoa(g.Port)
+}
+func (g Egress) Validate() error {
+	switch {
+	case g.Host == "" || strings.ContainsAny(g.Host, " /\x00"):
+		return errors.New("egress host must be a bare host name or address")
+	case g.Proto != "tcp" && g.Proto != "udp":
+		return errors.New("egress proto must be tcp or udp")
+	case g.Port < 1 || g.Port > 65535:
+		return errors.New("egress port must be 1-65535")
+	case g.Purpose == "":
+		return errors.New("egress needs a purpose")
+	}
+	return nil
+}
+
+// Route is a private path the launcher proxies from the sandbox's gateway
+// to a daemon endpoint the sandbox cannot reach, for exactly the methods
+// and tools named (the MCP scope).
+type Route struct {
+	Purpose       string // mcp
+	Proto         string
+	Port          int
+	Method, Path  string // the one HTTP request forwarded
+	Upstream      string // the daemon URL the proxy forwards to
+	CallerAgentID string
+	TokenRef      string // the secret reference of the bearer the proxy adds
+	Methods       []string
+	Tools         []string
+	Provenance
+}
+
+func (Route) Kind() Kind              { return KindRoute }
+func (g Route) Subject() string       { return g.Purpose }
+func (g Route) Key() string           { return key(g) }
+func (Route) Access() Access          { return Allow }
+func (Route) Restricts() bool         { return false }
+func (Route) Apply(*specs.Spec) error { return nil }
+
+// Against classifies a route whose only change is its scope: fewer
+// methods or tools narrow it; any new one (a swap included) widens it.
+func (g Route) Against(old Grant) Direction {
+	o := old.(Route)
+	a, b := o, g
+	a.Methods, a.Tools, b.Methods, b.Tools = nil, nil, nil, nil
+	if !sameAuthority(a, b) {
+		return Changed
+	}
+	added := func(olds, news []string) bool {
+		return slices.ContainsFunc(news, func(s string) bool { return !slices.Contains(olds, s) })
+	}
+	if added(o.Methods, g.Methods) || added(o.Tools, g.Tools) {
+		return Widened
+	}
+	return Narrowed
+}
+func (g Route) Validate() error {
+	switch {
+	case g.Purpose == "":
+		return errors.New("route needs a purpose")
+	case g.Proto != "tcp":
+		return errors.New("route proto must be tcp")
+	case g.Port < 1 || g.Port > 65535:
+		return errors.New("route port must be 1-65535")
+	case g.Method == "" || !absolute(g.Path):
+		return errors.New("route needs a method and an absolute path")
+	case g.Upstream == "":
+		return errors.New("route needs an upstream")
+	}
+	return nil
+}
