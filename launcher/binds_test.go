@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/bundle"
+	"paseo.dev/paseo-policy/launcher/launchplan"
 )
 
 // Bind staging (binds.go) against the pinned runsc. The workspace is the
@@ -63,10 +64,11 @@ func writeMarker(t *testing.T, dir, marker string) {
 // edit applied to its config.json first, and returns the agent's stdout.
 func bareRunsc(t *testing.T, s *sandbox, edit func(*rspec.Spec), swap func()) string {
 	t.Helper()
-	files, err := bundle.Read(s.bundle)
+	plan, err := launchplan.Load(s.bundle)
 	if err != nil {
 		t.Fatal(err)
 	}
+	files := plan.Files
 	id := newID()
 	rs := &runsc{path: s.runsc, root: filepath.Join(s.state, "runsc"), network: "none"}
 	if err := os.MkdirAll(rs.root, 0o700); err != nil {
@@ -80,7 +82,7 @@ func bareRunsc(t *testing.T, s *sandbox, edit func(*rspec.Spec), swap func()) st
 	if err := run.materialize(files, staticSecret("v")); err != nil {
 		t.Fatal(err)
 	}
-	staged, err := run.stageBinds(files)
+	staged, err := run.stageBinds(plan)
 	if err != nil {
 		t.Fatal(err)
 	}

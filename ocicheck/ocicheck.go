@@ -9,9 +9,10 @@ package ocicheck
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -63,7 +64,18 @@ func (r *Result) run(name string, err error) {
 	}
 }
 
-// Dir validates the bundle in dir.
+// Check names (Finding.Check) that other reports map onto their own
+// checks: doctor's and a launch's preflight report them under its
+// bundle-* names (launcher/preflight).
+const (
+	CheckDigests  = "digests"
+	CheckPins     = "pins"
+	CheckDecode   = "decode"
+	CheckNoHooks  = "invariant/" + invariantNoHooks
+	CheckReadonly = "invariant/" + invariantReadonlyRoot
+)
+
+// Dir validates the bundle in dir, read once (bundle.Read).
 func Dir(dir string, opts Options) (Result, error) {
 	files, err := bundle.Read(dir)
 	if err != nil {
@@ -72,11 +84,14 @@ func Dir(dir string, opts Options) (Result, error) {
 	return Files(files, dir, opts), nil
 }
 
-// Files validates an in-memory bundle; dir is where relative bind sources
-// live (the bundle directory).
+// Files validates an in-memory bundle: the one validator behind
+// `validate`, `doctor --bundle` and every launch (launcher/launchplan), so
+// each invariant is checked in one place with one finding. dir is where
+// the bundle lives (runtime-tools wants it); bundle-relative bind sources
+// are looked up among files, never on disk again.
 func Files(files bundle.Files, dir string, opts Options) Result {
 	var r Result
-	r.run("digests", files.Verify())
+	r.run(CheckDigests, files.Verify())
 	// The launcher fills the credential slot and refuses a placeholder anywhere else.
 	_, _, err := bundle.CheckSecretPlaceholders(files)
 	r.run("secret-placeholders", err)
@@ -86,17 +101,17 @@ func Files(files bundle.Files, dir string, opts Options) Result {
 	// to a host yet; the launcher refuses its binds.
 	if _, ok := files[bundle.PinsFile]; ok {
 		_, err := files.PinnedBinds()
-		r.run("pins", err)
+		r.run(CheckPins, err)
 	}
 	r.run("egress-destinations", egressDestinations(files))
 	var spec specs.Spec
 	dec := json.NewDecoder(bytes.NewReader(files[bundle.ConfigFile]))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&spec); err != nil {
-		r.run("decode", err)
+		r.run(CheckDecode, fmt.Errorf("%s is not a valid OCI runtime config: %w", bundle.ConfigFile, err))
 		return r
 	}
-	r.run("decode", nil)
+	r.run(CheckDecode, nil)
 	v, err := validate.NewValidator(&spec, dir, false, "linux")
 	if err != nil {
 		r.run("runtime-tools", err)
@@ -119,9 +134,33 @@ func Files(files bundle.Files, dir string, opts Options) Result {
 		r.run("json-schema", Schema(opts.SchemaDir, files[bundle.ConfigFile]))
 	}
 	for _, c := range invariants {
-		r.run("invariant/"+c.name, c.check(&spec, dir))
+		r.run("invariant/"+c.name, c.check(&spec, files))
 	}
 	return r
+}
+
+// Err is nil when nothing failed and otherwise one error naming every
+// finding by its check.
+func (r Result) Err() error {
+	if r.OK() {
+		return nil
+	}
+	msgs := make([]string, len(r.Findings))
+	for i, f := range r.Findings {
+		msgs[i] = f.Check + ": " + f.Detail
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+// Failed returns the findings of the named check.
+func (r Result) Failed(check string) []Finding {
+	var out []Finding
+	for _, f := range r.Findings {
+		if f.Check == check {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // egressDestinations refuses an egress rule to a host the compiler would
@@ -143,23 +182,23 @@ func egressDestinations(files bundle.Files) error {
 // the compiler's version: these are what makes it a sandbox.
 type invariant struct {
 	name  string
-	check func(s *specs.Spec, dir string) error
+	check func(s *specs.Spec, files bundle.Files) error
 }
 
+const (
+	invariantNoHooks      = "no-hooks"
+	invariantReadonlyRoot = "readonly-root"
+)
+
 var invariants = []invariant{
-	{"no-hooks", func(s *specs.Spec, _ string) error {
-		if s.Hooks != nil {
-			return fmt.Errorf("hooks run on the host as root; a bundle may have none")
-		}
-		return nil
-	}},
-	{"readonly-root", func(s *specs.Spec, _ string) error {
+	{invariantNoHooks, func(s *specs.Spec, _ bundle.Files) error { return noHooks(s.Hooks) }},
+	{invariantReadonlyRoot, func(s *specs.Spec, _ bundle.Files) error {
 		if s.Root == nil || !s.Root.Readonly || !filepath.IsAbs(s.Root.Path) {
 			return fmt.Errorf("root must be an absolute, read-only image rootfs")
 		}
 		return nil
 	}},
-	{"unprivileged", func(s *specs.Spec, _ string) error {
+	{"unprivileged", func(s *specs.Spec, _ bundle.Files) error {
 		p := s.Process
 		switch {
 		case p == nil:
@@ -175,7 +214,7 @@ var invariants = []invariant{
 		}
 		return nil
 	}},
-	{"namespaces", func(s *specs.Spec, _ string) error {
+	{"namespaces", func(s *specs.Spec, _ bundle.Files) error {
 		if s.Linux == nil {
 			return fmt.Errorf("linux section is missing")
 		}
@@ -193,20 +232,23 @@ var invariants = []invariant{
 		}
 		return nil
 	}},
-	{"no-devices-sysctl", func(s *specs.Spec, _ string) error {
+	{"no-devices-sysctl", func(s *specs.Spec, _ bundle.Files) error {
 		if s.Linux != nil && (len(s.Linux.Devices) > 0 || len(s.Linux.Sysctl) > 0 || s.Linux.Resources != nil && len(s.Linux.Resources.Devices) > 0) {
 			return fmt.Errorf("no host devices, device rules or sysctls")
 		}
 		return nil
 	}},
-	{"limits", func(s *specs.Spec, _ string) error {
+	{"limits", func(s *specs.Spec, _ bundle.Files) error {
+		if s.Linux == nil {
+			return fmt.Errorf("memory, pids and cpu limits are required")
+		}
 		r := s.Linux.Resources
 		if r == nil || r.Memory == nil || r.Memory.Limit == nil || r.Pids == nil || r.CPU == nil || r.CPU.Quota == nil {
 			return fmt.Errorf("memory, pids and cpu limits are required")
 		}
 		return nil
 	}},
-	{"no-gvisor-annotations", func(s *specs.Spec, _ string) error {
+	{"no-gvisor-annotations", func(s *specs.Spec, _ bundle.Files) error {
 		for k := range s.Annotations {
 			if strings.HasPrefix(k, "dev.gvisor.") {
 				return fmt.Errorf("annotation %s changes runsc behaviour; bundles carry none", k)
@@ -219,7 +261,7 @@ var invariants = []invariant{
 
 var mountTypes = map[string]bool{"bind": true, "tmpfs": true, "proc": true, "sysfs": true, "devpts": true, "mqueue": true, "erofs": true}
 
-func checkMounts(s *specs.Spec, dir string) error {
+func checkMounts(s *specs.Spec, files bundle.Files) error {
 	var problems []string
 	for _, m := range s.Mounts {
 		if !mountTypes[m.Type] {
@@ -239,7 +281,7 @@ func checkMounts(s *specs.Spec, dir string) error {
 			problems = append(problems, fmt.Sprintf("%s: binds must be non-recursive, nosuid, nodev, with explicit ro or rw", m.Destination))
 		}
 		if !filepath.IsAbs(m.Source) {
-			if _, err := os.Stat(filepath.Join(dir, m.Source)); err != nil || strings.Contains(m.Source, "..") {
+			if _, ok := files[m.Source]; !ok {
 				problems = append(problems, fmt.Sprintf("%s: bundle-relative source %s is missing", m.Destination, m.Source))
 			}
 		}
@@ -248,4 +290,33 @@ func checkMounts(s *specs.Spec, dir string) error {
 		return fmt.Errorf("%s", strings.Join(problems, "\n"))
 	}
 	return nil
+}
+
+// noHooks refuses an OCI config with a hooks object at all, even an empty
+// one: hooks run on the host, outside the sandbox, and paseo bundles never
+// contain them. Only hook kinds and counts are reported, never paths,
+// arguments or environment.
+func noHooks(h *specs.Hooks) error {
+	if h == nil {
+		return nil
+	}
+	counts := map[string]int{
+		"prestart":        len(h.Prestart), //nolint:staticcheck // deprecated, still run by runtimes
+		"createRuntime":   len(h.CreateRuntime),
+		"createContainer": len(h.CreateContainer),
+		"startContainer":  len(h.StartContainer),
+		"poststart":       len(h.Poststart),
+		"poststop":        len(h.Poststop),
+	}
+	var kinds []string
+	for k, n := range counts {
+		if n > 0 {
+			kinds = append(kinds, fmt.Sprintf("%s: %d", k, n))
+		}
+	}
+	sort.Strings(kinds)
+	if len(kinds) == 0 {
+		return fmt.Errorf("%s has a hooks object (empty); hooks run on the host and are refused", bundle.ConfigFile)
+	}
+	return fmt.Errorf("%s has hooks (%s); hooks run on the host and are refused", bundle.ConfigFile, strings.Join(kinds, ", "))
 }

@@ -451,11 +451,19 @@ func TestNftablesProbeFailsOnBadNamespace(t *testing.T) {
 
 func minimalConfig(t *testing.T, hooks *specs.Hooks) []byte {
 	t.Helper()
+	// Launchable as far as the bundle validator (ocicheck) is concerned:
+	// each test breaks one thing.
+	mem, cpu, pids := int64(1<<30), int64(100000), int64(64)
 	spec := specs.Spec{
 		Version: specs.Version,
-		Process: &specs.Process{Args: []string{"/bin/agent"}, Cwd: "/", Env: []string{"PATH=/usr/bin:/bin"}},
-		Root:    &specs.Root{Path: "rootfs", Readonly: true},
-		Hooks:   hooks,
+		Process: &specs.Process{Args: []string{"/bin/agent"}, Cwd: "/", Env: []string{"PATH=/usr/bin:/bin"},
+			User: specs.User{UID: 1000, GID: 1000}, NoNewPrivileges: true},
+		Root:  &specs.Root{Path: "/srv/image/rootfs", Readonly: true},
+		Hooks: hooks,
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace}, {Type: specs.MountNamespace}, {Type: specs.NetworkNamespace}},
+			Resources:  &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &mem}, Pids: &specs.LinuxPids{Limit: &pids}, CPU: &specs.LinuxCPU{Quota: &cpu}},
+		},
 	}
 	b, err := bundle.Marshal(spec)
 	if err != nil {
