@@ -1,9 +1,11 @@
 // Package preflight checks, before the launcher starts anything, that the
 // host can run a bundle safely: root, a kernel with openat2, a pinned static
 // runsc, cgroups (v2, or v1 controllers) with the controllers the limits need, working nftables,
-// and (given a bundle) that the bundle is intact, hook-free, that every
-// bind source it pinned at compile time is still the same object and that
-// the image's EROFS files it mounts still have their digests.
+// and (given a bundle, or a launch plan already loaded from one) that the
+// bundle validator (ocicheck, through launchplan) has no finding: intact,
+// hook-free, every invariant kept; that every bind source it pinned at
+// compile time is still the same object and that the image's EROFS files
+// it mounts still have their digests.
 //
 // Every check runs and reports; nothing stops at the first failure, so one
 // run tells an operator everything that is wrong. Details carry the reason
