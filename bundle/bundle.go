@@ -195,6 +195,13 @@ func (f Files) Verify() error {
 	if err != nil {
 		return err
 	}
+	return f.VerifyAgainst(m)
+}
+
+// VerifyAgainst is Verify with manifest.json already decoded (m must be
+// f's manifest.json): a caller that holds the decoded manifest does not
+// decode it again.
+func (f Files) VerifyAgainst(m *Manifest) error {
 	for name, want := range m.Outputs {
 		data, ok := f[name]
 		if !ok {

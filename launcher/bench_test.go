@@ -99,7 +99,6 @@ func BenchmarkBareRunscFirstByte(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	files := plan.Files
 	rs := &runsc{path: s.Runsc, root: filepath.Join(s.State, "runsc"), network: "none"}
 	if err := os.MkdirAll(rs.root, 0o700); err != nil {
 		b.Fatal(err)
@@ -113,7 +112,7 @@ func BenchmarkBareRunscFirstByte(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := run.materialize(files, staticSecret("v")); err != nil {
+		if err := run.materialize(plan, staticSecret("v")); err != nil {
 			b.Fatal(err)
 		}
 		// The run dir as the launcher hands it to runsc: binds staged.
@@ -175,7 +174,7 @@ func BenchmarkLaunchSteps(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		files, m := plan.Files, plan.Manifest
+		m := plan.Manifest
 		po := preflightOptions(Options{RunscPath: s.Runsc, BundleDir: s.Bundle, StateRoot: s.State})
 		po.Plan = plan
 		report := preflight.Run(po)
@@ -196,7 +195,7 @@ func BenchmarkLaunchSteps(b *testing.B) {
 		}
 		run, err := newRunDir(s.State, id)
 		if err == nil {
-			err = run.materialize(files, staticSecret("v"))
+			err = run.materialize(plan, staticSecret("v"))
 		}
 		t5 := time.Now()
 		var staged []stagedBind

@@ -68,7 +68,6 @@ func bareRunsc(t *testing.T, s *sandbox, edit func(*rspec.Spec), swap func()) st
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := plan.Files
 	id := newID()
 	rs := &runsc{path: s.runsc, root: filepath.Join(s.state, "runsc"), network: "none"}
 	if err := os.MkdirAll(rs.root, 0o700); err != nil {
@@ -79,7 +78,7 @@ func bareRunsc(t *testing.T, s *sandbox, edit func(*rspec.Spec), swap func()) st
 		t.Fatal(err)
 	}
 	defer run.remove()
-	if err := run.materialize(files, staticSecret("v")); err != nil {
+	if err := run.materialize(plan, staticSecret("v")); err != nil {
 		t.Fatal(err)
 	}
 	staged, err := run.stageBinds(plan)

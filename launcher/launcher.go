@@ -282,7 +282,7 @@ func (l *launch) prepare() error {
 	if err := l.claim(); err != nil {
 		return err
 	}
-	if err := l.run.materialize(plan.Files, l.opts.Secrets); err != nil {
+	if err := l.run.materialize(plan, l.opts.Secrets); err != nil {
 		return err
 	}
 	l.spec = runtimeState{cgroupsPath: CgroupsPath(l.opts.ID), privateRoot: true}
@@ -596,10 +596,16 @@ func newRunDir(stateRoot, id string) (*runDir, error) {
 	return &runDir{dir: dir}, nil
 }
 
-// materialize writes the bundle into the run dir with its secret slots
-// filled (secretslots.go); the reviewed bundle itself is never modified.
-func (r *runDir) materialize(files bundle.Files, secrets SecretSource) error {
-	filled, err := fillSecrets(files, secrets)
+// materialize writes the plan's bundle into the run dir with its secret
+// slots filled (secretslots.go); the reviewed bundle itself is never
+// modified. The plan's validator found the slots and refused any marker
+// outside them.
+func (r *runDir) materialize(plan *launchplan.Plan, secrets SecretSource) error {
+	if plan.SlotsErr != nil {
+		return plan.SlotsErr
+	}
+	files := plan.Files
+	filled, err := fillSlots(files, plan.Deployment, plan.Slots, secrets)
 	if err != nil {
 		return err
 	}

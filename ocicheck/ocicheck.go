@@ -90,29 +90,91 @@ func Dir(dir string, opts Options) (Result, error) {
 // the bundle lives (runtime-tools wants it); bundle-relative bind sources
 // are looked up among files, never on disk again.
 func Files(files bundle.Files, dir string, opts Options) Result {
+	return Check(Decode(files), dir, opts)
+}
+
+// Decoded is a bundle with its documents decoded once, each with the
+// reason it did not decode, and its secret slots found: what Check judges
+// and what a launch plan keeps.
+type Decoded struct {
+	Files bundle.Files
+
+	Spec        *specs.Spec // strictly decoded config.json
+	SpecErr     error
+	Manifest    *bundle.Manifest
+	ManifestErr error
+	Egress      *bundle.Egress
+	EgressErr   error
+	Pins        *bundle.Pins
+	PinsErr     error
+
+	// Deployment and Slots are the manifest's deployment and secret
+	// slots, once no placeholder marker sits anywhere else (SlotsErr).
+	Deployment string
+	Slots      []bundle.SecretSlot
+	SlotsErr   error
+}
+
+// Decode decodes every document of files once.
+func Decode(files bundle.Files) Decoded {
+	d := Decoded{Files: files}
+	var spec specs.Spec
+	dec := json.NewDecoder(bytes.NewReader(files[bundle.ConfigFile]))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		d.SpecErr = fmt.Errorf("%s is not a valid OCI runtime config: %w", bundle.ConfigFile, err)
+	} else {
+		d.Spec = &spec
+	}
+	d.Manifest, d.ManifestErr = files.Manifest()
+	d.Egress, d.EgressErr = files.Egress()
+	d.Pins, d.PinsErr = files.Pins()
+	if d.ManifestErr != nil {
+		d.SlotsErr = d.ManifestErr
+	} else {
+		d.Deployment, d.Slots, d.SlotsErr = bundle.CheckSecretPlaceholdersOf(files, d.Manifest)
+	}
+	return d
+}
+
+// PinnedBinds is files.PinnedBinds on the decoded documents.
+func (d Decoded) PinnedBinds() ([]bundle.BindPin, error) {
+	if d.PinsErr != nil {
+		return nil, d.PinsErr
+	}
+	if d.Spec == nil {
+		return d.Files.PinnedBinds() // its own decode names the error
+	}
+	return bundle.PairBinds(d.Spec.Mounts, d.Pins.Pins)
+}
+
+// Check validates a decoded bundle; Files is Check(Decode(files)).
+func Check(d Decoded, dir string, opts Options) Result {
+	files := d.Files
 	var r Result
-	r.run(CheckDigests, files.Verify())
+	if d.ManifestErr != nil {
+		r.run(CheckDigests, d.ManifestErr)
+	} else {
+		r.run(CheckDigests, files.VerifyAgainst(d.Manifest))
+	}
 	// The launcher fills the credential slot and refuses a placeholder anywhere else.
-	_, _, err := bundle.CheckSecretPlaceholders(files)
-	r.run("secret-placeholders", err)
+	r.run("secret-placeholders", d.SlotsErr)
 	// Every bind with a host source has exactly one pin and every pin a
 	// bind: the launcher stages binds only through their pins. A bundle
 	// without pins.json (golden files: pins are host state) is not bound
 	// to a host yet; the launcher refuses its binds.
 	if _, ok := files[bundle.PinsFile]; ok {
-		_, err := files.PinnedBinds()
+		_, err := d.PinnedBinds()
 		r.run(CheckPins, err)
 	}
-	r.run("egress-destinations", egressDestinations(files))
-	var spec specs.Spec
-	dec := json.NewDecoder(bytes.NewReader(files[bundle.ConfigFile]))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&spec); err != nil {
-		r.run(CheckDecode, fmt.Errorf("%s is not a valid OCI runtime config: %w", bundle.ConfigFile, err))
+	r.run("egress-destinations", egressDestinations(d))
+	if d.SpecErr != nil {
+		r.run(CheckDecode, d.SpecErr)
 		return r
 	}
 	r.run(CheckDecode, nil)
-	v, err := validate.NewValidator(&spec, dir, false, "linux")
+	spec := d.Spec
+	v, err := validate.NewValidator(spec, dir, false, "linux")
 	if err != nil {
 		r.run("runtime-tools", err)
 		return r
@@ -134,7 +196,7 @@ func Files(files bundle.Files, dir string, opts Options) Result {
 		r.run("json-schema", Schema(opts.SchemaDir, files[bundle.ConfigFile]))
 	}
 	for _, c := range invariants {
-		r.run("invariant/"+c.name, c.check(&spec, files))
+		r.run("invariant/"+c.name, c.check(spec, files))
 	}
 	return r
 }
@@ -165,12 +227,11 @@ func (r Result) Failed(check string) []Finding {
 
 // egressDestinations refuses an egress rule to a host the compiler would
 // have refused (netdest): a hand-edited or foreign bundle.
-func egressDestinations(files bundle.Files) error {
-	eg, err := files.Egress()
-	if err != nil {
-		return err
+func egressDestinations(d Decoded) error {
+	if d.EgressErr != nil {
+		return d.EgressErr
 	}
-	for _, rule := range eg.Rules {
+	for _, rule := range d.Egress.Rules {
 		if v := netdest.Host(rule.Host); v.Unsafe() {
 			return fmt.Errorf("egress rule %s:%d: unsafe destination: %s", rule.Host, rule.Port, v.Why)
 		}

@@ -13,12 +13,6 @@
 package launchplan
 
 import (
-	"bytes"
-	"encoding/json"
-	"fmt"
-
-	specs "github.com/opencontainers/runtime-spec/specs-go"
-
 	"paseo.dev/paseo-policy/bundle"
 	"paseo.dev/paseo-policy/ocicheck"
 )
@@ -31,17 +25,14 @@ type Plan struct {
 	// Dir is where the bundle was read from: for records and messages,
 	// never to read from again.
 	Dir string
-	// Files are the bytes as read, once; digests and pins were checked on
-	// these bytes.
-	Files bundle.Files
+	// Decoded holds the bytes as read, once (Files), each document decoded
+	// once (Spec, Egress, Manifest, Pins) and the secret slots with the
+	// manifest's deployment: digests, pins and placeholders were checked
+	// on exactly these.
+	ocicheck.Decoded
 	// Digests are the sha256 of each file as read ("sha256:<hex>"), the
 	// values the manifest's outputs were compared with.
 	Digests map[string]string
-
-	Spec     *specs.Spec
-	Egress   *bundle.Egress
-	Manifest *bundle.Manifest
-	Pins     *bundle.Pins
 	// Binds pairs every bind with a host source with its pin: what the
 	// launcher stages, by descriptor. BindsErr says why they cannot be
 	// paired (also for a bundle without pins.json, which pins nothing).
@@ -67,34 +58,13 @@ func Load(dir string) (*Plan, error) {
 
 // FromFiles is Load on a bundle already in memory.
 func FromFiles(dir string, files bundle.Files) *Plan {
-	p := &Plan{Dir: dir, Files: files, Digests: map[string]string{}}
+	p := &Plan{Dir: dir, Decoded: ocicheck.Decode(files), Digests: map[string]string{}}
 	for name, data := range files {
 		p.Digests[name] = bundle.Digest(data)
 	}
-	var spec specs.Spec
-	dec := json.NewDecoder(bytes.NewReader(files[bundle.ConfigFile]))
-	dec.DisallowUnknownFields()
-	if dec.Decode(&spec) == nil {
-		p.Spec = &spec
-	}
-	p.Egress, _ = files.Egress()
-	p.Manifest, _ = files.Manifest()
-	p.Pins, _ = files.Pins()
-	p.Binds, p.BindsErr = pairBinds(p)
-	p.Verdict = ocicheck.Files(files, dir, ocicheck.Options{})
+	p.Binds, p.BindsErr = p.PinnedBinds()
+	p.Verdict = ocicheck.Check(p.Decoded, dir, ocicheck.Options{})
 	return p
-}
-
-// pairBinds is bundle.PinnedBinds on the decoded values.
-func pairBinds(p *Plan) ([]bundle.BindPin, error) {
-	if p.Spec == nil {
-		return nil, fmt.Errorf("%s is not a valid OCI runtime config", bundle.ConfigFile)
-	}
-	if p.Pins == nil {
-		_, err := p.Files.Pins()
-		return nil, err
-	}
-	return bundle.PairBinds(p.Spec.Mounts, p.Pins.Pins)
 }
 
 // Err is nil when the plan may be launched: the validator has no finding.

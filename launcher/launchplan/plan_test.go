@@ -129,3 +129,30 @@ func TestLoadRefusesLinksAndSpecialFiles(t *testing.T) {
 		t.Fatalf("a directory for egress.json: %v", err)
 	}
 }
+
+// BenchmarkLoad is what a launch spends on its plan before preflight's
+// host checks: the read, and the validator on the bytes read.
+func BenchmarkLoad(b *testing.B) {
+	dir := testbundle.Repo(b, "golden/host-pi-session-api-key")
+	b.Run("read", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := bundle.Read(dir); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	files, err := bundle.Read(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("judge", func(b *testing.B) {
+		for b.Loop() {
+			FromFiles(dir, files)
+		}
+	})
+	b.Run("validator", func(b *testing.B) {
+		for b.Loop() {
+			ocicheck.Files(files, dir, ocicheck.Options{})
+		}
+	})
+}
