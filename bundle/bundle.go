@@ -191,24 +191,6 @@ func (f Files) Write(dir string) error {
 	return nil
 }
 
-// Read loads the files a bundle is made of from dir. Missing optional files
-// (pins.json, files/mcp.json) are left out; a missing policy file is an
-// error, and Verify refuses a missing file the manifest lists.
-func Read(dir string) (Files, error) {
-	f := Files{}
-	for _, n := range []string{ConfigFile, EgressFile, ManifestFile, PinsFile, HostsFile, ResolvFile, MCPConfigFile} {
-		data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(n)))
-		if err != nil {
-			if os.IsNotExist(err) && (n == PinsFile || n == MCPConfigFile) {
-				continue
-			}
-			return nil, fmt.Errorf("bundle %s: %w", dir, err)
-		}
-		f[n] = data
-	}
-	return f, nil
-}
-
 // Manifest decodes manifest.json strictly.
 func (f Files) Manifest() (*Manifest, error) {
 	var head Head
@@ -254,6 +236,13 @@ func (f Files) Verify() error {
 	if err != nil {
 		return err
 	}
+	return f.VerifyAgainst(m)
+}
+
+// VerifyAgainst is Verify with manifest.json already decoded (m must be
+// f's manifest.json): a caller that holds the decoded manifest does not
+// decode it again.
+func (f Files) VerifyAgainst(m *Manifest) error {
 	for name, want := range m.Outputs {
 		data, ok := f[name]
 		if !ok {

@@ -185,6 +185,12 @@ func CheckSecretPlaceholders(files Files) (deployment string, slots []SecretSlot
 	if err != nil {
 		return "", nil, err
 	}
+	return CheckSecretPlaceholdersOf(files, m)
+}
+
+// CheckSecretPlaceholdersOf is CheckSecretPlaceholders with manifest.json
+// already decoded (m must be files' manifest.json).
+func CheckSecretPlaceholdersOf(files Files, m *Manifest) (deployment string, slots []SecretSlot, err error) {
 	if slots, err = slotsOf(files, m); err != nil {
 		return "", nil, err
 	}

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"paseo.dev/paseo-policy/bundle"
 	"paseo.dev/paseo-policy/internal/testbundle"
+	"paseo.dev/paseo-policy/launcher/launchplan"
 	"paseo.dev/paseo-policy/launcher/preflight"
 )
 
@@ -95,7 +95,7 @@ func BenchmarkLaunchFirstByte(b *testing.B) {
 
 func BenchmarkBareRunscFirstByte(b *testing.B) {
 	s := benchBundle(b, benchScript)
-	files, err := bundle.Read(s.Bundle)
+	plan, err := launchplan.Load(s.Bundle)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -112,11 +112,11 @@ func BenchmarkBareRunscFirstByte(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := run.materialize(files, staticSecret("v")); err != nil {
+		if err := run.materialize(plan, staticSecret("v")); err != nil {
 			b.Fatal(err)
 		}
 		// The run dir as the launcher hands it to runsc: binds staged.
-		staged, err := run.stageBinds(files)
+		staged, err := run.stageBinds(plan)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -167,22 +167,16 @@ func BenchmarkLaunchSteps(b *testing.B) {
 	n := 0
 	for b.Loop() {
 		id := newID()
-		// Launch's order: read the bundle once, then preflight those bytes.
+		// Launch's order: read the bundle once into a plan, then preflight it.
 		t0 := time.Now()
-		files, err := bundle.Read(s.Bundle)
-		var m *bundle.Manifest
-		if err == nil {
-			m, err = files.Manifest()
-		}
-		if err == nil {
-			_, err = files.Egress()
-		}
+		plan, err := launchplan.Load(s.Bundle)
 		t1 := time.Now()
 		if err != nil {
 			b.Fatal(err)
 		}
+		m := plan.Manifest
 		po := preflightOptions(Options{RunscPath: s.Runsc, BundleDir: s.Bundle, StateRoot: s.State})
-		po.Bundle = files
+		po.Plan = plan
 		report := preflight.Run(po)
 		t2 := time.Now()
 		if !report.OK() {
@@ -201,12 +195,12 @@ func BenchmarkLaunchSteps(b *testing.B) {
 		}
 		run, err := newRunDir(s.State, id)
 		if err == nil {
-			err = run.materialize(files, staticSecret("v"))
+			err = run.materialize(plan, staticSecret("v"))
 		}
 		t5 := time.Now()
 		var staged []stagedBind
 		if err == nil {
-			staged, err = run.stageBinds(files)
+			staged, err = run.stageBinds(plan)
 		}
 		t6 := time.Now()
 		if err == nil {

@@ -1,7 +1,6 @@
 package launcher
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +14,7 @@ import (
 
 	"paseo.dev/paseo-policy/bundle"
 	"paseo.dev/paseo-policy/compiler/pathsafe"
+	"paseo.dev/paseo-policy/launcher/launchplan"
 )
 
 // Bind sources by descriptor
@@ -44,22 +44,15 @@ type stagedBind struct {
 	path  string // <run>/binds/<n>
 }
 
-// stageBinds stages every pinned bind of the bundle's config.json; any
-// failure refuses the launch, naming the pin (never file contents).
-// Mounts already made are left for runDir.remove.
-func (r *runDir) stageBinds(files bundle.Files) ([]stagedBind, error) {
-	var spec rspec.Spec
-	if err := json.Unmarshal(files[bundle.ConfigFile], &spec); err != nil {
-		return nil, fmt.Errorf("%s: %w", bundle.ConfigFile, err)
+// stageBinds stages every pinned bind of the plan (its config.json's binds
+// paired with pins.json when the plan was loaded); any failure refuses the
+// launch, naming the pin (never file contents). Mounts already made are
+// left for runDir.remove.
+func (r *runDir) stageBinds(plan *launchplan.Plan) ([]stagedBind, error) {
+	if plan.BindsErr != nil {
+		return nil, plan.BindsErr
 	}
-	pins, err := files.Pins()
-	if err != nil {
-		return nil, err
-	}
-	pairs, err := bundle.PairBinds(spec.Mounts, pins.Pins)
-	if err != nil {
-		return nil, err
-	}
+	spec, pairs := plan.Spec, plan.Binds
 	if len(pairs) == 0 {
 		return nil, nil
 	}

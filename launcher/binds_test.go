@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/bundle"
+	"paseo.dev/paseo-policy/launcher/launchplan"
 )
 
 // Bind staging (binds.go) against the pinned runsc. The workspace is the
@@ -63,7 +64,7 @@ func writeMarker(t *testing.T, dir, marker string) {
 // edit applied to its config.json first, and returns the agent's stdout.
 func bareRunsc(t *testing.T, s *sandbox, edit func(*rspec.Spec), swap func()) string {
 	t.Helper()
-	files, err := bundle.Read(s.bundle)
+	plan, err := launchplan.Load(s.bundle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,10 +78,10 @@ func bareRunsc(t *testing.T, s *sandbox, edit func(*rspec.Spec), swap func()) st
 		t.Fatal(err)
 	}
 	defer run.remove()
-	if err := run.materialize(files, staticSecret("v")); err != nil {
+	if err := run.materialize(plan, staticSecret("v")); err != nil {
 		t.Fatal(err)
 	}
-	staged, err := run.stageBinds(files)
+	staged, err := run.stageBinds(plan)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,7 @@ import (
 	"paseo.dev/paseo-policy/bundle"
 	"paseo.dev/paseo-policy/grant"
 	"paseo.dev/paseo-policy/internal/childproc"
+	"paseo.dev/paseo-policy/launcher/launchplan"
 	"paseo.dev/paseo-policy/launcher/preflight"
 	"paseo.dev/paseo-policy/launcher/routeproxy"
 	"paseo.dev/paseo-policy/launcher/sandboxnet"
@@ -201,9 +202,10 @@ type launch struct {
 	res     Result
 	cleanup cleanupStack
 
-	files  bundle.Files // read once: preflight verified these bytes
-	m      *bundle.Manifest
-	eg     *bundle.Egress
+	plan   *launchplan.Plan // the bundle read once and verified
+	files  bundle.Files     // plan.Files
+	m      *bundle.Manifest // plan.Manifest
+	eg     *bundle.Egress   // plan.Egress
 	limits limits
 	rs     *runsc
 	run    *runDir
@@ -251,42 +253,39 @@ func (l *launch) phases(ctx context.Context) error {
 	return nil
 }
 
-// prepare reads the bundle once and verifies those bytes, claims the id,
-// writes the record and fills the run dir: the secrets materialized and
-// the bind sources staged.
+// prepare reads the bundle once into a verified launch plan, claims the
+// id, writes the record and fills the run dir: the secrets materialized
+// and the bind sources staged. Every later step works from the plan; none
+// opens the bundle again.
 func (l *launch) prepare() error {
-	files, err := bundle.Read(l.opts.BundleDir)
+	plan, err := launchplan.Load(l.opts.BundleDir)
 	if err != nil {
 		return err
 	}
 	pre := preflightOptions(l.opts)
-	pre.Bundle = files
+	pre.Plan = plan
 	if report := preflight.Run(pre); !report.OK() {
 		return report.Err()
 	}
-	l.files = files
-	if l.m, err = files.Manifest(); err != nil {
-		return err
-	}
-	if l.eg, err = files.Egress(); err != nil {
-		return err
-	}
+	// The report is OK only if the validator had no finding, so every
+	// decoded field is set.
+	l.plan, l.files, l.m, l.eg = plan, plan.Files, plan.Manifest, plan.Egress
 	if l.eg.Mode != "none" && l.eg.Mode != "sandbox" {
 		return fmt.Errorf("network mode %q is not one this launcher enforces", l.eg.Mode)
 	}
 	l.limits = launcherLimits(l.m.Grants)
-	l.rs = &runsc{path: l.opts.RunscPath, root: filepath.Join(l.opts.StateRoot, "runsc"), network: l.eg.Mode}
+	l.rs = &runsc{path: l.opts.RunscPath, root: filepath.Join(l.opts.StateRoot, "runsc"), network: plan.Network()}
 	if err := os.MkdirAll(l.rs.root, 0o700); err != nil {
 		return err
 	}
 	if err := l.claim(); err != nil {
 		return err
 	}
-	if err := l.run.materialize(files, l.opts.Secrets); err != nil {
+	if err := l.run.materialize(plan, l.opts.Secrets); err != nil {
 		return err
 	}
 	l.spec = runtimeState{cgroupsPath: CgroupsPath(l.opts.ID), privateRoot: true}
-	if l.spec.binds, err = l.run.stageBinds(files); err != nil {
+	if l.spec.binds, err = l.run.stageBinds(plan); err != nil {
 		return err
 	}
 	if l.opts.afterStaging != nil {
@@ -593,10 +592,16 @@ func newRunDir(stateRoot, id string) (*runDir, error) {
 	return &runDir{dir: dir}, nil
 }
 
-// materialize writes the bundle into the run dir with its secret slots
-// filled (secretslots.go); the reviewed bundle itself is never modified.
-func (r *runDir) materialize(files bundle.Files, secrets SecretSource) error {
-	filled, err := fillSecrets(files, secrets)
+// materialize writes the plan's bundle into the run dir with its secret
+// slots filled (secretslots.go); the reviewed bundle itself is never
+// modified. The plan's validator found the slots and refused any marker
+// outside them.
+func (r *runDir) materialize(plan *launchplan.Plan, secrets SecretSource) error {
+	if plan.SlotsErr != nil {
+		return plan.SlotsErr
+	}
+	files := plan.Files
+	filled, err := fillSlots(files, plan.Deployment, plan.Slots, secrets)
 	if err != nil {
 		return err
 	}
@@ -645,11 +650,7 @@ type runsc struct {
 	network string
 }
 
-func (r *runsc) flags() []string {
-	// Fixed, reviewed flags: private state root, the bundle's network mode,
-	// default platform, no directfs.
-	return []string{"--root", r.root, "--network=" + r.network, "--directfs=false"}
-}
+func (r *runsc) flags() []string { return launchplan.RunscFlags(r.root, r.network) }
 
 func (r *runsc) command(id, bundleDir string) *exec.Cmd {
 	args := append(r.flags(), "run", "--bundle", bundleDir, id)

@@ -41,6 +41,13 @@ func fillSecrets(files bundle.Files, secrets SecretSource) (map[string][]byte, e
 	if err != nil {
 		return nil, err
 	}
+	return fillSlots(files, deployment, slots, secrets)
+}
+
+// fillSlots is fillSecrets once the slots are known and the bundle holds
+// no marker outside them: a launch plan's validator found both
+// (ocicheck.Decoded), so a launch does not scan the bundle a second time.
+func fillSlots(files bundle.Files, deployment string, slots []bundle.SecretSlot, secrets SecretSource) (out map[string][]byte, err error) {
 	values := map[string][]byte{}
 	defer func() {
 		for _, v := range values {
@@ -63,7 +70,7 @@ func fillSecrets(files bundle.Files, secrets SecretSource) (map[string][]byte, e
 			return nil, fmt.Errorf("secret %s contains characters that cannot go in an environment variable or a header", s.Ref)
 		}
 	}
-	out := map[string][]byte{}
+	out = map[string][]byte{}
 	if out[bundle.ConfigFile], err = fillConfig(files[bundle.ConfigFile], slots, values); err != nil {
 		return nil, err
 	}

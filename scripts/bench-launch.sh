@@ -12,7 +12,7 @@
 #      order alternating between rounds so drift in machine load hits both
 #      alike; one untimed round first warms the page cache. Reduced to
 #      medians and their ratio (target <= 1.05).
-#   2. Where the launcher's share goes: BenchmarkLaunchSteps (bundle read,
+#   2. Where the launcher's share goes: BenchmarkLaunchSteps (launch plan: bundle read and validated,
 #      preflight, runsc id check, launch record, run dir, bind staging; means of 5 per
 #      sample) and launcher/preflight BenchmarkPreflight
 #      (every host check, and the runsc digest, nftables probe, cgroup and
@@ -134,7 +134,7 @@ echo "  for comparison, uncached (doctor): runsc sha256 + ELF check $(ms "$(metr
 echo "    nftables probe $(ms "$(metric "$tmp/preflight.m" BenchmarkPreflight/nftables ns/op)") ms, cgroup + kernel $(awk -v a="$(metric "$tmp/preflight.m" BenchmarkPreflight/cgroup ns/op)" -v b="$(metric "$tmp/preflight.m" BenchmarkPreflight/kernel ns/op)" 'BEGIN { printf "%.2f", (a + b) / 1e6 }') ms,"
 echo "    all host checks $(ms "$(metric "$tmp/preflight.m" BenchmarkPreflight/run ns/op)") ms"
 steps=(preflight bundle-read id-check record rundir binds)
-echo "  bundle read: $(ms "$(metric "$tmp/steps.m" BenchmarkLaunchSteps bundle-read-ns)") ms"
+echo "  bundle read once and validated (the launch plan): $(ms "$(metric "$tmp/steps.m" BenchmarkLaunchSteps bundle-read-ns)") ms"
 echo "  id check (runsc state files): $(ms "$(metric "$tmp/steps.m" BenchmarkLaunchSteps id-check-ns)") ms"
 echo "  launch record: $(ms "$(metric "$tmp/steps.m" BenchmarkLaunchSteps record-ns)") ms"
 echo "  run dir (mkdir, secret injection, spec patch): $(ms "$(metric "$tmp/steps.m" BenchmarkLaunchSteps rundir-ns)") ms"

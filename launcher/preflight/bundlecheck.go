@@ -1,85 +1,84 @@
 package preflight
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
-	"sort"
 	"strings"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/bundle"
 	"paseo.dev/paseo-policy/compiler/pathsafe"
+	"paseo.dev/paseo-policy/launcher/launchplan"
+	"paseo.dev/paseo-policy/ocicheck"
 )
 
 const bundleConfigName = bundle.ConfigFile
 
-// bundleResult holds the three bundle checks; each is judged on its own so
-// a report names every problem, not just the first.
+// bundleResult holds the bundle checks; each is judged on its own so a
+// report names every problem, not just the first. All but the pins'
+// re-resolution come from one ocicheck run on the plan (the validator
+// behind validate and every launch): digests, hooks and pins under their
+// own names, every other finding under invalid.
 type bundleResult struct {
 	digests, hooks, pins error
 	pinsOK               string
+	invalid              error
 }
 
 func checkBundle(dir string) bundleResult {
-	files, err := bundle.Read(dir)
-	return checkBundleFiles(files, err, dir, true)
+	plan, err := launchplan.Load(dir)
+	return checkBundlePlan(plan, err, dir, true)
 }
 
-// checkBundleFiles checks the bundle as read (readErr: why it could not be
-// read). resolvePins re-resolves pinned sources by path: doctor's advisory
-// check. A launch checks each pin on the descriptor it mounts instead
-// (launcher/binds.go), so here it only requires pins.json to belong to the
-// manifest.
+// checkBundleFiles is checkBundle on a bundle already read.
 func checkBundleFiles(files bundle.Files, readErr error, dir string, resolvePins bool) bundleResult {
+	if readErr != nil {
+		return checkBundlePlan(nil, readErr, dir, resolvePins)
+	}
+	return checkBundlePlan(launchplan.FromFiles(dir, files), nil, dir, resolvePins)
+}
+
+// checkBundlePlan reports the plan's verdict (readErr: why the bundle
+// could not be read). resolvePins re-resolves pinned sources by path:
+// doctor's advisory check. A launch checks each pin on the descriptor it
+// mounts instead (launcher/binds.go), so there it only requires pins.json
+// to belong to the manifest with one pin per host bind.
+func checkBundlePlan(plan *launchplan.Plan, readErr error, dir string, resolvePins bool) bundleResult {
 	if readErr != nil {
 		skipped := errors.New("not checked: the bundle could not be read")
 		return bundleResult{digests: readErr, hooks: skipped, pins: skipped}
 	}
+	v := plan.Verdict
 	var r bundleResult
-	if err := files.Verify(); err != nil {
-		r.digests = fmt.Errorf("bundle %s fails verification: %w", dir, err)
+	if f := v.Failed(ocicheck.CheckDigests); len(f) > 0 {
+		r.digests = fmt.Errorf("bundle %s fails verification: %s", dir, details(f))
 	}
-	r.hooks = checkNoHooks(files[bundle.ConfigFile])
-	r.pinsOK, r.pins = checkPins(files, resolvePins)
+	if f := append(v.Failed(ocicheck.CheckDecode), v.Failed(ocicheck.CheckNoHooks)...); len(f) > 0 {
+		r.hooks = errors.New(details(f))
+	}
+	r.pinsOK, r.pins = checkPins(plan, resolvePins)
+	var rest []string
+	for _, f := range v.Findings {
+		switch f.Check {
+		case ocicheck.CheckDigests, ocicheck.CheckDecode, ocicheck.CheckNoHooks, ocicheck.CheckPins:
+			continue // reported above (pins: the plan's pairing is the same check)
+		}
+		rest = append(rest, f.Check+": "+f.Detail)
+	}
+	if len(rest) > 0 {
+		r.invalid = fmt.Errorf("%d finding(s) of the bundle validator: %s", len(rest), strings.Join(rest, "; "))
+	}
 	return r
 }
 
-// checkNoHooks refuses an OCI config with a hooks object at all, even an
-// empty one: hooks run on the host, outside the sandbox, and paseo bundles
-// never contain them. Only hook kinds and counts are reported, never paths,
-// arguments or environment.
-func checkNoHooks(config []byte) error {
-	var spec specs.Spec
-	if err := json.Unmarshal(config, &spec); err != nil {
-		return fmt.Errorf("%s is not a valid OCI runtime config: %w", bundle.ConfigFile, err)
+func details(fs []ocicheck.Finding) string {
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = f.Detail
 	}
-	if spec.Hooks == nil {
-		return nil
-	}
-	h := spec.Hooks
-	counts := map[string]int{
-		"prestart":        len(h.Prestart), // deprecated, still run by runtimes
-		"createRuntime":   len(h.CreateRuntime),
-		"createContainer": len(h.CreateContainer),
-		"startContainer":  len(h.StartContainer),
-		"poststart":       len(h.Poststart),
-		"poststop":        len(h.Poststop),
-	}
-	var kinds []string
-	for k, n := range counts {
-		if n > 0 {
-			kinds = append(kinds, fmt.Sprintf("%s: %d", k, n))
-		}
-	}
-	sort.Strings(kinds)
-	if len(kinds) == 0 {
-		return fmt.Errorf("%s has a hooks object (empty); hooks run on the host and are refused", bundle.ConfigFile)
-	}
-	return fmt.Errorf("%s has hooks (%s); hooks run on the host and are refused", bundle.ConfigFile, strings.Join(kinds, ", "))
+	return strings.Join(out, "; ")
 }
 
 // checkPins requires pins.json to belong to this bundle's manifest with one
@@ -88,12 +87,12 @@ func checkNoHooks(config []byte) error {
 // renamed away and replaced (or swapped for a symlink) since compile is
 // reported. That is advice for doctor: only the launcher's check on the
 // descriptor it mounts holds for the launch (launcher/binds.go).
-func checkPins(files bundle.Files, resolve bool) (string, error) {
-	pairs, err := files.PinnedBinds() // without pins.json, any host bind is refused
+func checkPins(plan *launchplan.Plan, resolve bool) (string, error) {
+	pairs, err := plan.Binds, plan.BindsErr // without pins.json, any host bind is refused
 	if err != nil {
 		return "", err
 	}
-	if _, ok := files[bundle.PinsFile]; !ok {
+	if _, ok := plan.Files[bundle.PinsFile]; !ok {
 		return "no " + bundle.PinsFile + " and no bind with a host source", nil
 	}
 	if !resolve {

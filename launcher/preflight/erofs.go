@@ -3,7 +3,6 @@ package preflight
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -11,10 +10,9 @@ import (
 	"strings"
 	"syscall"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
-
 	"paseo.dev/paseo-policy/bundle"
 	"paseo.dev/paseo-policy/grant"
+	"paseo.dev/paseo-policy/launcher/launchplan"
 )
 
 // The image's EROFS files
@@ -31,25 +29,24 @@ import (
 
 // checkErofs verifies the bundle's EROFS mounts and returns what it checked.
 func checkErofs(bundleDir, cacheDir string) (string, error) {
-	files, err := bundle.Read(bundleDir)
-	return checkErofsFiles(files, err, cacheDir)
+	plan, err := launchplan.Load(bundleDir)
+	return checkErofsPlan(plan, err, cacheDir)
 }
 
-// checkErofsFiles is checkErofs on the bundle as read.
-func checkErofsFiles(files bundle.Files, readErr error, cacheDir string) (string, error) {
+// checkErofsPlan is checkErofs on the plan as read.
+func checkErofsPlan(plan *launchplan.Plan, readErr error, cacheDir string) (string, error) {
 	if readErr != nil {
 		return "", fmt.Errorf("not checked: the bundle could not be read: %w", readErr)
 	}
-	var spec specs.Spec
-	if err := json.Unmarshal(files[bundle.ConfigFile], &spec); err != nil {
-		return "", fmt.Errorf("%s is not a valid OCI runtime config: %w", bundle.ConfigFile, err)
+	if plan.Spec == nil {
+		return "", fmt.Errorf("not checked: %s is not a valid OCI runtime config", bundle.ConfigFile)
 	}
-	m, err := files.Manifest()
-	if err != nil {
-		return "", err
+	if plan.Manifest == nil {
+		return "", fmt.Errorf("not checked: %s does not decode", bundle.ManifestFile)
 	}
+	m := plan.Manifest
 	var checked, problems []string
-	for _, mnt := range spec.Mounts {
+	for _, mnt := range plan.Spec.Mounts {
 		if mnt.Type != "erofs" {
 			continue
 		}

@@ -1,9 +1,11 @@
 // Package preflight checks, before the launcher starts anything, that the
 // host can run a bundle safely: root, a kernel with openat2, a pinned static
 // runsc, cgroups (v2, or v1 controllers) with the controllers the limits need, working nftables,
-// and (given a bundle) that the bundle is intact, hook-free, that every
-// bind source it pinned at compile time is still the same object and that
-// the image's EROFS files it mounts still have their digests.
+// and (given a bundle, or a launch plan already loaded from one) that the
+// bundle validator (ocicheck, through launchplan) has no finding: intact,
+// hook-free, every invariant kept; that every bind source it pinned at
+// compile time is still the same object and that the image's EROFS files
+// it mounts still have their digests.
 //
 // Every check runs and reports; nothing stops at the first failure, so one
 // run tells an operator everything that is wrong. Details carry the reason
@@ -18,7 +20,7 @@ import (
 	"os"
 	"strings"
 
-	"paseo.dev/paseo-policy/bundle"
+	"paseo.dev/paseo-policy/launcher/launchplan"
 )
 
 // Check names, stable for scripts that read the JSON report.
@@ -33,6 +35,10 @@ const (
 	CheckBundleHooks   = "bundle-no-hooks"
 	CheckBundlePins    = "bundle-pins"
 	CheckImageErofs    = "image-erofs"
+	// CheckBundleValid is reported, failed, when the bundle validator
+	// (ocicheck, as `validate` runs it) has findings none of the bundle
+	// checks above covers.
+	CheckBundleValid = "bundle-valid"
 )
 
 // Check is the outcome of one check. Detail says what was found when OK and
@@ -112,11 +118,12 @@ type Options struct {
 	RunscDigestFile string
 	// BundleDir is a compiled bundle to verify; empty skips the bundle checks.
 	BundleDir string
-	// Bundle, when set, is the bundle already read from BundleDir: the
-	// launcher reads it once and verifies the very bytes it then runs.
-	// It also means a launch: pins are checked on the descriptors the
-	// launcher mounts, not re-resolved here by path.
-	Bundle bundle.Files
+	// Plan, when set, is the bundle already read from BundleDir and
+	// judged (launchplan.Load): the launcher reads it once and these
+	// checks report on the very bytes it then runs. It also means a
+	// launch: pins are checked on the descriptors the launcher mounts, not
+	// re-resolved here by path.
+	Plan *launchplan.Plan
 	// DigestCache is a root-only file caching the runsc digest by file
 	// identity (digestcache.go); empty hashes the binary every time.
 	DigestCache string
@@ -167,17 +174,24 @@ func Run(opts Options) Report {
 		add(CheckNftables, err, detail)
 	}
 
-	if opts.BundleDir != "" || opts.Bundle != nil {
-		files, readErr := opts.Bundle, error(nil)
-		if files == nil {
-			files, readErr = bundle.Read(opts.BundleDir)
+	if opts.BundleDir != "" || opts.Plan != nil {
+		plan, readErr := opts.Plan, error(nil)
+		if plan == nil {
+			plan, readErr = launchplan.Load(opts.BundleDir)
 		}
-		b := checkBundleFiles(files, readErr, opts.BundleDir, opts.Bundle == nil)
+		b := checkBundlePlan(plan, readErr, opts.BundleDir, opts.Plan == nil)
 		add(CheckBundleDigests, b.digests, fmt.Sprintf("%s: every output matches the manifest digest", opts.BundleDir))
 		add(CheckBundleHooks, b.hooks, fmt.Sprintf("%s: no hooks", bundleConfigName))
 		add(CheckBundlePins, b.pins, b.pinsOK)
-		detail, err := checkErofsFiles(files, readErr, opts.ImageDigestCache)
+		detail, err := checkErofsPlan(plan, readErr, opts.ImageDigestCache)
 		add(CheckImageErofs, err, detail)
+		// The validator's other findings (runtime-tools, invariants,
+		// secret placeholders, egress destinations) have no check of
+		// their own above; they appear, failed, only when there are any,
+		// so a launchable bundle's report keeps its shape.
+		if b.invalid != nil {
+			add(CheckBundleValid, b.invalid, "")
+		}
 	}
 	return r
 }

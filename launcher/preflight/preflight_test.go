@@ -21,6 +21,7 @@ import (
 
 	"paseo.dev/paseo-policy/bundle"
 	"paseo.dev/paseo-policy/compiler/pathsafe"
+	"paseo.dev/paseo-policy/launcher/launchplan"
 )
 
 // staticBin is a static executable built once by TestMain with the Go
@@ -451,11 +452,19 @@ func TestNftablesProbeFailsOnBadNamespace(t *testing.T) {
 
 func minimalConfig(t *testing.T, hooks *specs.Hooks) []byte {
 	t.Helper()
+	// Launchable as far as the bundle validator (ocicheck) is concerned:
+	// each test breaks one thing.
+	mem, cpu, pids := int64(1<<30), int64(100000), int64(64)
 	spec := specs.Spec{
 		Version: specs.Version,
-		Process: &specs.Process{Args: []string{"/bin/agent"}, Cwd: "/", Env: []string{"PATH=/usr/bin:/bin"}},
-		Root:    &specs.Root{Path: "rootfs", Readonly: true},
-		Hooks:   hooks,
+		Process: &specs.Process{Args: []string{"/bin/agent"}, Cwd: "/", Env: []string{"PATH=/usr/bin:/bin"},
+			User: specs.User{UID: 1000, GID: 1000}, NoNewPrivileges: true},
+		Root:  &specs.Root{Path: "/srv/image/rootfs", Readonly: true},
+		Hooks: hooks,
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace}, {Type: specs.MountNamespace}, {Type: specs.NetworkNamespace}},
+			Resources:  &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &mem}, Pids: &specs.LinuxPids{Limit: &pids}, CPU: &specs.LinuxCPU{Quota: &cpu}},
+		},
 	}
 	b, err := bundle.Marshal(spec)
 	if err != nil {
@@ -867,5 +876,38 @@ func TestEmptyReportIsNotOK(t *testing.T) {
 	b, err := json.Marshal(r)
 	if err != nil || string(b) != `{"ok":false,"checks":[]}` {
 		t.Fatalf("empty report JSON %s, %v", b, err)
+	}
+}
+
+// Every validator finding fails the report, on a launch's plan and on
+// doctor's directory alike: one the bundle checks have no name for is
+// reported as bundle-valid, and the report of a launchable bundle has no
+// bundle-valid check at all.
+func TestValidatorFindingsFailTheReport(t *testing.T) {
+	dir := t.TempDir()
+	var spec specs.Spec
+	if err := json.Unmarshal(minimalConfig(t, nil), &spec); err != nil {
+		t.Fatal(err)
+	}
+	spec.Process.User.UID = 0
+	config, err := bundle.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeBundle(t, dir, config, nil)
+	plan, err := launchplan.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, opts := range map[string]Options{"launch": {Plan: plan, BundleDir: dir}, "doctor": {BundleDir: dir}} {
+		c, ok := Run(opts).Get(CheckBundleValid)
+		if !ok || c.OK || !strings.Contains(c.Detail, "invariant/unprivileged: process runs as uid or gid 0") {
+			t.Errorf("%s: %s check %+v (present %v)", name, CheckBundleValid, c, ok)
+		}
+	}
+	good := t.TempDir()
+	writeBundle(t, good, minimalConfig(t, nil), nil)
+	if c, ok := Run(Options{BundleDir: good}).Get(CheckBundleValid); ok {
+		t.Errorf("a launchable bundle's report has %+v", c)
 	}
 }
