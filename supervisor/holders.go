@@ -46,12 +46,11 @@ func fromHolder(st holder.State) Info {
 
 // prepare resolves, on the supervisor's side, what the launch will need
 // from the supervisor's configuration: the secrets the bundle names and
-// the egress host names to pin.
-func (s *Server) prepare(spec *holder.Spec) *Error {
-	files, err := bundle.Read(spec.BundleDir)
-	if err != nil {
-		return fail(ErrInternal, "bundle: %v", err)
-	}
+// the egress host names to pin. files are the compile's bytes: the bundle
+// directory is read by the launcher alone. What prepare takes from them
+// only selects what to hand over; the launcher checks the bundle it reads
+// against the same digests and refuses a launch whose slots or hosts differ.
+func (s *Server) prepare(spec *holder.Spec, files bundle.Files) *Error {
 	m, err := files.Manifest()
 	if err != nil {
 		return fail(ErrInternal, "bundle: %v", err)

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/bridge"
+	"paseo.dev/paseo-policy/bundle"
 	"paseo.dev/paseo-policy/compiler"
 	"paseo.dev/paseo-policy/execution"
 	"paseo.dev/paseo-policy/internal/lineio"
@@ -541,7 +542,7 @@ func (s *Server) create(p peer, req Request) (any, *Error) {
 	if err := res.Files.Write(dir); err != nil {
 		return nil, fail(ErrInternal, "bundle: %v", err)
 	}
-	b, e := s.start(id, dir, req.Deployment, res.Manifest.Agent, res.Manifest.Profile, req.MCPToken)
+	b, e := s.start(id, dir, res.Files, req.Deployment, res.Manifest.Agent, res.Manifest.Profile, req.MCPToken)
 	if e != nil {
 		_ = os.RemoveAll(dir)
 		return nil, e
@@ -587,15 +588,18 @@ func (s *Server) unreserve(deployment string) {
 const DefaultMaxSandboxes = 32
 
 // start launches the bundle in a new holder, which keeps its stdio on a
-// bridge, and waits until runsc runs it (or the launch failed).
-func (s *Server) start(id, bundleDir, deployment, agent, profile string, mcpToken string) (*box, *Error) {
+// bridge, and waits until runsc runs it (or the launch failed). files are
+// the compile's own bytes, written to bundleDir: the supervisor plans from
+// them, and the launcher alone reads the directory (once, into its launch
+// plan).
+func (s *Server) start(id, bundleDir string, files bundle.Files, deployment, agent, profile string, mcpToken string) (*box, *Error) {
 	spec := holder.Spec{ID: id, BundleDir: bundleDir, StateRoot: s.cfg.StateRoot, RunscPath: s.cfg.RunscPath,
 		Uplink: s.cfg.Uplink, Bridge: s.cfg.Bridge, Deployment: deployment, Agent: agent, Profile: profile,
 		Linger: s.cfg.HolderLinger, MCPToken: mcpToken}
 	if spec.Linger <= 0 {
 		spec.Linger = 24 * time.Hour
 	}
-	if e := s.prepare(&spec); e != nil {
+	if e := s.prepare(&spec, files); e != nil {
 		return nil, e
 	}
 	b, err := newBox(id, deployment, agent, profile, holderSocket(s.cfg.StateRoot, id), stateCreating)
