@@ -18,10 +18,26 @@ import (
 // git remote) then fail with EBUSY or EROFS, and commits, branches, refs,
 // objects and the index still work. Both must exist: a missing hooks
 // directory is one the sandbox could create.
+//
+// objects/info/alternates names the object stores Git reads besides its
+// own. Inside the sandbox it only reaches what the sandbox already sees,
+// but the facts' alternates are checked against it (gitverify.go), so a
+// daemon that derives the next launch's facts from the repository would
+// grant whatever store an agent listed there. When the file exists it is
+// read-only too (Git writes it only at clone --shared and repack -a -d
+// --local); a repository without one stays without the bind, since a
+// mount point would create the file on the host (docs/threat-model.md
+// row 64).
 var gitControl = []struct {
-	name string
-	kind pathsafe.Kind
-}{{"config", pathsafe.File}, {"hooks", pathsafe.Dir}}
+	name     string
+	kind     pathsafe.Kind
+	optional bool
+	why      string
+}{
+	{"config", pathsafe.File, false, "the repository's config, read-only: Git runs what it names in every sandbox that shares the repository"},
+	{"hooks", pathsafe.Dir, false, "the repository's hooks, read-only: Git runs what it names in every sandbox that shares the repository"},
+	{"objects/info/alternates", pathsafe.File, true, "the repository's alternates, read-only: the object stores it lists are checked against the facts, so an agent must not add one"},
+}
 
 // gitControlBinds grants the config and hooks of the Git dir the sandbox
 // writes that holds them: the common dir of a linked worktree, the Git dir
@@ -66,12 +82,15 @@ func (c *compilation) gitControlBinds(granted []grant.Mount) []grant.Mount {
 	}
 	var out []grant.Mount
 	for _, gc := range gitControl {
+		if gc.optional && !c.src.exists(repo+"/"+gc.name, "workspace", roots) {
+			continue
+		}
 		s, ok := c.src.resolve(fact+"/"+gc.name, repo+"/"+gc.name, "workspace", roots, gc.kind)
 		if !ok {
 			continue
 		}
 		out = append(out, grant.Mount{Destination: s.dest, Type: "bind", Source: s.host, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
-			Provenance: why("the repository's "+gc.name+", read-only: Git runs what it names in every sandbox that shares the repository", s.fact)})
+			Provenance: why(gc.why, s.fact)})
 	}
 	return out
 }

@@ -11,6 +11,7 @@ import (
 
 	"paseo.dev/paseo-policy/compiler/pathsafe"
 	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/grant"
 	"paseo.dev/paseo-policy/internal/testtree"
 	"paseo.dev/paseo-policy/schema"
 )
@@ -89,6 +90,12 @@ func (s *gitScene) path(p string) string { return s.host + p }
 // compile compiles the reference facts with workspace replaced.
 func (s *gitScene) compile(t *testing.T, cwd string, git map[string]any) diag.List {
 	t.Helper()
+	_, diags := s.compileResult(t, cwd, git)
+	return diags
+}
+
+func (s *gitScene) compileResult(t *testing.T, cwd string, git map[string]any) (*Result, diag.List) {
+	t.Helper()
 	ws := map[string]any{"cwd": s.path(cwd), "git": git}
 	if git != nil {
 		// A merge patch keeps what it does not name: clear the base's.
@@ -115,9 +122,40 @@ func (s *gitScene) compile(t *testing.T, cwd string, git map[string]any) diag.Li
 		t.Fatal(err)
 	}
 	facts := mergePatch(t, s.facts, p)
-	_, diags := Compile(Inputs{Facts: schema.Input{Name: "facts.json", Data: facts}, Registry: schema.Input{Name: "registry.json", Data: s.reg}},
+	return Compile(Inputs{Facts: schema.Input{Name: "facts.json", Data: facts}, Registry: schema.Input{Name: "registry.json", Data: s.reg}},
 		Options{Resolver: pathsafe.Resolver{}})
-	return diags
+}
+
+// A repository's alternates file is bound read-only over its writable Git
+// dir when it has one (a clone --shared), so that an agent cannot add an
+// object store the next launch's facts would be checked against; a
+// repository without one gets no bind (a mount point would create it).
+func TestGitAlternatesReadOnly(t *testing.T) {
+	s := newGitScene(t)
+	const common = "/srv/paseo/repos/proj/.git"
+	alternatesBind := func(res *Result, gitdir string) *grant.Mount {
+		for _, g := range res.Manifest.Grants {
+			if m, ok := g.(grant.Mount); ok && m.Destination == s.path(gitdir)+"/objects/info/alternates" {
+				return &m
+			}
+		}
+		return nil
+	}
+	res, diags := s.compileResult(t, "/srv/paseo/repos/clone", map[string]any{"gitdir": "/srv/paseo/repos/clone/.git", "alternates": []string{common + "/objects"}, "write": true})
+	if len(diags) > 0 {
+		t.Fatalf("shared clone refused: %v", diags)
+	}
+	m := alternatesBind(res, "/srv/paseo/repos/clone/.git")
+	if m == nil || !slices.Contains(m.Options, "ro") || m.Type != "bind" {
+		t.Fatalf("shared clone: alternates bind %+v, want a read-only bind", m)
+	}
+	res, diags = s.compileResult(t, "/srv/paseo/workspace/proj-feature", map[string]any{"gitdir": common + "/worktrees/proj-feature", "commondir": common, "write": true})
+	if len(diags) > 0 {
+		t.Fatalf("linked worktree refused: %v", diags)
+	}
+	if m := alternatesBind(res, common); m != nil {
+		t.Fatalf("a repository without alternates got a bind: %+v", m)
+	}
 }
 
 func mergePatch(t *testing.T, doc, patch []byte) []byte {
