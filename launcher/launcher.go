@@ -212,6 +212,9 @@ type launch struct {
 	memcg  *memoryCgroup
 	// polledOOM counts OOM kills where runsc owns the memory cgroup.
 	polledOOM atomic.Uint64
+	// wake, when set, restores a checkpoint instead of starting the agent
+	// (hibernate.go).
+	wake *wake
 }
 
 // running is a started runsc and what the wait phase watches.
@@ -334,7 +337,7 @@ func (l *launch) claim() error {
 // hosts into the run dir's hosts file and starts a proxy per private route.
 func (l *launch) network(ctx context.Context) error {
 	net, err := sandboxnet.Setup(ctx, sandboxnet.Config{ID: l.opts.ID, Egress: *l.eg, StateDir: filepath.Join(l.opts.StateRoot, "net"),
-		Uplink: l.opts.Uplink, Pool: l.opts.Pool, Resolve: l.opts.Resolve, Caps: l.opts.NetCaps})
+		Uplink: l.opts.Uplink, Pool: l.opts.Pool, Link: l.wakeLink(), Resolve: l.opts.Resolve, Caps: l.opts.NetCaps})
 	if err != nil {
 		return fmt.Errorf("sandbox network: %w", err)
 	}
@@ -413,7 +416,7 @@ func (l *launch) start(ctx context.Context) (*running, error) {
 	errw.onLimit = out.onLimit
 	r.stop = stop
 
-	r.cmd = l.rs.command(id, l.run.dir)
+	r.cmd = l.runscCommand()
 	// stdin goes through a pipe the launcher owns, not exec's copier: Wait
 	// would otherwise wait for the caller's reader to end, so an agent that
 	// exits (or is stopped) while its client keeps stdin open would hang

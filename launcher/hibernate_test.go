@@ -1,0 +1,241 @@
+package launcher
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"paseo.dev/paseo-policy/bundle"
+	"paseo.dev/paseo-policy/internal/testnet"
+	"paseo.dev/paseo-policy/launcher/sandboxnet"
+)
+
+// hibernateScript counts the lines it reads (state only the sandbox's
+// memory holds), writes each to the workspace and, on "net", reaches the
+// model host through the egress rules.
+const hibernateScript = `n=0
+while read line; do
+  n=$((n+1))
+  echo "$line" >> "$PASEO_AGENT_CWD/lines.txt"
+  if [ "$line" = net ]; then
+    echo hi | /bin/busybox timeout 4 /bin/busybox nc -w 2 llm.example.test 8443 | /bin/busybox head -n1 | /bin/busybox sed "s/^/net $n /"
+  else
+    echo "got $n $line key=$FAKE_LLM_KEY"
+  fi
+done`
+
+// run is one Launch or Wake of the hibernate sandbox, with its own stdio.
+type hibernateRun struct {
+	in    *io.PipeWriter
+	out   *bufio.Reader
+	done  chan struct{}
+	res   Result
+	err   error
+	netns *sandboxnet.Network
+}
+
+func (s *sandbox) startRun(t *testing.T, id string, secrets SecretSource, wakeUp bool) *hibernateRun {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	r := &hibernateRun{in: inW, out: bufio.NewReader(outR), done: make(chan struct{})}
+	started := make(chan struct{})
+	opts := Options{BundleDir: s.bundle, ID: id, StateRoot: s.state, RunscPath: s.runsc, Secrets: secrets,
+		Stdin: inR, Stdout: outW, Uplink: s.uplink, Resolve: s.resolve,
+		OnNetwork: func(n *sandboxnet.Network) { r.netns = n },
+		OnStart:   func() { close(started) }}
+	go func() {
+		defer close(r.done)
+		if wakeUp {
+			r.res, r.err = Wake(context.Background(), opts)
+		} else {
+			r.res, r.err = Launch(context.Background(), opts)
+		}
+		outW.Close()
+		inR.Close()
+	}()
+	select {
+	case <-started:
+	case <-r.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the sandbox did not start in 60 s")
+	}
+	return r
+}
+
+func (r *hibernateRun) line(t *testing.T, send string) string {
+	t.Helper()
+	if _, err := fmt.Fprintln(r.in, send); err != nil {
+		t.Fatalf("writing %q: %v", send, err)
+	}
+	got := make(chan string, 1)
+	go func() {
+		l, _ := r.out.ReadString('\n')
+		got <- strings.TrimSpace(l)
+	}()
+	select {
+	case l := <-got:
+		return l
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no answer to %q", send)
+		return ""
+	}
+}
+
+func (r *hibernateRun) ended(t *testing.T) {
+	t.Helper()
+	select {
+	case <-r.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the launch did not end")
+	}
+	r.in.Close()
+}
+
+func hibernateSandbox(t *testing.T) (*sandbox, *testnet.Server) {
+	world := testnet.New(t)
+	model := world.Host("model")
+	srv := model.Serve(t, 8443, "model-banner")
+	s := compileScript(t, hibernateScript, `{"network":{"mode":"sandbox"}}`)
+	s.uplink = world.Uplink
+	s.resolve = func(_ context.Context, host string) ([]netip.Addr, error) {
+		if host == "llm.example.test" {
+			return []netip.Addr{model.Addr}, nil
+		}
+		return nil, fmt.Errorf("unknown host %s", host)
+	}
+	return s, srv
+}
+
+func (s *sandbox) secretsDigest(t *testing.T, src SecretSource) string {
+	t.Helper()
+	files, err := bundle.Read(s.bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := SecretsDigest(files, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// A checkpointed sandbox (network sandbox, staged binds, EROFS layers)
+// restores with new stdio pipes, the same id, its memory (the line count
+// and the injected key), a rebuilt network on the same link that still
+// reaches exactly the egress, and a workspace that still takes writes;
+// the image is root-only while it exists and gone after the wake; after
+// the last run nothing is left.
+func TestHibernateWake(t *testing.T) {
+	s, srv := hibernateSandbox(t)
+	key := staticSecret("s3cr3t-value")
+	id := "pp-hib-" + fmt.Sprint(os.Getpid())
+	r := s.startRun(t, id, key, false)
+	if got := r.line(t, "one"); got != "got 1 one key=s3cr3t-value" {
+		t.Fatalf("first run answered %q", got)
+	}
+	link := r.netns.Gateway
+	for round := 2; round <= 4; round++ {
+		img, err := Checkpoint(CheckpointOptions{ID: id, StateRoot: s.state, RunscPath: s.runsc, SecretsDigest: s.secretsDigest(t, key)})
+		if err != nil {
+			t.Fatalf("round %d: checkpoint: %v", round, err)
+		}
+		r.ended(t)
+		t.Logf("round %d: the checkpointed launch ended with %+v (%v); image %d files", round, r.res, r.err, len(img.Files))
+		fi, err := os.Stat(HibernateDir(s.state, id))
+		if err != nil || fi.Mode().Perm() != 0o700 {
+			t.Fatalf("hibernate dir: %v %v, want 0700", fi, err)
+		}
+		if ents, _ := os.ReadDir(filepath.Join(s.state, "run")); len(ents) > 0 {
+			t.Errorf("round %d: a hibernated sandbox keeps run dirs: %v", round, ents)
+		}
+		r = s.startRun(t, id, key, true)
+		if r.err != nil {
+			t.Fatalf("round %d: wake: %v", round, r.err)
+		}
+		if r.netns.Gateway != link {
+			t.Errorf("round %d: woke on gateway %s, hibernated on %s", round, r.netns.Gateway, link)
+		}
+		if Hibernated(s.state, id) {
+			t.Errorf("round %d: the image outlived the wake", round)
+		}
+		want := fmt.Sprintf("got %d w%d key=s3cr3t-value", 2*round-2, round)
+		if got := r.line(t, fmt.Sprintf("w%d", round)); got != want {
+			t.Fatalf("round %d: woken sandbox answered %q, want %q", round, got, want)
+		}
+		if got, want := r.line(t, "net"), fmt.Sprintf("net %d model-banner", 2*round-1); got != want {
+			t.Fatalf("round %d: egress after wake: %q, want %q (server saw %d connections)", round, got, want, srv.Conns())
+		}
+	}
+	r.in.Close()
+	r.ended(t)
+	data, err := os.ReadFile(filepath.Join(s.host, "srv/paseo/workspace/proj-feature/lines.txt"))
+	if want := "one\nw2\nnet\nw3\nnet\nw4\nnet\n"; err != nil || string(data) != want {
+		t.Errorf("workspace lines %q (%v), want %q", data, err, want)
+	}
+	s.assertClean(t)
+	if ents, _ := os.ReadDir(filepath.Join(s.state, "hibernate")); len(ents) > 0 {
+		t.Errorf("images left behind: %v", ents)
+	}
+}
+
+// A wake refuses, keeping the image for the caller to delete, when an
+// image file changed, when the injected key was rotated, and when there
+// is no image; nothing starts and nothing is left but the image.
+func TestWakeFailsClosed(t *testing.T) {
+	s, _ := hibernateSandbox(t)
+	key := staticSecret("s3cr3t-value")
+	id := "pp-hibfc-" + fmt.Sprint(os.Getpid())
+	r := s.startRun(t, id, key, false)
+	if got := r.line(t, "one"); !strings.HasPrefix(got, "got 1 one") {
+		t.Fatalf("first run answered %q", got)
+	}
+	if _, err := Checkpoint(CheckpointOptions{ID: id, StateRoot: s.state, RunscPath: s.runsc, SecretsDigest: s.secretsDigest(t, key)}); err != nil {
+		t.Fatal(err)
+	}
+	r.ended(t)
+
+	wantRefused := func(what string, src SecretSource, reason string) {
+		t.Helper()
+		r := s.startRun(t, id, src, true)
+		r.ended(t)
+		var ue *UnavailableError
+		if !errors.As(r.err, &ue) || !strings.Contains(ue.Reason, reason) || !strings.Contains(ue.Reason, "start the agent fresh") {
+			t.Fatalf("%s: wake returned %v, want sandbox-unavailable with %q", what, r.err, reason)
+		}
+		if ents, _ := os.ReadDir(filepath.Join(s.state, "run")); len(ents) > 0 {
+			t.Errorf("%s: run dirs left: %v", what, ents)
+		}
+	}
+	wantRefused("rotated key", staticSecret("rotated-value"), "rotated")
+
+	ents, err := os.ReadDir(imageDir(s.state, id))
+	if err != nil || len(ents) == 0 {
+		t.Fatalf("image: %v %v", ents, err)
+	}
+	victim := filepath.Join(imageDir(s.state, id), ents[0].Name())
+	f, err := os.OpenFile(victim, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte{0})
+	f.Close()
+	wantRefused("changed image", key, "does not match the digest")
+
+	if err := RemoveImage(s.state, id); err != nil {
+		t.Fatal(err)
+	}
+	wantRefused("no image", key, "no checkpoint")
+	s.assertClean(t)
+	if ents, _ := os.ReadDir(filepath.Join(s.state, "hibernate")); len(ents) > 0 {
+		t.Errorf("images left behind: %v", ents)
+	}
+}
