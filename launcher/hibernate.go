@@ -46,7 +46,9 @@ func HibernateDir(stateRoot, id string) string {
 	return filepath.Join(stateRoot, "hibernate", id)
 }
 
-func imageDir(stateRoot, id string) string { return filepath.Join(HibernateDir(stateRoot, id), "image") }
+func imageDir(stateRoot, id string) string {
+	return filepath.Join(HibernateDir(stateRoot, id), "image")
+}
 
 // Image is what Checkpoint recorded about one checkpoint.
 type Image struct {
