@@ -158,12 +158,9 @@ func SecretsDigest(files bundle.Files, src SecretSource) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// The values stay the source's: the launch that follows injects them
+	// (and clears them then), so they are not cleared here.
 	values := map[string][]byte{}
-	defer func() {
-		for _, v := range values {
-			clear(v)
-		}
-	}()
 	for _, ref := range refs {
 		if src == nil {
 			return "", fmt.Errorf("bundle needs secret %s and no secret source was given", ref)

@@ -27,6 +27,8 @@ const (
 	OpCloseInput = "closeInput" // Epoch → CloseResult
 	OpMCPToken   = "mcpToken"   // MCPToken → {"mcpToken": true}
 	OpStop       = "stop"       // → State, once the sandbox ended
+	OpHibernate  = "hibernate"  // → State: checkpointed, stdio and bridge kept
+	OpWake       = "wake"       // Secrets → State: restored
 	OpRelease    = "release"    // → {"released": id}; the holder exits after answering
 )
 
@@ -42,6 +44,9 @@ type Request struct {
 	// MCPToken is the daemon's current MCP bearer; kept in the holder's
 	// memory only, never logged or echoed.
 	MCPToken string `json:"mcpToken,omitempty"`
+	// Secrets are the values a wake injects again (resolved by the
+	// supervisor as at create); kept in memory only for the wake.
+	Secrets map[string][]byte `json:"secrets,omitempty"`
 }
 
 // Response answers a request by id.
@@ -88,6 +93,8 @@ const (
 	ErrState      = "state"
 	ErrOutOfOrder = "out-of-order"
 	ErrInternal   = "internal"
+	// ErrUnavailable is a wake refused: the caller starts the agent fresh.
+	ErrUnavailable = "unavailable"
 )
 
 // State is a holder's answer to inspect and stop: its sandbox's identity
@@ -104,6 +111,11 @@ type State struct {
 	NextSeq    uint64 `json:"nextSeq"`
 	Acked      uint64 `json:"acked"`
 	Paused     bool   `json:"outputPaused"`
+	// Hibernated: the sandbox is checkpointed; output and input wait.
+	Hibernated bool `json:"hibernated,omitempty"`
+	// IdleMillis is how long no input was written and no output read from
+	// the sandbox (for the supervisor's idle hibernation).
+	IdleMillis int64 `json:"idleMillis"`
 }
 
 // AttachResult answers attach.
