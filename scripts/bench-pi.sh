@@ -29,6 +29,10 @@
 #      docs/image.md; needs mkfs.erofs).
 #   5. runsc checkpoint of a Pi that answered get_state, then runsc restore
 #      -> response to a new get_state.
+#   6. Wake (e2e/bench_wake_test.go): launcher.Wake of a hibernated warm Pi
+#      (image digests, secrets, binds, network, runsc restore) -> response
+#      to get_state, ROUNDS samples, against the host start and the
+#      sandboxed cold start of section 1 (goal: <= 1.0 x the host start).
 #
 # Exits 0 whether or not the target is met (it is a benchmark); the target
 # is printed as MET or MISSED. Knobs (environment): ROUNDS (samples of every
@@ -205,6 +209,18 @@ if [[ $skip != *" 5 "* ]]; then
   echo "   restore s: $(samples "$tmp/restore.m" BenchmarkPiRestoreFirstResponse first-response-ns)"
 fi
 
+# --- 6. wake -------------------------------------------------------------------------
+if [[ $skip != *" 6 "* ]]; then
+  echo
+  echo "== 6. wake of a hibernated warm Pi (launcher.Wake) -> get_state response: $rounds samples"
+  for ((r = 0; r < rounds; r++)); do
+    bench "$tmp/wake.txt" '^BenchmarkPiWakeFirstResponse$' 1x
+  done
+  metrics "$tmp/wake.txt" >"$tmp/wake.m"
+  { grep -h 'checkpoint of a warm Pi' "$tmp/wake.txt" || true; } | head -1 | sed 's/^ */   /'
+  echo "   wake s: $(samples "$tmp/wake.m" BenchmarkPiWakeFirstResponse first-response-ns)"
+fi
+
 # --- summary -----------------------------------------------------------------------
 echo
 echo "== summary (medians; load average now: $(cut -d' ' -f1-3 /proc/loadavg))"
@@ -222,5 +238,10 @@ fi
 if [[ $skip != *" 5 "* ]]; then
   rs=$(metric "$tmp/restore.m" BenchmarkPiRestoreFirstResponse first-response-ns)
   echo "restore of a checkpointed warm Pi: $(s "$rs") s; vs the plain host figure: $(ratio "$rs" "$host_ns")"
+fi
+if [[ $skip != *" 6 "* ]]; then
+  wk=$(metric "$tmp/wake.m" BenchmarkPiWakeFirstResponse first-response-ns)
+  wr=$(ratio "$wk" "$host_ns")
+  echo "wake -> first response: $(s "$wk") s; vs host start: $wr (goal <= 1.0: $(verdict "$wr" 1.0)); vs sandboxed cold start: $(ratio "$wk" "$sbx_ns")"
 fi
 exit 0
