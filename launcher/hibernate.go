@@ -62,8 +62,12 @@ type Image struct {
 	Files map[string]string `json:"files"`
 	// SecretsDigest is SecretsDigest of the values the checkpointed agent
 	// was started with: the image holds them in its memory.
-	SecretsDigest string    `json:"secretsDigest"`
-	Taken         time.Time `json:"taken"`
+	SecretsDigest string `json:"secretsDigest"`
+	// Ran is how long the sandbox ran, over every launch and wake: the
+	// wake gets what is left of wallSeconds, so hibernating does not
+	// extend it (time hibernated does not count).
+	Ran   time.Duration `json:"ran"`
+	Taken time.Time     `json:"taken"`
 }
 
 // CheckpointOptions name the running sandbox to checkpoint.
@@ -124,6 +128,7 @@ func Checkpoint(o CheckpointOptions) (img *Image, err error) {
 		return nil, err
 	}
 	img.Taken = time.Now().UTC()
+	img.Ran = rec.RanBefore + img.Taken.Sub(rec.Started)
 	data, err := json.MarshalIndent(img, "", "  ")
 	if err != nil {
 		return nil, err
@@ -213,6 +218,13 @@ func (l *launch) wakeLink() netip.Prefix {
 	return l.wake.img.Link
 }
 
+func (l *launch) ranBefore() time.Duration {
+	if l.wake == nil {
+		return 0
+	}
+	return l.wake.img.Ran
+}
+
 func (l *launch) wakePhases(ctx context.Context) error {
 	if l.opts.ID == "" || l.opts.ID != filepath.Base(l.opts.ID) {
 		return errors.New("a wake needs the id of the hibernated container")
@@ -233,6 +245,12 @@ func (l *launch) wakePhases(ctx context.Context) error {
 	}
 	if l.eg.Mode != img.Network {
 		return fmt.Errorf("the bundle's network mode is %s, the checkpoint's %s", l.eg.Mode, img.Network)
+	}
+	if l.limits.wall > 0 {
+		if l.limits.wall <= img.Ran {
+			return fmt.Errorf("the sandbox has run %v of its wall time %v", img.Ran.Round(time.Second), l.limits.wall)
+		}
+		l.limits.wall -= img.Ran
 	}
 	refs, err := SecretRefs(l.files)
 	if err != nil {

@@ -3,6 +3,7 @@ package launcher
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -238,4 +239,57 @@ func TestWakeFailsClosed(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Join(s.state, "hibernate")); len(ents) > 0 {
 		t.Errorf("images left behind: %v", ents)
 	}
+}
+
+// Wall time counts the time a sandbox ran, over every launch and wake: a
+// checkpoint records the running total, and a wake whose total has used up
+// wallSeconds is refused rather than given the limit afresh.
+func TestWakeKeepsWallTime(t *testing.T) {
+	s := compileScript(t, "while read line; do echo \"got $line\"; done", `{"limits":{"wallSeconds":300}}`)
+	key := staticSecret("v")
+	id := "pp-hibwall-" + fmt.Sprint(os.Getpid())
+	checkpoint := func() *Image {
+		t.Helper()
+		img, err := Checkpoint(CheckpointOptions{ID: id, StateRoot: s.state, RunscPath: s.runsc, SecretsDigest: s.secretsDigest(t, key)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return img
+	}
+	r := s.startRun(t, id, key, false)
+	r.line(t, "one")
+	time.Sleep(time.Second)
+	first := checkpoint()
+	r.ended(t)
+	if first.Ran < time.Second {
+		t.Fatalf("the first run ran %v, recorded %v", time.Second, first.Ran)
+	}
+	r = s.startRun(t, id, key, true)
+	if got := r.line(t, "two"); got != "got two" {
+		t.Fatalf("woken: %q", got)
+	}
+	time.Sleep(time.Second)
+	second := checkpoint()
+	r.ended(t)
+	if second.Ran < first.Ran+time.Second {
+		t.Fatalf("after a second run of 1 s the total is %v, was %v", second.Ran, first.Ran)
+	}
+
+	// A total past the limit (rewritten here; a real one would have been
+	// stopped at the limit) refuses the wake.
+	second.Ran = 301 * time.Second
+	data, _ := json.Marshal(second)
+	if err := os.WriteFile(filepath.Join(HibernateDir(s.state, id), ImageFile), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = s.startRun(t, id, key, true)
+	r.ended(t)
+	var ue *UnavailableError
+	if !errors.As(r.err, &ue) || !strings.Contains(ue.Reason, "wall time") {
+		t.Fatalf("a wake past the wall time: %v", r.err)
+	}
+	if err := RemoveImage(s.state, id); err != nil {
+		t.Fatal(err)
+	}
+	s.assertClean(t)
 }

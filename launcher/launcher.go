@@ -321,7 +321,7 @@ func (l *launch) claim() error {
 		return err
 	}
 	rec := Record{ID: l.opts.ID, Bundle: l.opts.BundleDir, Profile: l.m.Profile, Agent: l.m.Agent, Deployment: l.m.Deployment,
-		Network: l.eg.Mode, Uplink: l.opts.Uplink, Started: time.Now().UTC(),
+		Network: l.eg.Mode, Uplink: l.opts.Uplink, Started: time.Now().UTC(), RanBefore: l.ranBefore(),
 		LauncherPID: os.Getpid(), LauncherStart: processStart(os.Getpid())}
 	if err := writeRecord(l.opts.StateRoot, rec); err != nil {
 		return err

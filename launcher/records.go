@@ -26,6 +26,9 @@ type Record struct {
 	Network    string    `json:"network"`
 	Uplink     string    `json:"uplink,omitempty"`
 	Started    time.Time `json:"started"`
+	// RanBefore is how long the sandbox ran before this launch, when the
+	// launch is a wake (hibernate.go): wall time counts running time.
+	RanBefore time.Duration `json:"ranBefore,omitempty"`
 	// Launcher identifies the owning launcher process; the start time
 	// guards against pid reuse.
 	LauncherPID   int    `json:"launcherPid"`
