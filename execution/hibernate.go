@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"paseo.dev/paseo-policy/launcher"
@@ -228,4 +229,16 @@ func (rr *relayReader) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	return 0, io.EOF
+}
+
+// countingWriter counts what passes through it into n.
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
 }

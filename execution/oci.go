@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"paseo.dev/paseo-policy/bundle"
@@ -73,7 +74,8 @@ func (p *ociProcess) begin(ctx context.Context, launch func(context.Context, lau
 		defer close(r.done)
 		r.res, r.err = launch(lctx, launcher.Options{
 			BundleDir: p.bundle, ID: p.id, StateRoot: o.StateRoot, RunscPath: o.RunscPath, Secrets: secrets, MCPToken: o.MCPToken,
-			Stdin: in, Stdout: p.outW, Stderr: p.errW, Uplink: o.Uplink, Resolve: o.Resolve,
+			Stdin: in, Stdout: countingWriter{p.outW, &p.written}, Stderr: countingWriter{p.errW, &p.written},
+			OutputBefore: p.written.Load(), Uplink: o.Uplink, Resolve: o.Resolve,
 			OnStart: func() {
 				p.mu.Lock()
 				p.hibernating = false // a wake restored it
@@ -143,6 +145,8 @@ type ociProcess struct {
 	input  *inputRelay
 	// secretsDigest is launcher.SecretsDigest at the start.
 	secretsDigest string
+	// written counts the output of every launch, for a wake's outputBytes.
+	written atomic.Int64
 
 	// hibernation serializes Hibernate, Wake and Stop.
 	hibernation sync.Mutex

@@ -293,3 +293,19 @@ func TestWakeKeepsWallTime(t *testing.T) {
 	}
 	s.assertClean(t)
 }
+
+// outputBytes counts what a sandbox wrote before a wake (Options.
+// OutputBefore, which the execution backend keeps across hibernations).
+func TestOutputBeforeCounts(t *testing.T) {
+	s := compileScript(t, "echo 0123456789abcdef0123456789abcdef; /bin/busybox sleep 30", `{"limits":{"outputBytes":65536}}`)
+	var out strings.Builder
+	res, err := Launch(context.Background(), Options{BundleDir: s.bundle, StateRoot: s.state, RunscPath: s.runsc,
+		Secrets: staticSecret("v"), Stdin: strings.NewReader(""), Stdout: &out, OutputBefore: 65536 - 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Reason != "output limit exceeded" || out.Len() != 0 {
+		t.Errorf("reason %q, %d bytes passed, want the limit reached by the earlier output", res.Reason, out.Len())
+	}
+	s.assertClean(t)
+}

@@ -84,6 +84,10 @@ type Options struct {
 	// Launch only returns when the sandbox has ended.
 	OnStart func()
 
+	// OutputBefore is what the sandbox wrote (stdout and stderr) before
+	// this launch, for a wake (hibernate.go): outputBytes counts it all.
+	OutputBefore int64
+
 	// afterStaging, in tests, runs once the bind sources are staged.
 	afterStaging func(runDir string)
 }
@@ -409,7 +413,7 @@ func (l *launch) start(ctx context.Context) (*running, error) {
 		r.wall, cancel = context.WithTimeout(ctx, l.limits.wall)
 		l.cleanup.push(cancel)
 	}
-	out := &limitWriter{w: orDiscard(l.opts.Stdout), limit: l.limits.output}
+	out := &limitWriter{w: orDiscard(l.opts.Stdout), limit: l.limits.output, n: l.opts.OutputBefore}
 	errw := &limitWriter{w: orDiscard(l.opts.Stderr), limit: l.limits.output, shared: out}
 	stop := make(chan string, 2)
 	out.onLimit = func() { stop <- "output limit exceeded" }
