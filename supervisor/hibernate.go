@@ -52,10 +52,21 @@ func (s *Server) hibernate(ctx context.Context, b *box) (any, *Error) {
 	return in, nil
 }
 
-// wake restores a hibernated box; a box that is not hibernated is left as
-// it is (explicit wake of a running sandbox is a no-op).
-func (s *Server) wake(ctx context.Context, b *box) *Error {
-	defer b.hibernation()()
+// awake wakes a hibernated box (a box that is not hibernated is left as
+// it is) and holds off any hibernation until release: the request that
+// needed the agent's process (a write, an attach) reaches the holder
+// before an idle hibernation can begin.
+func (s *Server) awake(ctx context.Context, b *box) (release func(), e *Error) {
+	release = b.hibernation()
+	if e := s.wakeLocked(ctx, b); e != nil {
+		release()
+		return func() {}, e
+	}
+	return release, nil
+}
+
+// wakeLocked restores a hibernated box; b.hmu is held.
+func (s *Server) wakeLocked(ctx context.Context, b *box) *Error {
 	if b.state() != stateHibernated {
 		return nil
 	}

@@ -436,10 +436,13 @@ func (s *Server) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 	}
 	switch req.Op {
 	case "attach", "write", "closeInput", "wake":
-		// These need the agent's process: a hibernated one is woken first.
-		if e := s.wake(ctx, b); e != nil {
+		// These need the agent's process: a hibernated one is woken first,
+		// and none hibernates before the request reached its holder.
+		release, e := s.awake(ctx, b)
+		if e != nil {
 			return nil, e
 		}
+		defer release()
 	case "hibernate":
 		return s.hibernate(ctx, b)
 	}
