@@ -189,9 +189,10 @@ func TestHibernateWake(t *testing.T) {
 	}
 }
 
-// A wake refuses, keeping the image for the caller to delete, when an
-// image file changed, when the injected key was rotated, and when there
-// is no image; nothing starts and nothing is left but the image.
+// A wake refuses, keeping the image for the caller to delete, when a bind
+// source was swapped for a symlink, when the injected key was rotated,
+// when an image file changed, and when there is no image; nothing starts
+// and nothing is left but the image.
 func TestWakeFailsClosed(t *testing.T) {
 	s, _ := hibernateSandbox(t)
 	key := staticSecret("s3cr3t-value")
@@ -217,6 +218,12 @@ func TestWakeFailsClosed(t *testing.T) {
 			t.Errorf("%s: run dirs left: %v", what, ents)
 		}
 	}
+	// A bind source swapped for a symlink while hibernated: the pin is
+	// checked again, as at launch.
+	ws := filepath.Join(s.host, "srv/paseo/workspace/proj-feature")
+	restore := swapForSymlink(t, ws, t.TempDir())
+	wantRefused("workspace swapped for a symlink", key, "symlink")
+	restore()
 	wantRefused("rotated key", staticSecret("rotated-value"), "rotated")
 
 	ents, err := os.ReadDir(imageDir(s.state, id))
