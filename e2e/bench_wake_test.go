@@ -103,7 +103,7 @@ func (e *env) wakeRun(tb testing.TB, sc *testbundle.Scene, id string, wake bool)
 		inW.Close()
 		cancel()
 		<-p.done
-		_ = launcher.RemoveImage(sc.State, id)
+		_ = launcher.RemoveHibernation(sc.State, id)
 	})
 	return p
 }

@@ -179,7 +179,7 @@ func (p *ociProcess) Stop() {
 	p.mu.Lock()
 	if p.hibernating {
 		// Nothing runs: the checkpoint is all there is to remove.
-		_ = launcher.RemoveImage(p.oci.StateRoot, p.id)
+		_ = launcher.RemoveHibernation(p.oci.StateRoot, p.id)
 		p.finish(Exit{Code: -1, Reason: "deleted while hibernated"})
 	}
 	r := p.cur

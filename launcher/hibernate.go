@@ -136,12 +136,34 @@ func Checkpoint(o CheckpointOptions) (img *Image, err error) {
 	return img, os.WriteFile(filepath.Join(dir, ImageFile), append(data, '\n'), 0o600)
 }
 
-// RemoveImage deletes container id's checkpoint (on wake, on delete).
+// RemoveImage deletes container id's checkpoint (a wake, once the
+// restored container runs; its network now holds the kept lease).
 func RemoveImage(stateRoot, id string) error {
 	if _, err := newRunDirName(id); err != nil {
 		return err
 	}
 	return os.RemoveAll(HibernateDir(stateRoot, id))
+}
+
+// RemoveHibernation deletes a hibernated sandbox's checkpoint and the
+// address lease it kept (delete). A lease of a launch still running (a
+// record exists) is that launch's and stays.
+func RemoveHibernation(stateRoot, id string) error {
+	err := RemoveImage(stateRoot, id)
+	if _, rerr := recordOf(stateRoot, id); rerr == nil {
+		return err
+	}
+	return errors.Join(err, sandboxnet.ReleaseLeases(filepath.Join(stateRoot, "net"), id))
+}
+
+// keepLinkIfHibernated keeps the launch's address lease when the launch
+// ends because it was checkpointed (or a wake of a checkpoint failed):
+// the link is what the wake needs, and no other sandbox may take it
+// meanwhile. gc counts a sandbox with a checkpoint as live.
+func (l *launch) keepLinkIfHibernated(n *sandboxnet.Network) {
+	if _, err := os.Stat(HibernateDir(l.opts.StateRoot, l.opts.ID)); err == nil {
+		n.KeepLease()
+	}
 }
 
 // Hibernated reports whether container id has a checkpoint.

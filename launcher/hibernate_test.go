@@ -159,6 +159,13 @@ func TestHibernateWake(t *testing.T) {
 		if ents, _ := os.ReadDir(filepath.Join(s.state, "run")); len(ents) > 0 {
 			t.Errorf("round %d: a hibernated sandbox keeps run dirs: %v", round, ents)
 		}
+		// The link stays the sandbox's while it is hibernated, gc or not.
+		if rep, err := (Inventory{StateRoot: s.state, RunscPath: s.runsc}).GC(); err != nil || len(rep.Removed) > 0 {
+			t.Errorf("round %d: gc of a hibernated sandbox: %+v %v", round, rep, err)
+		}
+		if kept, ok, err := sandboxnet.LeasedLink(filepath.Join(s.state, "net"), netip.Prefix{}, id); err != nil || !ok || kept != img.Link {
+			t.Errorf("round %d: hibernated, the sandbox holds lease %v (%v %v), want its link %v", round, kept, ok, err, img.Link)
+		}
 		r = s.startRun(t, id, key, true)
 		if r.err != nil {
 			t.Fatalf("round %d: wake: %v", round, r.err)
@@ -239,7 +246,7 @@ func TestWakeFailsClosed(t *testing.T) {
 	f.Close()
 	wantRefused("changed image", key, "does not match the digest")
 
-	if err := RemoveImage(s.state, id); err != nil {
+	if err := RemoveHibernation(s.state, id); err != nil {
 		t.Fatal(err)
 	}
 	wantRefused("no image", key, "no checkpoint")
@@ -296,7 +303,7 @@ func TestWakeKeepsWallTime(t *testing.T) {
 	if !errors.As(r.err, &ue) || !strings.Contains(ue.Reason, "wall time") {
 		t.Fatalf("a wake past the wall time: %v", r.err)
 	}
-	if err := RemoveImage(s.state, id); err != nil {
+	if err := RemoveHibernation(s.state, id); err != nil {
 		t.Fatal(err)
 	}
 	s.assertClean(t)
@@ -353,7 +360,7 @@ func TestCheckpointHoldsTheKey(t *testing.T) {
 	if bytes.Contains(data, []byte("s3cr3t-value-for-the-image")) {
 		t.Error("the image description holds the key")
 	}
-	if err := RemoveImage(s.state, id); err != nil {
+	if err := RemoveHibernation(s.state, id); err != nil {
 		t.Fatal(err)
 	}
 	s.assertClean(t)

@@ -347,6 +347,7 @@ func (l *launch) network(ctx context.Context) error {
 	}
 	l.cleanup.push(func() {
 		l.res.Packets, _ = net.Counters()
+		l.keepLinkIfHibernated(net)
 		_ = net.Teardown()
 	})
 	hosts, err := net.Hosts(l.files[bundle.HostsFile])

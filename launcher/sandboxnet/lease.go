@@ -74,6 +74,11 @@ func takeLease(dir string, pool netip.Prefix, id string, want netip.Prefix, busy
 		p := filepath.Join(dir, strconv.Itoa(i))
 		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 		if errors.Is(err, os.ErrExist) {
+			if owner, _ := os.ReadFile(p); want.IsValid() && strings.TrimSpace(string(owner)) == id {
+				// The lease a hibernated sandbox kept (KeepLease): its wake's.
+				gw := link.Addr().Next()
+				return &lease{path: p, link: link, gateway: gw, sandbox: gw.Next()}, nil
+			}
 			continue
 		}
 		if err != nil {

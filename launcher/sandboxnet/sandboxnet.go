@@ -496,6 +496,23 @@ func (n *Network) Teardown() error {
 	return errors.Join(errs...)
 }
 
+// KeepLease makes Teardown leave the address lease in place: a hibernated
+// sandbox keeps its link for the wake (Config.Link takes it over).
+func (n *Network) KeepLease() { n.lease = nil }
+
+// ReleaseLeases removes the address leases of container id (a hibernated
+// sandbox that is deleted).
+func ReleaseLeases(stateDir, id string) error {
+	leases, err := Leases(LeaseDir(stateDir))
+	errs := []error{err}
+	for idx, owner := range leases {
+		if owner == id {
+			errs = append(errs, os.Remove(filepath.Join(LeaseDir(stateDir), idx)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Remove deletes whatever a sandbox network of id left in the uplink and
 // the state dir: its table, peer veth, pinned namespace and leases. gc
 // uses it for launches whose launcher is gone; missing pieces are fine.
