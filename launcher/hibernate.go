@@ -216,6 +216,9 @@ func digestValues(refs []string, values map[string][]byte) string {
 // failure before that is an *UnavailableError and the image is kept for
 // the caller to delete when it starts fresh.
 func Wake(ctx context.Context, opts Options) (res Result, err error) {
+	if opts.ID == "" {
+		return Result{}, &UnavailableError{Reason: "wake: no container id: a wake restores a hibernated container by its id; start the agent fresh"}
+	}
 	l := newLaunch(opts)
 	defer func() {
 		l.teardown()
@@ -248,8 +251,8 @@ func (l *launch) ranBefore() time.Duration {
 }
 
 func (l *launch) wakePhases(ctx context.Context) error {
-	if l.opts.ID == "" || l.opts.ID != filepath.Base(l.opts.ID) {
-		return errors.New("a wake needs the id of the hibernated container")
+	if _, err := newRunDirName(l.opts.ID); err != nil {
+		return err
 	}
 	img, err := loadImage(l.opts.StateRoot, l.opts.ID)
 	if err != nil {
