@@ -48,7 +48,7 @@ func TestPiDemo(t *testing.T) {
 			Contained bool
 		} `json:"attemptsBlocked"`
 		Packets map[string]uint64
-		Left    []string `json:"leftBehind"`
+		Left    []string                `json:"leftBehind"`
 		Steps   []struct{ Step string } `json:"timings"`
 	}
 	if err := json.Unmarshal(data, &rep); err != nil {

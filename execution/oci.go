@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"paseo.dev/paseo-policy/launcher"
@@ -41,31 +43,77 @@ func (o OCI) Start(ctx context.Context, spec Spec) (Process, error) {
 	if id == "" {
 		id = NewID("pp-")
 	}
-	p := &ociProcess{id: id, pipes: newPipes(), inv: o.inventory(), done: make(chan struct{})}
-	lctx, cancel := context.WithCancel(context.Background())
-	p.cancel = cancel
-	started := make(chan struct{})
-	go func() {
-		defer close(p.done)
-		res, err := launcher.Launch(lctx, launcher.Options{
-			BundleDir: spec.Bundle, ID: id, StateRoot: o.StateRoot, RunscPath: o.RunscPath, Secrets: o.Secrets, MCPToken: o.MCPToken,
-			Stdin: p.inR, Stdout: p.outW, Stderr: p.errW, Uplink: o.Uplink, Resolve: o.Resolve,
-			OnStart: func() { close(started) },
-		})
+	p := &ociProcess{id: id, pipes: newPipes(), inv: o.inventory(), done: make(chan struct{}), oci: o, bundle: spec.Bundle}
+	p.input = newInputRelay(p.inR)
+	if err := p.begin(ctx, launcher.Launch, o.Secrets); err != nil {
 		p.closeBackend()
-		p.exit = Exit{Code: res.ExitCode, Reason: res.Reason, Err: err, Packets: res.Packets, Routes: res.Routes}
+		return nil, err
+	}
+	return p, nil
+}
+
+// begin runs one launch (a start, or a wake) of the process and waits for
+// runsc to run it.
+func (p *ociProcess) begin(ctx context.Context, launch func(context.Context, launcher.Options) (launcher.Result, error), secrets launcher.SecretSource) error {
+	lctx, cancel := context.WithCancel(context.Background())
+	r := &ociRun{cancel: cancel, done: make(chan struct{})}
+	o := p.oci
+	started := make(chan struct{})
+	in := p.input.open()
+	p.mu.Lock()
+	p.cur = r
+	p.mu.Unlock()
+	go func() {
+		defer close(r.done)
+		r.res, r.err = launch(lctx, launcher.Options{
+			BundleDir: p.bundle, ID: p.id, StateRoot: o.StateRoot, RunscPath: o.RunscPath, Secrets: secrets, MCPToken: o.MCPToken,
+			Stdin: in, Stdout: countingWriter{p.outW, &p.written}, Stderr: countingWriter{p.errW, &p.written},
+			OutputBefore: p.written.Load(), Uplink: o.Uplink, Resolve: o.Resolve,
+			OnStart: func() {
+				p.mu.Lock()
+				p.hibernating = false // a wake restored it
+				p.mu.Unlock()
+				close(started)
+			},
+		})
+		p.ended(r)
 	}()
 	select {
 	case <-started:
-		return p, nil
-	case <-p.done:
+		return nil
+	case <-r.done:
 		cancel()
-		return nil, p.exit.Err
+		p.input.cut() // nothing more for a launch that never ran
+		return r.err
 	case <-ctx.Done():
 		cancel()
-		<-p.done
-		return nil, fmt.Errorf("starting %s: %w", id, ctx.Err())
+		<-r.done
+		return fmt.Errorf("starting %s: %w", p.id, ctx.Err())
 	}
+}
+
+// ended is called when a launch returns: the process has ended unless
+// the launch ended because it was checkpointed, or it was a wake that
+// failed (the checkpoint is still there).
+func (p *ociProcess) ended(r *ociRun) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hibernating {
+		return // checkpointed, or a wake refused: the checkpoint remains
+	}
+	p.finish(Exit{Code: r.res.ExitCode, Reason: r.res.Reason, Err: r.err, Packets: r.res.Packets, Routes: r.res.Routes})
+}
+
+// finish ends the process for good. p.mu is held.
+func (p *ociProcess) finish(e Exit) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	p.closeBackend()
+	p.exit = e
+	close(p.done)
 }
 
 // Cleanup is the launcher's gc: containers, networks, cgroups and run dirs
@@ -85,9 +133,27 @@ type ociProcess struct {
 	id string
 	*pipes
 	inv    launcher.Inventory
+	oci    OCI
+	bundle string
+	input  *inputRelay
+	// written counts the output of every launch, for a wake's outputBytes.
+	written atomic.Int64
+
+	// hibernation serializes Hibernate, Wake and Stop.
+	hibernation sync.Mutex
+	mu          sync.Mutex
+	cur         *ociRun // the current (or last) launch
+	hibernating bool    // cur was checkpointed; no launch runs
+	done        chan struct{}
+	exit        Exit
+}
+
+// ociRun is one launch of the process: its start or a wake.
+type ociRun struct {
 	cancel context.CancelFunc
 	done   chan struct{}
-	exit   Exit
+	res    launcher.Result
+	err    error
 }
 
 func (p *ociProcess) ID() string                      { return p.id }
@@ -99,7 +165,17 @@ func (p *ociProcess) Signal(sig syscall.Signal) error { return p.inv.Kill(p.id, 
 // Stop has the launcher end the container (SIGTERM, its grace, SIGKILL)
 // and tear down its network, cgroups and run dir.
 func (p *ociProcess) Stop() {
-	p.cancel()
+	p.hibernation.Lock()
+	defer p.hibernation.Unlock()
+	p.mu.Lock()
+	if p.hibernating {
+		// Nothing runs: the checkpoint is all there is to remove.
+		_ = launcher.RemoveHibernation(p.oci.StateRoot, p.id)
+		p.finish(Exit{Code: -1, Reason: "deleted while hibernated"})
+	}
+	r := p.cur
+	p.mu.Unlock()
+	r.cancel()
 	<-p.done
 }
 

@@ -159,6 +159,13 @@ func (inv Inventory) GC() (GCReport, error) {
 	live := map[string]bool{}
 	uplinks := map[string]string{}
 	var dead []string
+	// A hibernated sandbox has no record but keeps its lease for its wake
+	// (hibernate.go); its holder, not gc, removes it.
+	for _, name := range dirNames(filepath.Join(inv.StateRoot, "hibernate")) {
+		if Hibernated(inv.StateRoot, name) {
+			live[name] = true
+		}
+	}
 	for _, r := range recs {
 		if r.LauncherAlive() {
 			live[r.ID] = true

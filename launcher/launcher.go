@@ -84,6 +84,10 @@ type Options struct {
 	// Launch only returns when the sandbox has ended.
 	OnStart func()
 
+	// OutputBefore is what the sandbox wrote (stdout and stderr) before
+	// this launch, for a wake (hibernate.go): outputBytes counts it all.
+	OutputBefore int64
+
 	// afterStaging, in tests, runs once the bind sources are staged.
 	afterStaging func(runDir string)
 }
@@ -202,6 +206,9 @@ type launch struct {
 	res     Result
 	cleanup cleanupStack
 
+	// secretsDigest digests the secret values this launch injected.
+	secretsDigest string
+
 	plan   *launchplan.Plan // the bundle read once and verified
 	files  bundle.Files     // plan.Files
 	m      *bundle.Manifest // plan.Manifest
@@ -213,6 +220,9 @@ type launch struct {
 	memcg  *memoryCgroup
 	// polledOOM counts OOM kills where runsc owns the memory cgroup.
 	polledOOM atomic.Uint64
+	// wake, when set, restores a checkpoint instead of starting the agent
+	// (hibernate.go).
+	wake *wake
 }
 
 // running is a started runsc and what the wait phase watches.
@@ -278,10 +288,22 @@ func (l *launch) prepare() error {
 	if err := os.MkdirAll(l.rs.root, 0o700); err != nil {
 		return err
 	}
+	if plan.SlotsErr != nil {
+		return plan.SlotsErr
+	}
+	// Each secret is fetched once: its digest goes to the record (a
+	// hibernation keeps it beside the image, a wake compares it) and the
+	// same values fill the slots.
+	secrets, err := fetchSecrets(plan.Deployment, plan.Slots, l.opts.Secrets)
+	if err != nil {
+		return err
+	}
+	defer secrets.clear()
+	l.secretsDigest = secrets.digest()
 	if err := l.claim(); err != nil {
 		return err
 	}
-	if err := l.run.materialize(plan, l.opts.Secrets); err != nil {
+	if err := l.run.materialize(plan, secrets.get); err != nil {
 		return err
 	}
 	l.spec = runtimeState{cgroupsPath: CgroupsPath(l.opts.ID), privateRoot: true}
@@ -316,7 +338,7 @@ func (l *launch) claim() error {
 		return err
 	}
 	rec := Record{ID: l.opts.ID, Bundle: l.opts.BundleDir, Profile: l.m.Profile, Agent: l.m.Agent, Deployment: l.m.Deployment,
-		Network: l.eg.Mode, Uplink: l.opts.Uplink, Started: time.Now().UTC(),
+		Network: l.eg.Mode, Uplink: l.opts.Uplink, Started: time.Now().UTC(), RanBefore: l.ranBefore(), SecretsDigest: l.secretsDigest,
 		LauncherPID: os.Getpid(), LauncherStart: processStart(os.Getpid())}
 	if err := writeRecord(l.opts.StateRoot, rec); err != nil {
 		return err
@@ -332,12 +354,13 @@ func (l *launch) claim() error {
 // hosts into the run dir's hosts file and starts a proxy per private route.
 func (l *launch) network(ctx context.Context) error {
 	net, err := sandboxnet.Setup(ctx, sandboxnet.Config{ID: l.opts.ID, Egress: *l.eg, StateDir: filepath.Join(l.opts.StateRoot, "net"),
-		Uplink: l.opts.Uplink, Pool: l.opts.Pool, Resolve: l.opts.Resolve, Caps: l.opts.NetCaps})
+		Uplink: l.opts.Uplink, Pool: l.opts.Pool, Link: l.wakeLink(), Resolve: l.opts.Resolve, Caps: l.opts.NetCaps})
 	if err != nil {
 		return fmt.Errorf("sandbox network: %w", err)
 	}
 	l.cleanup.push(func() {
 		l.res.Packets, _ = net.Counters()
+		l.keepLinkIfHibernated(net)
 		_ = net.Teardown()
 	})
 	hosts, err := net.Hosts(l.files[bundle.HostsFile])
@@ -404,14 +427,14 @@ func (l *launch) start(ctx context.Context) (*running, error) {
 		r.wall, cancel = context.WithTimeout(ctx, l.limits.wall)
 		l.cleanup.push(cancel)
 	}
-	out := &limitWriter{w: orDiscard(l.opts.Stdout), limit: l.limits.output}
+	out := &limitWriter{w: orDiscard(l.opts.Stdout), limit: l.limits.output, n: l.opts.OutputBefore}
 	errw := &limitWriter{w: orDiscard(l.opts.Stderr), limit: l.limits.output, shared: out}
 	stop := make(chan string, 2)
 	out.onLimit = func() { stop <- "output limit exceeded" }
 	errw.onLimit = out.onLimit
 	r.stop = stop
 
-	r.cmd = l.rs.command(id, l.run.dir)
+	r.cmd = l.runscCommand()
 	// stdin goes through a pipe the launcher owns, not exec's copier: Wait
 	// would otherwise wait for the caller's reader to end, so an agent that
 	// exits (or is stopped) while its client keeps stdin open would hang

@@ -2,6 +2,8 @@ package launcher
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -142,4 +144,61 @@ func validSecretValue(v []byte) bool {
 		}
 	}
 	return len(v) > 0
+}
+
+// fetched holds the values of a bundle's secrets, each fetched from the
+// source once per launch: the slots are filled from them and the launch
+// record keeps their digest.
+type fetched struct {
+	refs   []string // sorted, each once
+	values map[string][]byte
+}
+
+func fetchSecrets(deployment string, slots []bundle.SecretSlot, src SecretSource) (*fetched, error) {
+	f := &fetched{values: map[string][]byte{}}
+	for _, s := range slots {
+		if _, ok := f.values[s.Ref]; ok {
+			continue
+		}
+		if src == nil {
+			f.clear()
+			return nil, fmt.Errorf("bundle needs secret %s and no secret source was given", s.Ref)
+		}
+		v, err := src(deployment, s.Ref)
+		if err != nil {
+			f.clear()
+			return nil, err
+		}
+		f.values[s.Ref] = append([]byte(nil), v...)
+		f.refs = append(f.refs, s.Ref)
+	}
+	slices.Sort(f.refs)
+	return f, nil
+}
+
+// get is a SecretSource serving the fetched values (copies, which the
+// slot filling clears after use).
+func (f *fetched) get(_, ref string) ([]byte, error) {
+	v, ok := f.values[ref]
+	if !ok {
+		return nil, fmt.Errorf("secret %s was not fetched for this launch", ref)
+	}
+	return append([]byte(nil), v...), nil
+}
+
+// digest is a sha256 over each value's sha256, by ref: equal digests mean
+// equal values, and the digest reveals none.
+func (f *fetched) digest() string {
+	h := sha256.New()
+	for _, ref := range f.refs {
+		v := sha256.Sum256(f.values[ref])
+		fmt.Fprintf(h, "%s=%x\n", ref, v)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func (f *fetched) clear() {
+	for _, v := range f.values {
+		clear(v)
+	}
 }

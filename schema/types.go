@@ -92,6 +92,9 @@ type Deployment struct {
 	// MaxSandboxes is the supervisor's cap on the deployment's sandboxes
 	// (the CUE default fills it; see registry.cue).
 	MaxSandboxes int `json:"maxSandboxes"`
+	// HibernateAfterSeconds is the supervisor's idle hibernation (0: off;
+	// registry.cue).
+	HibernateAfterSeconds int `json:"hibernateAfterSeconds,omitempty"`
 }
 
 // MCPNarrow is a deployment's narrowing of the MCP scope; a nil list

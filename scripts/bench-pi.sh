@@ -20,6 +20,10 @@
 #      (timed or not), host and sandboxed, ROUNDS rounds; then the same with
 #      the emptied cache seeded from the image's /opt/pi-jiti-seed, as a
 #      daemon would seed a new agent's cache dir.
+#   4. Wake (e2e/bench_wake_test.go): launcher.Wake of a hibernated warm Pi
+#      (image digests, secrets, binds, network, runsc restore) -> response
+#      to get_state, ROUNDS samples, against the host start and the
+#      sandboxed cold start of section 1 (goal: <= 1.0 x the host start).
 #
 # Exits 0 whether or not the target is met (it is a benchmark); the target
 # is printed as MET or MISSED. Knobs (environment): ROUNDS (samples of every
@@ -151,6 +155,18 @@ if [[ $skip != *" 3 "* ]]; then
   echo "   sandboxed s: $(samples "$tmp/cache-seed.txt.m" $S first-response-ns)"
 fi
 
+# --- 4. wake -------------------------------------------------------------------------
+if [[ $skip != *" 4 "* ]]; then
+  echo
+  echo "== 4. wake of a hibernated warm Pi (launcher.Wake) -> get_state response: $rounds samples"
+  for ((r = 0; r < rounds; r++)); do
+    bench "$tmp/wake.txt" '^BenchmarkPiWakeFirstResponse$' 1x
+  done
+  metrics "$tmp/wake.txt" >"$tmp/wake.m"
+  { grep -h 'checkpoint of a warm Pi' "$tmp/wake.txt" || true; } | head -1 | sed 's/^ */   /'
+  echo "   wake s: $(samples "$tmp/wake.m" BenchmarkPiWakeFirstResponse first-response-ns)"
+fi
+
 # --- summary -----------------------------------------------------------------------
 echo
 echo "== summary (medians; load average now: $(cut -d' ' -f1-3 /proc/loadavg))"
@@ -164,5 +180,10 @@ if [[ $skip != *" 3 "* ]]; then
   h=$(metric "$tmp/cache-seed.txt.m" $H first-response-ns)
   x=$(metric "$tmp/cache-seed.txt.m" $S first-response-ns)
   echo "jiti cache seeded from the image (an agent's first start): host $(s "$h") s ($(gain "$h" "$host_ns")), sandboxed $(s "$x") s ($(gain "$x" "$sbx_ns")), ratio $(ratio "$x" "$h")"
+fi
+if [[ $skip != *" 4 "* ]]; then
+  wk=$(metric "$tmp/wake.m" BenchmarkPiWakeFirstResponse first-response-ns)
+  wr=$(ratio "$wk" "$host_ns")
+  echo "wake -> first response: $(s "$wk") s; vs host start: $wr (goal <= 1.0: $(verdict "$wr" 1.0)); vs sandboxed cold start: $(ratio "$wk" "$sbx_ns")"
 fi
 exit 0

@@ -38,8 +38,11 @@ func fromHolder(st holder.State) Info {
 	in := Info{Sandbox: st.Sandbox, Deployment: st.Deployment, Agent: st.Agent, Profile: st.Profile, Status: StatusRunning,
 		ExitCode: st.ExitCode, Reason: st.Reason, Epoch: st.Epoch, NextSeq: st.NextSeq, Acked: st.Acked, Paused: st.Paused,
 		Packets: st.Packets, Routes: st.Routes}
-	if st.Exited {
+	switch {
+	case st.Exited:
 		in.Status = StatusExited
+	case st.Hibernated:
+		in.Status = StatusHibernated
 	}
 	return in
 }
@@ -142,7 +145,11 @@ func (s *Server) adoptHolders() {
 			// than cut a live holder off from every supervisor.
 			continue
 		}
-		b, err := newBox(in.Sandbox, in.Deployment, in.Agent, in.Profile, sock, stateRunningUnattached)
+		first := stateRunningUnattached
+		if in.Hibernated {
+			first = stateHibernated // still the holder's, still wakeable
+		}
+		b, err := newBox(in.Sandbox, in.Deployment, in.Agent, in.Profile, sock, first)
 		if err != nil {
 			continue // cannot happen: a new box may always be adopted
 		}

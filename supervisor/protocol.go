@@ -65,6 +65,10 @@ type Event struct {
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// StartFresh is the caller's explicit choice after a failed wake:
+	// delete this sandbox and create it again (a cold start of the agent,
+	// its session resumed from the session log, not from memory).
+	StartFresh bool `json:"startFresh,omitempty"`
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -83,6 +87,11 @@ const (
 	ErrBusy        = "busy"         // connection cap reached (overall or for the peer uid)
 	ErrQuota       = "quota"        // the deployment holds its maxSandboxes
 	ErrInternal    = "internal"
+	// ErrSandboxUnavailable is a wake refused or failed: the checkpoint
+	// cannot be restored (image changed, key rotated, a pin moved, runsc
+	// failed). Nothing was cold-started; the caller deletes the sandbox
+	// and creates it fresh (Error.StartFresh).
+	ErrSandboxUnavailable = "sandbox-unavailable"
 )
 
 // Sandbox statuses.
@@ -91,6 +100,9 @@ const (
 	StatusExited            = "exited"
 	StatusRunningUnattached = "running-unattached"
 	StatusOrphaned          = "orphaned"
+	// StatusHibernated: checkpointed to root-only storage; attach, write,
+	// closeInput or wake restore it (docs/supervisor.md "Hibernate").
+	StatusHibernated = "hibernated"
 )
 
 // Info is what inspect and list report.

@@ -171,6 +171,7 @@ func (s *Server) Listen(ctx context.Context) error {
 	}
 	s.ln = ln
 	go func() { <-ctx.Done(); ln.Close() }()
+	go s.idleHibernation(ctx, time.Second)
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -322,7 +323,7 @@ func (s *Server) serveConn(ctx context.Context, uc *net.UnixConn) {
 	release, why := s.gate.enter(p.uid)
 	if release == nil {
 		_ = uc.SetWriteDeadline(time.Now().Add(time.Second))
-		_ = cn.enc.Encode(Response{V: Version, OK: false, Error: &Error{ErrBusy, why}})
+		_ = cn.enc.Encode(Response{V: Version, OK: false, Error: &Error{Code: ErrBusy, Message: why}})
 		return
 	}
 	defer release()
@@ -352,7 +353,7 @@ func serveLines(ctx context.Context, cn *conn, handle func(context.Context, Requ
 				err = fmt.Errorf("request did not arrive whole within %s", cn.frameTimeout)
 			}
 			if !errors.Is(err, io.EOF) {
-				_ = cn.send(Response{V: Version, OK: false, Error: &Error{ErrMalformed, err.Error()}})
+				_ = cn.send(Response{V: Version, OK: false, Error: &Error{Code: ErrMalformed, Message: err.Error()}})
 			}
 			return
 		}
@@ -360,12 +361,12 @@ func serveLines(ctx context.Context, cn *conn, handle func(context.Context, Requ
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil || req.V != Version || req.ID == "" {
-			_ = cn.send(Response{V: Version, ID: req.ID, OK: false, Error: &Error{ErrMalformed, "want one JSON request with v 1, an id and known fields only"}})
+			_ = cn.send(Response{V: Version, ID: req.ID, OK: false, Error: &Error{Code: ErrMalformed, Message: "want one JSON request with v 1, an id and known fields only"}})
 			continue
 		}
 		if len(line) > MaxFrame && req.Op != "write" {
 			// A duplicate "op" key can get a large frame past opOf.
-			_ = cn.send(Response{V: Version, ID: req.ID, OK: false, Error: &Error{ErrMalformed, fmt.Sprintf("only write may be longer than %d bytes", MaxFrame)}})
+			_ = cn.send(Response{V: Version, ID: req.ID, OK: false, Error: &Error{Code: ErrMalformed, Message: fmt.Sprintf("only write may be longer than %d bytes", MaxFrame)}})
 			return
 		}
 		result, e := handle(cctx, req)
@@ -424,7 +425,7 @@ func (s *Server) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 		return s.list(cn.peer), nil
 	}
 	switch req.Op {
-	case "attach", "write", "ack", "closeInput", "signal", "inspect", "delete":
+	case "attach", "write", "ack", "closeInput", "signal", "inspect", "delete", "hibernate", "wake":
 	default:
 		return nil, fail(ErrUnknownOp, "unknown op %q", req.Op)
 	}
@@ -435,6 +436,24 @@ func (s *Server) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 		return nil, fail(ErrNotFound, "no sandbox %q for this peer", req.Sandbox)
 	}
 	switch req.Op {
+	case "attach", "write", "closeInput", "wake":
+		// These need the agent's process: a hibernated one is woken first,
+		// and none hibernates before the request reached its holder.
+		release, e := s.awake(ctx, b)
+		if e != nil {
+			return nil, e
+		}
+		defer release()
+	case "hibernate":
+		return s.hibernate(ctx, b)
+	}
+	switch req.Op {
+	case "wake":
+		in, err := s.inspect(b)
+		if err != nil {
+			return nil, fail(ErrState, "%v", err)
+		}
+		return in, nil
 	case "attach":
 		if req.MCPToken != "" {
 			if e := s.handToken(ctx, b, req.MCPToken); e != nil {
@@ -799,7 +818,8 @@ func (s *Server) delete(b *box) error {
 			return fmt.Errorf("%s", strings.Join(rep.Errors, "; "))
 		}
 	}
-	_ = os.RemoveAll(filepath.Join(s.cfg.StateRoot, "bundles", b.id))
+	_ = os.RemoveAll(s.bundleDir(b.id))
+	_ = launcher.RemoveHibernation(s.cfg.StateRoot, b.id) // the holder's stop removed it, unless the holder was gone
 	_ = os.Remove(holder.Log(s.cfg.StateRoot, b.id))
 	_ = os.Remove(holderSocket(s.cfg.StateRoot, b.id))
 	s.mu.Lock()
@@ -828,3 +848,5 @@ func (s *Server) awaitLauncherEnd(id string, d time.Duration) {
 }
 
 func newID() string { return execution.NewID("pp-") }
+
+func (s *Server) bundleDir(id string) string { return filepath.Join(s.cfg.StateRoot, "bundles", id) }

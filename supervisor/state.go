@@ -35,6 +35,10 @@ const (
 	stateOrphaned
 	// stateDeleted: delete removed every trace; the box is out of the map.
 	stateDeleted
+	// stateHibernated: the holder lives and keeps the bridge; the sandbox
+	// is checkpointed (hibernate.go) and released. attach, write and
+	// closeInput wake it first.
+	stateHibernated
 )
 
 var stateNames = [...]string{
@@ -45,6 +49,7 @@ var stateNames = [...]string{
 	stateExited:            StatusExited,
 	stateOrphaned:          StatusOrphaned,
 	stateDeleted:           "deleted",
+	stateHibernated:        StatusHibernated,
 }
 
 func (s state) String() string {
@@ -59,12 +64,15 @@ func (s state) String() string {
 var transitions = map[state][]state{
 	// createSandbox; adoption of a live holder; a launch record whose
 	// holder is gone, found on start (runsc runs it, or not).
-	stateNone:              {stateCreating, stateRunningUnattached, stateOrphaned, stateExited},
-	stateCreating:          {stateRunning, stateDeleted},                             // started; the launch failed
-	stateRunning:           {stateExited, stateOrphaned, stateDeleted},               // holder found gone; delete
-	stateRunningUnattached: {stateRunning, stateExited, stateOrphaned, stateDeleted}, // + an attach
+	// + adoption of a holder whose sandbox is hibernated.
+	stateNone:              {stateCreating, stateRunningUnattached, stateOrphaned, stateExited, stateHibernated},
+	stateCreating:          {stateRunning, stateDeleted},                                              // started; the launch failed
+	stateRunning:           {stateExited, stateOrphaned, stateDeleted, stateHibernated},               // holder found gone; delete; hibernate
+	stateRunningUnattached: {stateRunning, stateExited, stateOrphaned, stateDeleted, stateHibernated}, // + an attach
 	stateOrphaned:          {stateDeleted},
 	stateExited:            {stateDeleted},
+	// A wake; the holder found gone (nothing runs: exited); delete.
+	stateHibernated: {stateRunning, stateExited, stateDeleted},
 }
 
 // allowed reports whether a box may move from one state to another.
@@ -83,11 +91,14 @@ func (e *transitionError) Error() string {
 
 // holderLives reports whether a box in this state has a holder that owns
 // its stdio.
-func (s state) holderLives() bool { return s == stateRunning || s == stateRunningUnattached }
+func (s state) holderLives() bool {
+	return s == stateRunning || s == stateRunningUnattached || s == stateHibernated
+}
 
 // counts reports whether a box in this state holds a place under its
 // deployment's maxSandboxes: it costs the host a holder or a sandbox
-// runsc runs. (A creating box's place is its creation's reservation.)
+// runsc runs. (A creating box's place is its creation's reservation.) A
+// hibernated box counts: a wake must not take the deployment past its cap.
 func (s state) counts() bool { return s.holderLives() || s == stateOrphaned }
 
 // box is one sandbox the supervisor knows.
@@ -98,6 +109,7 @@ type box struct {
 	// holder lives.
 	sock string
 
+	hmu    sync.Mutex // serializes hibernate and wake (hibernate.go)
 	mu     sync.Mutex
 	st     state              // only move() changes it
 	detach context.CancelFunc // the current attachment's streamer
@@ -169,7 +181,7 @@ func (b *box) holderGone(runscRuns bool) error {
 	if b.st == stateExited || b.st == stateOrphaned {
 		return nil
 	}
-	if runscRuns {
+	if runscRuns && b.st != stateHibernated {
 		return b.moveLocked(stateOrphaned)
 	}
 	return b.moveLocked(stateExited)
@@ -190,6 +202,9 @@ func (b *box) info(report *Info, askErr error) Info {
 		if in.Status == StatusRunning && st == stateRunningUnattached {
 			in.Status = StatusRunningUnattached
 		}
+	case st == stateHibernated:
+		// The holder is slow; what the box knows is enough.
+		in.Status, in.Reason = StatusHibernated, fmt.Sprintf("its holder did not answer inspect: %v", askErr)
 	case st.holderLives():
 		// Slow, not gone: report what is known and keep the holder.
 		in.Status, in.Reason = StatusRunning, fmt.Sprintf("its holder did not answer inspect: %v", askErr)

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-var allStates = []state{stateNone, stateCreating, stateRunning, stateRunningUnattached, stateExited, stateOrphaned, stateDeleted}
+var allStates = []state{stateNone, stateCreating, stateRunning, stateRunningUnattached, stateExited, stateOrphaned, stateDeleted, stateHibernated}
 
 // The state diagram, written out here independently of the table in
 // state.go: every move listed is allowed, every other one refused with the
@@ -28,6 +28,13 @@ func TestStateTransitions(t *testing.T) {
 		{stateRunningUnattached, stateDeleted}:  true,
 		{stateOrphaned, stateDeleted}:           true,
 		{stateExited, stateDeleted}:             true,
+		// Hibernation (docs/supervisor.md "Hibernate").
+		{stateNone, stateHibernated}:              true, // adoption of a hibernated sandbox's holder
+		{stateRunning, stateHibernated}:           true, // hibernate, idle
+		{stateRunningUnattached, stateHibernated}: true,
+		{stateHibernated, stateRunning}:           true, // a wake
+		{stateHibernated, stateExited}:            true, // the holder found gone
+		{stateHibernated, stateDeleted}:           true,
 	}
 	for _, from := range allStates {
 		for _, to := range allStates {
@@ -57,7 +64,7 @@ func TestStateTransitions(t *testing.T) {
 func TestNewBoxFirstStates(t *testing.T) {
 	for _, first := range allStates {
 		b, err := newBox("pp-t", "d", "a", "p", "", first)
-		ok := first == stateCreating || first == stateRunningUnattached || first == stateOrphaned || first == stateExited
+		ok := first == stateCreating || first == stateRunningUnattached || first == stateOrphaned || first == stateExited || first == stateHibernated
 		if ok != (err == nil) || (ok && b.state() != first) {
 			t.Errorf("newBox(%s): %v", first, err)
 		}
@@ -88,8 +95,14 @@ func TestStateMovesOfRequests(t *testing.T) {
 	if err := d.holderGone(false); err == nil || d.st != stateDeleted {
 		t.Fatalf("a deleted box lost its holder: %v %s", err, d.st)
 	}
-	if s := (&box{st: stateRunning, sock: "x"}).holder(); s != "x" {
-		t.Errorf("running box's holder: %q", s)
+	for _, st := range []state{stateRunning, stateHibernated} {
+		if s := (&box{st: st, sock: "x"}).holder(); s != "x" {
+			t.Errorf("%s box's holder: %q", st, s)
+		}
+	}
+	h := &box{id: "pp-h", st: stateHibernated}
+	if err := h.holderGone(true); err != nil || h.st != stateExited {
+		t.Fatalf("a hibernated box's holder gone: %v %s, want exited (nothing runs)", err, h.st)
 	}
 	for _, st := range []state{stateExited, stateOrphaned, stateDeleted, stateCreating} {
 		if s := (&box{st: st, sock: "x"}).holder(); s != "" {
@@ -116,6 +129,8 @@ func TestInfoReadsStateOnly(t *testing.T) {
 		{stateRunning, nil, errors.New("slow"), StatusRunning},
 		{stateOrphaned, nil, nil, StatusOrphaned},
 		{stateExited, nil, nil, StatusExited},
+		{stateHibernated, &Info{Sandbox: "pp-t", Status: StatusHibernated}, nil, StatusHibernated},
+		{stateHibernated, nil, errors.New("slow"), StatusHibernated},
 	}
 	for _, c := range cases {
 		b := &box{id: "pp-t", st: c.st}
@@ -130,10 +145,10 @@ func TestInfoReadsStateOnly(t *testing.T) {
 }
 
 // A box counts under maxSandboxes while it costs the host a holder or a
-// sandbox runsc runs.
+// sandbox runsc runs, and while hibernated (a wake must fit the cap).
 func TestStateCounts(t *testing.T) {
 	for _, st := range allStates {
-		want := st == stateRunning || st == stateRunningUnattached || st == stateOrphaned
+		want := st == stateRunning || st == stateRunningUnattached || st == stateOrphaned || st == stateHibernated
 		if st.counts() != want {
 			t.Errorf("%s counts: %v, want %v", st, st.counts(), want)
 		}

@@ -45,7 +45,9 @@ func linkAt(pool netip.Prefix, i int) netip.Prefix {
 // takeLease reserves a free /30 for id. It starts at a slot derived from
 // the id (so concurrent launches rarely contend) and skips slots that are
 // leased or that busy reports as already in use in the uplink.
-func takeLease(dir string, pool netip.Prefix, id string, busy func(netip.Prefix) bool) (*lease, error) {
+// want, when valid, is the only link taken: a wake needs the link the
+// checkpointed netstack was configured with.
+func takeLease(dir string, pool netip.Prefix, id string, want netip.Prefix, busy func(netip.Prefix) bool) (*lease, error) {
 	n := slots(pool)
 	if n == 0 {
 		return nil, fmt.Errorf("address pool %s must be IPv4 and at least a /30", pool)
@@ -55,7 +57,15 @@ func takeLease(dir string, pool netip.Prefix, id string, busy func(netip.Prefix)
 	}
 	sum := sha256.Sum256([]byte(id))
 	start := int(binary.BigEndian.Uint32(sum[:4]) % uint32(n))
-	for k := 0; k < n; k++ {
+	tries := n
+	if want.IsValid() {
+		i, ok := linkIndex(pool, want)
+		if !ok {
+			return nil, fmt.Errorf("link %s is not a /30 of the address pool %s", want, pool)
+		}
+		start, tries = i, 1
+	}
+	for k := 0; k < tries; k++ {
 		i := (start + k) % n
 		link := linkAt(pool, i)
 		if busy(link) {
@@ -64,6 +74,11 @@ func takeLease(dir string, pool netip.Prefix, id string, busy func(netip.Prefix)
 		p := filepath.Join(dir, strconv.Itoa(i))
 		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 		if errors.Is(err, os.ErrExist) {
+			if owner, _ := os.ReadFile(p); want.IsValid() && strings.TrimSpace(string(owner)) == id {
+				// The lease a hibernated sandbox kept (KeepLease): its wake's.
+				gw := link.Addr().Next()
+				return &lease{path: p, link: link, gateway: gw, sandbox: gw.Next()}, nil
+			}
 			continue
 		}
 		if err != nil {
@@ -80,7 +95,42 @@ func takeLease(dir string, pool netip.Prefix, id string, busy func(netip.Prefix)
 		gw := link.Addr().Next()
 		return &lease{path: p, link: link, gateway: gw, sandbox: gw.Next()}, nil
 	}
+	if want.IsValid() {
+		return nil, fmt.Errorf("link %s is leased or in use by another sandbox", want)
+	}
 	return nil, fmt.Errorf("address pool %s is exhausted", pool)
+}
+
+// linkIndex is the slot of link in pool, if link is one of its /30s.
+func linkIndex(pool netip.Prefix, link netip.Prefix) (int, bool) {
+	if slots(pool) == 0 || link.Bits() != 30 || !pool.Contains(link.Addr()) {
+		return 0, false
+	}
+	base, a := pool.Masked().Addr().As4(), link.Masked().Addr().As4()
+	i := int((binary.BigEndian.Uint32(a[:]) - binary.BigEndian.Uint32(base[:])) / 4)
+	return i, linkAt(pool, i) == link.Masked()
+}
+
+// LeasedLink is the /30 leased to container id, if it holds one.
+func LeasedLink(stateDir string, pool netip.Prefix, id string) (netip.Prefix, bool, error) {
+	if pool == (netip.Prefix{}) {
+		pool = DefaultPool
+	}
+	leases, err := Leases(LeaseDir(stateDir))
+	if err != nil {
+		return netip.Prefix{}, false, err
+	}
+	for idx, owner := range leases {
+		if owner != id {
+			continue
+		}
+		i, err := strconv.Atoi(idx)
+		if err != nil || i < 0 || i >= slots(pool) {
+			return netip.Prefix{}, false, fmt.Errorf("lease %s of %s is not a slot of %s", idx, id, pool)
+		}
+		return linkAt(pool, i), true, nil
+	}
+	return netip.Prefix{}, false, nil
 }
 
 func (l *lease) release() error {

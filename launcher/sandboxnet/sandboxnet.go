@@ -52,7 +52,11 @@ type Config struct {
 	// needs net.ipv4.ip_forward=1 there.
 	Uplink string
 	// Pool is the range sandbox links come from; zero means DefaultPool.
-	Pool    netip.Prefix
+	Pool netip.Prefix
+	// Link, when set, is the one /30 of Pool this network may take (a wake
+	// rebuilds the link a checkpointed sandbox was configured with); taken
+	// or busy, Setup fails.
+	Link    netip.Prefix
 	Resolve Resolver
 	// Caps bounds the connections the sandbox may open; zero fields take
 	// DefaultCaps.
@@ -178,7 +182,7 @@ func Setup(ctx context.Context, cfg Config) (n *Network, err error) {
 	}
 
 	busy := func(link netip.Prefix) bool { return prefixInUse(up, link) }
-	if n.lease, err = takeLease(LeaseDir(cfg.StateDir), cfg.Pool, cfg.ID, busy); err != nil {
+	if n.lease, err = takeLease(LeaseDir(cfg.StateDir), cfg.Pool, cfg.ID, cfg.Link, busy); err != nil {
 		return n, err
 	}
 	n.Gateway, n.Address = n.lease.gateway, n.lease.sandbox
@@ -487,6 +491,23 @@ func (n *Network) Teardown() error {
 	if n.lease != nil {
 		if err := n.lease.release(); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// KeepLease makes Teardown leave the address lease in place: a hibernated
+// sandbox keeps its link for the wake (Config.Link takes it over).
+func (n *Network) KeepLease() { n.lease = nil }
+
+// ReleaseLeases removes the address leases of container id (a hibernated
+// sandbox that is deleted).
+func ReleaseLeases(stateDir, id string) error {
+	leases, err := Leases(LeaseDir(stateDir))
+	errs := []error{err}
+	for idx, owner := range leases {
+		if owner == id {
+			errs = append(errs, os.Remove(filepath.Join(LeaseDir(stateDir), idx)))
 		}
 	}
 	return errors.Join(errs...)

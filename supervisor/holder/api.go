@@ -31,6 +31,8 @@ const (
 	OpCloseInput = "closeInput" // Epoch → CloseResult
 	OpMCPToken   = "mcpToken"   // MCPToken → {"mcpToken": true}
 	OpStop       = "stop"       // → State, once the sandbox ended
+	OpHibernate  = "hibernate"  // → State: checkpointed, stdio and bridge kept
+	OpWake       = "wake"       // Secrets → State: restored
 	OpRelease    = "release"    // → {"released": id}; the holder exits after answering
 )
 
@@ -46,6 +48,9 @@ type Request struct {
 	// MCPToken is the daemon's current MCP bearer; kept in the holder's
 	// memory only, never logged or echoed.
 	MCPToken string `json:"mcpToken,omitempty"`
+	// Secrets are the values a wake injects again (resolved by the
+	// supervisor as at create); kept in memory only for the wake.
+	Secrets map[string][]byte `json:"secrets,omitempty"`
 }
 
 // Response answers a request by id.
@@ -92,6 +97,8 @@ const (
 	ErrState      = "state"
 	ErrOutOfOrder = "out-of-order"
 	ErrInternal   = "internal"
+	// ErrUnavailable is a wake refused: the caller starts the agent fresh.
+	ErrUnavailable = "unavailable"
 )
 
 // State is a holder's answer to inspect and stop: its sandbox's identity
@@ -112,6 +119,11 @@ type State struct {
 	// (execution.Exit).
 	Packets map[string]uint64              `json:"packets,omitempty"`
 	Routes  map[string]launcher.RouteStats `json:"routes,omitempty"`
+	// Hibernated: the sandbox is checkpointed; output and input wait.
+	Hibernated bool `json:"hibernated,omitempty"`
+	// IdleMillis is how long no input was written and no output read from
+	// the sandbox (for the supervisor's idle hibernation).
+	IdleMillis int64 `json:"idleMillis"`
 }
 
 // AttachResult answers attach.

@@ -134,6 +134,8 @@ type holder struct {
 	detach   context.CancelFunc // the current attachment's stream
 	conns    int                // open connections
 	contact  time.Time          // when the last connection closed
+	active   time.Time          // the last input, wake or output seen (idle)
+	seenSeq  uint64             // the bridge's next seq when active was set
 	released chan struct{}
 	release  sync.Once
 }
@@ -236,6 +238,7 @@ func (h *holder) run(readyF *os.File) int {
 		clear(secrets[k])
 	}
 	h.contacted(0)
+	h.touched()
 	go h.linger()
 	go func() {
 		for {

@@ -128,7 +128,12 @@ func (h *holder) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 			_ = cn.send(Event{V: Version, Event: EventDetached, Sandbox: h.spec.ID, Reason: reason})
 		}()
 		return AttachResult{Epoch: epoch, Cursor: req.Cursor}, nil
+	case OpHibernate:
+		return h.hibernate()
+	case OpWake:
+		return h.wake(req.Secrets)
 	case OpWrite:
+		h.touched()
 		applied, err := h.sess.Write(req.Epoch, req.InputID, req.Data)
 		switch {
 		case errors.Is(err, bridge.ErrFenced):
@@ -195,5 +200,6 @@ func (h *holder) state() State {
 	}
 	bs := h.sess.State()
 	st.Epoch, st.NextSeq, st.Acked, st.Paused = h.sess.Epoch(), bs.Next, bs.Acked, bs.Paused
+	st.Hibernated, st.IdleMillis = h.hibernated(), h.idle(bs.Next).Milliseconds()
 	return st
 }
