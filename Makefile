@@ -22,10 +22,10 @@ runsc:
 # packages that need neither root, runsc nor openat2 run their tests on
 # arm64 under qemu-user (whose 7.2 has no openat2, so path resolution fails
 # closed there). docs/spec.md says what stays unproven.
-CROSS_TEST := ./schema ./grant ./bundle ./internal/pathform ./ocicheck ./bridge ./internal/testkit/piproto ./launcher/routeproxy
+CROSS_TEST := ./policy/schema ./policy/grant ./policy/bundle ./internal/pathform ./policy/ocicheck ./runtime/bridge ./internal/testkit/piproto ./runtime/launcher/routeproxy
 QEMU_ARM64 ?= qemu-aarch64-static
 cross:
-	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -o $(BIN)/linux-arm64/ ./cmd/...
+	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -o $(BIN)/linux-arm64/ ./cmd/... ./test/cmd/...
 	GOOS=linux GOARCH=arm64 $(GO) vet ./...
 	GOARCH=arm64 tools/runsc/build.sh $(CURDIR)/$(BIN)/linux-arm64/runsc
 	@command -v $(QEMU_ARM64) >/dev/null || { echo "cross: $(QEMU_ARM64) is missing (apt-get install qemu-user-static)"; exit 1; }
@@ -77,7 +77,7 @@ unit:
 # Every package with goroutines under the race detector: unit, then the
 # supervisor (e2e-continuity and acceptance run -race as well).
 race: unit
-	$(GO) test $(RACE) -count=1 ./supervisor
+	$(GO) test $(RACE) -count=1 ./runtime/supervisor
 
 # e2e-continuity runs these real-Pi tests; e2e-pi runs every other TestPi*,
 # so a new one is never left out.
@@ -88,7 +88,7 @@ E2E_CONTINUITY := ContinuityThroughSupervisor|OfficialContainer
 # daemon restart, planted code and settings, OAuth files, Git control files,
 # a deployment's own uid. Root.
 e2e-pi: runsc image
-	$(GO) test $(RACE) -count=1 -v -run '^TestPi' -skip '^TestPi($(E2E_CONTINUITY))$$' ./e2e
+	$(GO) test $(RACE) -count=1 -v -run '^TestPi' -skip '^TestPi($(E2E_CONTINUITY))$$' ./test/e2e
 
 # Continuity through the supervisor: 20 mid-turn disconnects with the fake
 # Pi, fencing, duplicate inputs, peer checks, a supervisor killed mid-turn
@@ -98,15 +98,15 @@ e2e-pi: runsc image
 # pid and network namespaces, uid 1000, the socket file alone) through a
 # supervisor restart. Root.
 e2e-continuity: runsc image
-	$(GO) test $(RACE) -count=1 -v ./supervisor
-	$(GO) test $(RACE) -count=1 -v -run '^TestPi($(E2E_CONTINUITY))$$' ./e2e
+	$(GO) test $(RACE) -count=1 -v ./runtime/supervisor
+	$(GO) test $(RACE) -count=1 -v -run '^TestPi($(E2E_CONTINUITY))$$' ./test/e2e
 
 # The escape probe as a plain host process (control: every escape must
 # succeed) and under the launcher (contained: none may), plus one sandbox
 # per resource limit; writes out/acceptance.json and fails unless it is a
 # pass. Root, like the launcher tests.
 acceptance: runsc
-	$(GO) test $(RACE) -count=1 -v -run '^TestAcceptance$$' ./acceptance
+	$(GO) test $(RACE) -count=1 -v -run '^TestAcceptance$$' ./test/acceptance
 
 # Each fuzz target runs a bounded number of executions (about 5-10 s here);
 # a finding fails the build and leaves its input under testdata/fuzz for
@@ -117,11 +117,11 @@ acceptance: runsc
 FUZZ_FAST ?= 300000x
 FUZZ_CUE ?= 5000x
 fuzz:
-	$(GO) test -run=^$$ -fuzz=^FuzzLoadFacts$$ -fuzztime=$(FUZZ_CUE) ./schema
-	$(GO) test -run=^$$ -fuzz=^FuzzLoadCUEFacts$$ -fuzztime=$(FUZZ_CUE) ./schema
+	$(GO) test -run=^$$ -fuzz=^FuzzLoadFacts$$ -fuzztime=$(FUZZ_CUE) ./policy/schema
+	$(GO) test -run=^$$ -fuzz=^FuzzLoadCUEFacts$$ -fuzztime=$(FUZZ_CUE) ./policy/schema
 	$(GO) test -run=^$$ -fuzz=^FuzzCheck$$ -fuzztime=$(FUZZ_FAST) ./internal/pathform
-	$(GO) test -run=^$$ -fuzz=^FuzzDecodeList$$ -fuzztime=$(FUZZ_FAST) ./grant
-	$(GO) test -run=^$$ -fuzz=^FuzzResolve$$ -fuzztime=$(FUZZ_FAST) ./compiler/pathsafe
+	$(GO) test -run=^$$ -fuzz=^FuzzDecodeList$$ -fuzztime=$(FUZZ_FAST) ./policy/grant
+	$(GO) test -run=^$$ -fuzz=^FuzzResolve$$ -fuzztime=$(FUZZ_FAST) ./policy/compiler/pathsafe
 	$(GO) test -run=^$$ -fuzz=^FuzzHost$$ -fuzztime=$(FUZZ_FAST) ./internal/netdest
 
 bench: build
@@ -131,7 +131,7 @@ bench: build
 # explain and diff goldens are of the compiler's golden bundles: compiler
 # first.
 golden:
-	PASEO_UPDATE=1 $(GO) test -count=1 ./compiler/
+	PASEO_UPDATE=1 $(GO) test -count=1 ./policy/compiler/
 	PASEO_UPDATE=1 $(GO) test -count=1 ./cli/
 
 clean:

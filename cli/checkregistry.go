@@ -8,9 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"paseo.dev/paseo-policy/compiler"
 	"paseo.dev/paseo-policy/diag"
-	"paseo.dev/paseo-policy/schema"
+	"paseo.dev/paseo-policy/policy/compiler"
+	"paseo.dev/paseo-policy/policy/schema"
 )
 
 type checkRegistryOptions struct {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"paseo.dev/paseo-policy/internal/testtree"
+	"paseo.dev/paseo-policy/internal/testkit/testtree"
 )
 
 func TestMain(m *testing.M) {

@@ -11,11 +11,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
 
-	"paseo.dev/paseo-policy/bundle"
-	"paseo.dev/paseo-policy/compiler"
-	"paseo.dev/paseo-policy/compiler/pathsafe"
 	"paseo.dev/paseo-policy/diag"
-	"paseo.dev/paseo-policy/schema"
+	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/policy/compiler"
+	"paseo.dev/paseo-policy/policy/compiler/pathsafe"
+	"paseo.dev/paseo-policy/policy/schema"
 )
 
 type compileOptions struct {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"paseo.dev/paseo-policy/grant"
+	"paseo.dev/paseo-policy/policy/grant"
 )
 
 func newDiff(g *globals) *cobra.Command {

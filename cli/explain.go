@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"paseo.dev/paseo-policy/bundle"
-	"paseo.dev/paseo-policy/grant"
+	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/policy/grant"
 )
 
 func newExplain(g *globals) *cobra.Command {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"paseo.dev/paseo-policy/bundle"
-	"paseo.dev/paseo-policy/grant"
+	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/policy/grant"
 )
 
 // The explain and diff goldens are the text of every compiled golden case

@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
-	"paseo.dev/paseo-policy/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher"
 )
 
 // inventoryFlags are the state root and runsc every inventory command reads.

@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"paseo.dev/paseo-policy/launcher"
-	"paseo.dev/paseo-policy/launcher/preflight"
+	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/preflight"
 )
 
 // defaultRunsc is the pinned binary next to the paseo-policy executable

@@ -7,10 +7,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"paseo.dev/paseo-policy/compiler"
-	"paseo.dev/paseo-policy/ocicheck"
-	"paseo.dev/paseo-policy/profiles"
-	"paseo.dev/paseo-policy/schema"
+	"paseo.dev/paseo-policy/policy/compiler"
+	"paseo.dev/paseo-policy/policy/ocicheck"
+	"paseo.dev/paseo-policy/policy/profiles"
+	"paseo.dev/paseo-policy/policy/schema"
 )
 
 func newValidate(g *globals) *cobra.Command {

@@ -13,9 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"paseo.dev/paseo-policy/launcher"
-	"paseo.dev/paseo-policy/schema"
-	"paseo.dev/paseo-policy/supervisor"
+	"paseo.dev/paseo-policy/policy/schema"
+	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/supervisor"
 )
 
 func newSupervise(g *globals) *cobra.Command {

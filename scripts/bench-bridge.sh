@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make bench-bridge: how fast output gets through the bridge, and how long
-# a reattaching client waits for a 1 MiB backlog. bridge/bench_test.go:
+# a reattaching client waits for a 1 MiB backlog. runtime/bridge/bench_test.go:
 #
 #   1. Throughput. BenchmarkRawPipe: a producer goroutine writes 64 MiB in
 #      32 KiB writes into an os.Pipe, a consumer reads it all.
@@ -44,14 +44,14 @@ samples() {
 echo "== machine: $(nproc) cores ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)); kernel $(uname -r); $("$go" version | cut -d' ' -f3-)"
 echo "   load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 if rev=$(git rev-parse --short HEAD 2>/dev/null); then
-  git diff --quiet HEAD -- ./bridge 2>/dev/null || rev="$rev + uncommitted changes under ./bridge"
+  git diff --quiet HEAD -- ./runtime/bridge 2>/dev/null || rev="$rev + uncommitted changes under ./runtime/bridge"
   echo "   code: $rev"
 fi
 
 # --- test binary ----------------------------------------------------------------
-"$go" test -c -o "$tmp/bridge.test" ./bridge
+"$go" test -c -o "$tmp/bridge.test" ./runtime/bridge
 bench() { # bench BENCH-REGEXP COUNT
-  (cd ./bridge && "$tmp/bridge.test" -test.run '^$' -test.bench "$1" -test.benchtime "$benchtime" \
+  (cd ./runtime/bridge && "$tmp/bridge.test" -test.run '^$' -test.bench "$1" -test.benchtime "$benchtime" \
     -test.count "$2" -test.benchmem) || { echo "bench-bridge: benchmark $1 failed" >&2; exit 1; }
 }
 

@@ -3,7 +3,7 @@
 # how long the sandbox network takes to build. Needs root, bin/runsc (make
 # runsc) and /bin/busybox, like the launcher tests.
 #
-#   1. First byte: launcher/bench_test.go. BenchmarkLaunchFirstByte times
+#   1. First byte: runtime/launcher/bench_test.go. BenchmarkLaunchFirstByte times
 #      Launch(...) -> first stdout byte of a bundle whose agent is
 #      `echo ready`; BenchmarkBareRunscFirstByte times exec of
 #      `bin/runsc --root R --network=none --directfs=false run --bundle D ID`
@@ -14,10 +14,10 @@
 #      medians and their ratio (target <= 1.05).
 #   2. Where the launcher's share goes: BenchmarkLaunchSteps (launch plan: bundle read and validated,
 #      preflight, runsc id check, launch record, run dir, bind staging; means of 5 per
-#      sample) and launcher/preflight BenchmarkPreflight
+#      sample) and runtime/launcher/preflight BenchmarkPreflight
 #      (every host check, and the runsc digest, nftables probe, cgroup and
 #      kernel checks alone).
-#   3. Sandbox network: launcher/sandboxnet BenchmarkSetup, Setup (netns,
+#   3. Sandbox network: runtime/launcher/sandboxnet BenchmarkSetup, Setup (netns,
 #      veth, addresses, route, nftables table; 1 tcp rule, 1 route) and
 #      Teardown timed separately (target: setup <= 30 ms).
 #
@@ -58,7 +58,7 @@ esac
 echo "== machine: $(nproc) cores; kernel $(uname -r); $cgroup; $("$go" version | cut -d' ' -f3-); $(bin/runsc --version | head -1)"
 echo "   load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 if rev=$(git rev-parse --short HEAD 2>/dev/null); then
-  git diff --quiet HEAD -- ./launcher ./internal 2>/dev/null || rev="$rev + uncommitted changes under ./launcher or ./internal"
+  git diff --quiet HEAD -- ./runtime/launcher ./internal 2>/dev/null || rev="$rev + uncommitted changes under ./runtime/launcher or ./internal"
   echo "   code: $rev"
 fi
 
@@ -66,7 +66,7 @@ fi
 # Built once, run from their package directories (the benchmarks find
 # bin/runsc and testdata relative to it).
 # Package directories are written ./dir here, as go test takes them.
-for pkg in ./launcher ./launcher/preflight ./launcher/sandboxnet; do
+for pkg in ./runtime/launcher ./runtime/launcher/preflight ./runtime/launcher/sandboxnet; do
   "$go" test -c -o "$tmp/$(basename "$pkg").test" "$pkg"
 done
 bench() { # bench PKGDIR BINARY BENCH-REGEXP BENCHTIME COUNT
@@ -78,12 +78,12 @@ launch='^BenchmarkLaunchFirstByte$'
 bare='^BenchmarkBareRunscFirstByte$'
 echo
 echo "== first byte: $rounds rounds of one Launch and one bare runsc run (order alternating), after one warm-up round"
-bench ./launcher launcher.test "$launch" 1x 1 > /dev/null
-bench ./launcher launcher.test "$bare" 1x 1 > /dev/null
+bench ./runtime/launcher launcher.test "$launch" 1x 1 > /dev/null
+bench ./runtime/launcher launcher.test "$bare" 1x 1 > /dev/null
 for ((r = 0; r < rounds; r++)); do
   if ((r % 2 == 0)); then order=("$launch" "$bare"); else order=("$bare" "$launch"); fi
   for b in "${order[@]}"; do
-    bench ./launcher launcher.test "$b" 1x 1 >> "$tmp/first-byte.txt"
+    bench ./runtime/launcher launcher.test "$b" 1x 1 >> "$tmp/first-byte.txt"
   done
 done
 metrics "$tmp/first-byte.txt" > "$tmp/first-byte.m"
@@ -93,12 +93,12 @@ echo "   bare ms:     $(samples "$tmp/first-byte.m" BenchmarkBareRunscFirstByte 
 # --- where the launcher's time goes -------------------------------------------
 echo
 echo "== launcher steps before runsc starts (-benchtime 5x -count $count)"
-bench ./launcher launcher.test '^BenchmarkLaunchSteps$' 5x "$count" | tee "$tmp/steps.txt" | grep '^Benchmark' | head -3
+bench ./runtime/launcher launcher.test '^BenchmarkLaunchSteps$' 5x "$count" | tee "$tmp/steps.txt" | grep '^Benchmark' | head -3
 echo "   ..."
 metrics "$tmp/steps.txt" > "$tmp/steps.m"
 echo
 echo "== preflight host checks (-benchtime 5x -count $count)"
-bench ./launcher/preflight preflight.test '^BenchmarkPreflight$' 5x "$count" > "$tmp/preflight.txt"
+bench ./runtime/launcher/preflight preflight.test '^BenchmarkPreflight$' 5x "$count" > "$tmp/preflight.txt"
 metrics "$tmp/preflight.txt" > "$tmp/preflight.m"
 grep '^Benchmark' "$tmp/preflight.txt" | awk '!seen[$1]++'
 echo "   ..."
@@ -106,7 +106,7 @@ echo "   ..."
 # --- sandbox network ----------------------------------------------------------
 echo
 echo "== sandbox network Setup/Teardown (-benchtime 20x -count $count)"
-bench ./launcher/sandboxnet sandboxnet.test '^BenchmarkSetup$' 20x "$count" > "$tmp/net.txt"
+bench ./runtime/launcher/sandboxnet sandboxnet.test '^BenchmarkSetup$' 20x "$count" > "$tmp/net.txt"
 metrics "$tmp/net.txt" > "$tmp/net.m"
 grep '^Benchmark' "$tmp/net.txt" | head -3
 echo "   ..."

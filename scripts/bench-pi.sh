@@ -2,7 +2,7 @@
 # make bench-pi: how much later the sandboxed Pi answers its first RPC than
 # the same Pi on the host, and what the sandbox's share is spent on. Needs
 # root, bin/runsc (make runsc) and the image (make image), like make e2e-pi.
-# The benchmarks are in e2e/bench_test.go (its header says exactly what is
+# The benchmarks are in test/e2e/bench_test.go (its header says exactly what is
 # timed); this script runs them and reduces them to medians.
 #
 #   1. Target: BenchmarkPiSandboxedFirstResponse (Launch -> get_state
@@ -20,7 +20,7 @@
 #      (timed or not), host and sandboxed, ROUNDS rounds; then the same with
 #      the emptied cache seeded from the image's /opt/pi-jiti-seed, as a
 #      daemon would seed a new agent's cache dir.
-#   4. Wake (e2e/bench_wake_test.go): launcher.Wake of a hibernated warm Pi
+#   4. Wake (test/e2e/bench_wake_test.go): launcher.Wake of a hibernated warm Pi
 #      (image digests, secrets, binds, network, runsc restore) -> response
 #      to get_state, ROUNDS samples, against the host start and the
 #      sandboxed cold start of section 1 (goal: <= 1.0 x the host start).
@@ -59,17 +59,17 @@ echo "== machine: $(nproc) cores; kernel $(uname -r); $("$go" version | cut -d' 
 echo "   image: $(sed -n 's/^  "version": "\(.*\)",$/\1/p' .image/image.json), $(sed -n 's/^  "entries": \(.*\),$/\1/p' .image/image.json) entries"
 echo "   load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 if rev=$(git rev-parse --short HEAD 2>/dev/null); then
-  git diff --quiet HEAD -- ./launcher ./internal ./e2e ./compiler ./profiles 2>/dev/null || rev="$rev + uncommitted changes"
+  git diff --quiet HEAD -- ./runtime/launcher ./internal ./test/e2e ./policy/compiler ./policy/profiles 2>/dev/null || rev="$rev + uncommitted changes"
   echo "   code: $rev"
 fi
 
-"$go" test -c -o "$tmp/e2e.test" ./e2e
+"$go" test -c -o "$tmp/e2e.test" ./test/e2e
 # bench OUT BENCH-REGEXP BENCHTIME [NAME=VALUE…]: one run of the test binary
 # from e2e/, its output appended to OUT.
 bench() {
   local out=$1 re=$2 bt=$3
   shift 3
-  if ! (cd ./e2e && env "$@" "$tmp/e2e.test" -test.run '^$' -test.bench "$re" -test.benchtime "$bt" -test.timeout 30m) >>"$out" 2>&1; then
+  if ! (cd ./test/e2e && env "$@" "$tmp/e2e.test" -test.run '^$' -test.bench "$re" -test.benchtime "$bt" -test.timeout 30m) >>"$out" 2>&1; then
     echo "   a run failed ($re $*); its output:" >&2
     tail -n 20 "$out" >&2
   fi

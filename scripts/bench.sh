@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # make bench: how fast the compiler is, in process and as a CLI.
 #
-#   1. go test -bench over ./compiler/ (compiler/bench_test.go), -count 5,
+#   1. go test -bench over ./policy/compiler/ (policy/compiler/bench_test.go), -count 5,
 #      reduced to medians: the in-process compile of the reference
 #      pi-session facts (target <= 3 ms), the ns per fact set over batches
 #      of 1, 10, 100 and 1000 distinct fact sets (linear growth means a flat
 #      ns/factset), and the bare CUE unify-validate-decode baseline.
 #   2. Wall time of RUNS runs each of
 #        bin/paseo-policy compile --facts testdata/base/facts.json ...
-#        bin/cue export -d '#Facts' schema/*.cue testdata/base/facts.json
+#        bin/cue export -d '#Facts' policy/schema/*.cue testdata/base/facts.json
 #      reduced to medians and printed as a ratio (target: CLI <= 50 ms).
 #
 # The cue command is the pinned one from tools/cue (same cuelang.org/go
@@ -58,8 +58,8 @@ echo "   load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- go benchmarks ----------------------------------------------------------
 echo
-echo "== go test -run '^\$' -bench . -benchtime $benchtime -count $count ./compiler/"
-go test -run '^$' -bench . -benchtime "$benchtime" -count "$count" ./compiler/ | tee "$tmp/go-bench.txt"
+echo "== go test -run '^\$' -bench . -benchtime $benchtime -count $count ./policy/compiler/"
+go test -run '^$' -bench . -benchtime "$benchtime" -count "$count" ./policy/compiler/ | tee "$tmp/go-bench.txt"
 
 # "name unit value" for every metric of every run, GOMAXPROCS suffix dropped.
 awk '/^Benchmark/ {
@@ -100,7 +100,7 @@ done < testdata/base/tree.txt
 
 paseo_cmd=("$bin" compile --facts testdata/base/facts.json --registry testdata/base/registry.json
   --resolve-root "$host" --out "$tmp/bundle")
-cue_cmd=("$cue" export -d '#Facts' schema/*.cue testdata/base/facts.json)
+cue_cmd=("$cue" export -d '#Facts' policy/schema/*.cue testdata/base/facts.json)
 
 # wall CMD... -> one line per run, in ms. One untimed run first: it proves
 # the command succeeds and warms the page cache.

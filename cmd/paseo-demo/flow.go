@@ -15,16 +15,16 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"paseo.dev/paseo-policy/bundle"
 	"paseo.dev/paseo-policy/cli"
-	"paseo.dev/paseo-policy/internal/fakemodel"
 	"paseo.dev/paseo-policy/internal/nsutil"
-	"paseo.dev/paseo-policy/internal/testnet"
-	"paseo.dev/paseo-policy/launcher"
-	"paseo.dev/paseo-policy/launcher/sandboxnet"
-	"paseo.dev/paseo-policy/schema"
-	"paseo.dev/paseo-policy/supervisor"
-	"paseo.dev/paseo-policy/supervisor/holder"
+	"paseo.dev/paseo-policy/internal/testkit/fakemodel"
+	"paseo.dev/paseo-policy/internal/testkit/testnet"
+	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/policy/schema"
+	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
+	"paseo.dev/paseo-policy/runtime/supervisor"
+	"paseo.dev/paseo-policy/runtime/supervisor/holder"
 )
 
 // budget bounds the whole demo; a healthy run takes well under a minute.
@@ -298,7 +298,7 @@ func sandboxLeftovers(t *demoT, w *world, stateRoot, runsc, id string) []string 
 		left = append(left, "netns of "+id)
 	}
 	// The launcher's cgroups live in paseo-sandbox/<id> of each hierarchy
-	// (cgroup v1 and v2; launcher/inventory.go).
+	// (cgroup v1 and v2; runtime/launcher/inventory.go).
 	cgs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*/paseo-sandbox", id))
 	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/paseo-sandbox", id)); err == nil {
 		cgs = append(cgs, filepath.Join("/sys/fs/cgroup/paseo-sandbox", id))

@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"paseo.dev/paseo-policy/supervisor/holder"
+	"paseo.dev/paseo-policy/runtime/supervisor/holder"
 )
 
 func main() {

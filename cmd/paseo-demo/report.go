@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"paseo.dev/paseo-policy/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher"
 )
 
 // report is out/demo.json (docs/demo.md describes every field).
@@ -86,7 +86,7 @@ type timing struct {
 }
 
 // gvisorVersion is the fixed uname version string gVisor reports (as the
-// probe knows it, probe/identity.go).
+// probe knows it, internal/testkit/probe/identity.go).
 const gvisorVersion = "#1 SMP Sun Jan 10 15:06:54 PST 2016"
 
 // observe fills the report from the world after the turn: the file on the

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"paseo.dev/paseo-policy/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher"
 )
 
 // A report passes only when everything held; each way the turn could go

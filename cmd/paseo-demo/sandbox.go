@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"paseo.dev/paseo-policy/schema"
-	"paseo.dev/paseo-policy/supervisor"
+	"paseo.dev/paseo-policy/policy/schema"
+	"paseo.dev/paseo-policy/runtime/supervisor"
 )
 
 // session is the demo as a Paseo daemon: a supervisor on a private socket

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"paseo.dev/paseo-policy/internal/testtree"
+	"paseo.dev/paseo-policy/internal/testkit/testtree"
 )
 
 // scene is the demo's host side: the reference tree (testdata/base) built

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"paseo.dev/paseo-policy/internal/fakemodel"
-	"paseo.dev/paseo-policy/internal/testnet"
+	"paseo.dev/paseo-policy/internal/testkit/fakemodel"
+	"paseo.dev/paseo-policy/internal/testkit/testnet"
 )
 
 // demoT is the demo's testnet.T: a failure ends the demo with that

@@ -6,7 +6,7 @@ import (
 	"os"
 
 	"paseo.dev/paseo-policy/cli"
-	"paseo.dev/paseo-policy/supervisor/holder"
+	"paseo.dev/paseo-policy/runtime/supervisor/holder"
 )
 
 func main() {

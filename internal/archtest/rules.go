@@ -40,64 +40,64 @@ const cueModule = "cuelang.org/go"
 // schema decodes into, so CUE's evaluation stays in one place (STYLE.md:
 // the launcher reads compiler output, never CUE; cmd does no CUE).
 var cueImporters = map[string]string{
-	"schema": "the CUE contracts and the one place facts, registry and profiles are unified and decoded",
+	"policy/schema": "the CUE contracts and the one place facts, registry and profiles are unified and decoded",
 }
 
 // cueTestImporters may import CUE from their _test.go files only.
 var cueTestImporters = map[string]string{
-	"schema":   "its tests",
-	"compiler": "bench_test.go's bare-CUE baseline (BenchmarkCUEBaseline), the yardstick for a compile",
+	"policy/schema":   "its tests",
+	"policy/compiler": "bench_test.go's bare-CUE baseline (BenchmarkCUEBaseline), the yardstick for a compile",
 }
 
 // execImporters are the non-test packages allowed os/exec. runsc is
 // exec'd only by launcher; each other entry runs something that is not
 // runsc, and says what.
 var execImporters = map[string]string{
-	"launcher":                   "runs runsc (run, kill, delete, list): the only package that execs it",
-	"internal/childproc":         "starts the *exec.Cmd the launcher built from a thread that lives until it is reaped; builds no command",
-	"internal/testkit/localexec": "test support: the contract test's second execution backend runs a plain host process",
-	"supervisor/holder":          "re-execs its own binary (/proc/self/exe) as a sandbox's holder process (Spawn, client.go); the holder runs runsc through launcher",
-	"internal/testbundle":        "test support: builds static probe binaries with go build",
-	"internal/testnet":           "test support: starts test hosts' processes inside the namespaces it made",
-	"internal/testcontainer":     "test support: re-execs the test binary into the container's namespaces",
-	"cmd/fake-pi":                "test support: spawns copies of itself for the process-tree tests",
+	"runtime/launcher":               "runs runsc (run, kill, delete, list): the only package that execs it",
+	"internal/childproc":             "starts the *exec.Cmd the launcher built from a thread that lives until it is reaped; builds no command",
+	"internal/testkit/localexec":     "test support: the contract test's second execution backend runs a plain host process",
+	"runtime/supervisor/holder":      "re-execs its own binary (/proc/self/exe) as a sandbox's holder process (Spawn, client.go); the holder runs runsc through launcher",
+	"internal/testkit/testbundle":    "test support: builds static probe binaries with go build",
+	"internal/testkit/testnet":       "test support: starts test hosts' processes inside the namespaces it made",
+	"internal/testkit/testcontainer": "test support: re-execs the test binary into the container's namespaces",
+	"test/cmd/fake-pi":               "test support: spawns copies of itself for the process-tree tests",
 }
 
 // TestSupport are the fakes, test worlds and probes. The product never
 // depends on them, so no test double can ship in a binary.
 var TestSupport = []string{
-	"internal/testbundle",
-	"internal/testnet",
-	"internal/testtree",
-	"internal/fakemodel",
-	"internal/testcontainer",
-	"cmd/fake-pi",
+	"internal/testkit/testbundle",
+	"internal/testkit/testnet",
+	"internal/testkit/testtree",
+	"internal/testkit/fakemodel",
+	"internal/testkit/testcontainer",
+	"test/cmd/fake-pi",
 	"internal/testkit/piproto",
 	"internal/testkit/localexec",
 	"internal/testkit/chunks",
-	"probe",
-	"cmd/paseo-probe",
-	"cmd/paseo-flood",
+	"internal/testkit/probe",
+	"test/cmd/paseo-probe",
+	"test/cmd/paseo-flood",
 	// `make demo`'s program: it runs the real supervisor, launcher and
-	// runsc, but the model it talks to is internal/fakemodel on a
-	// test host of internal/testnet, so it is test support and no product
+	// runsc, but the model it talks to is internal/testkit/fakemodel on a
+	// test host of internal/testkit/testnet, so it is test support and no product
 	// binary links it (docs/demo.md).
 	"cmd/paseo-demo",
 }
 
 // testOnly are packages that are tests themselves; every other package
 // that is not TestSupport is product.
-var testOnly = []string{"acceptance", "e2e", "internal/archtest"}
+var testOnly = []string{"test/acceptance", "test/e2e", "internal/archtest"}
 
 // launchSide run a bundle; they read the compiler's output types and must
 // not be able to compile, so a launch cannot depend on CUE or profiles.
 // The holder process runs one (the supervisor, which compiles, only
 // hands it a bundle on disk).
-var launchSide = []string{"launcher", "execution", "bridge", "supervisor/holder"}
+var launchSide = []string{"runtime/launcher", "runtime/execution", "runtime/bridge", "runtime/supervisor/holder"}
 
 // notOnLaunchSide are what the launch side must not depend on, even
-// transitively (compiler/pathsafe, a leaf, is fine).
-var notOnLaunchSide = []string{"compiler", "schema", "profiles"}
+// transitively (policy/compiler/pathsafe, a leaf, is fine).
+var notOnLaunchSide = []string{"policy/compiler", "policy/schema", "policy/profiles"}
 
 // Check returns every violation in pkgs, sorted. A rule that names a
 // package pkgs lacks is a violation too: after a move the rules must move

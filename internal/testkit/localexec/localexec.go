@@ -16,8 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"paseo.dev/paseo-policy/execution"
 	"paseo.dev/paseo-policy/internal/childproc"
+	"paseo.dev/paseo-policy/runtime/execution"
 )
 
 // Local runs a plain host process with the caller's authority. It

@@ -1,0 +1,275 @@
+// Package bundle is the compiled output on disk: file names, the egress and
+// manifest documents, digests, and reading and writing a bundle directory.
+// The launcher depends on this package, never on CUE or the compiler.
+package bundle
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/policy/grant"
+)
+
+// APIVersion of every document paseo-policy writes but the manifest.
+const APIVersion = "paseo.dev/policy/v1alpha1"
+
+// ManifestAPIVersion is the manifest's own version. v1alpha2 encodes each
+// grant as a tagged union of its kind's typed fields (docs/grants.md);
+// v1alpha1 packed them into strings, and is refused.
+const (
+	ManifestAPIVersion = "paseo.dev/policy/v1alpha2"
+	ManifestKind       = "Manifest"
+)
+
+// File names inside a bundle directory.
+const (
+	ConfigFile   = "config.json"
+	EgressFile   = "egress.json"
+	ManifestFile = "manifest.json"
+	PinsFile     = "pins.json"
+	HostsFile    = "files/hosts"
+	ResolvFile   = "files/resolv.conf"
+	// MCPConfigFile is the MCP config Pi reads, generated when the launch
+	// has a private MCP route; it holds no bearer (the route proxy adds it).
+	MCPConfigFile = "files/mcp.json"
+)
+
+// SecretFiles are the bundle files the launcher writes into its private
+// copy through its secret check: config.json with its credential slot
+// filled, and the MCP config checked to carry no bearer.
+var SecretFiles = []string{ConfigFile, MCPConfigFile}
+
+// Egress is egress.json: deny by default, one rule per allowed destination.
+type Egress struct {
+	APIVersion string       `json:"apiVersion"`
+	Kind       string       `json:"kind"`
+	Mode       string       `json:"mode"`    // none | sandbox
+	Default    string       `json:"default"` // always deny
+	DNS        string       `json:"dns"`     // pinned | resolver
+	Rules      []EgressRule `json:"rules"`
+	Routes     []Route      `json:"routes"`
+}
+
+// EgressRule allows one destination. Host is a name or an address; names are
+// resolved by the launcher on the trusted side and pinned in /etc/hosts.
+type EgressRule struct {
+	Proto   string `json:"proto"`
+	Host    string `json:"host"`
+	Port    int    `json:"port"`
+	Purpose string `json:"purpose"`
+	Fact    string `json:"fact"`
+}
+
+// Route is a private path the launcher proxies from the sandbox's gateway
+// address to a daemon endpoint the sandbox cannot reach itself.
+type Route struct {
+	Purpose       string `json:"purpose"`
+	Listen        string `json:"listen"` // "gateway": the peer side of the sandbox veth
+	Port          int    `json:"port"`
+	Method        string `json:"method"`
+	Path          string `json:"path"`
+	CallerAgentID string `json:"callerAgentId"`
+	Upstream      string `json:"upstream"`
+	// TokenRef names the daemon's bearer in the deployment's secrets, for
+	// a launch with no daemon to hand it over (paseo-policy launch). The
+	// bearer itself is never in the bundle: the route proxy adds it.
+	TokenRef string `json:"tokenRef"`
+	// Methods and Tools are the MCP scope: the JSON-RPC methods and the
+	// tools (tools/call params.name) the proxy forwards; nothing else
+	// reaches the daemon.
+	Methods []string `json:"methods"`
+	Tools   []string `json:"tools"`
+	Fact    string   `json:"fact"`
+}
+
+// Manifest is manifest.json: every grant with its reason and fact, and the
+// digests that tie the bundle to its inputs.
+type Manifest struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Compiler   string            `json:"compiler"`
+	Profile    string            `json:"profile"`
+	Deployment string            `json:"deployment"`
+	Topology   string            `json:"topology"`
+	Agent      string            `json:"agent"`
+	Image      ImageRef          `json:"image"`
+	Inputs     map[string]string `json:"inputs"`  // facts, registryEntry, profile -> sha256:…
+	Outputs    map[string]string `json:"outputs"` // bundle file -> sha256:…
+	Grants     grant.List        `json:"grants"`
+}
+
+// MarshalManifest renders manifest.json: the bytes Marshal(m) gives, but
+// the grants are encoded as plain structs rather than through
+// grant.List's MarshalJSON, whose output encoding/json scans again (a
+// measurable share of a compile). The outer grants field shadows the
+// embedded one and sorts last, where Manifest declares it.
+func MarshalManifest(m *Manifest) ([]byte, error) {
+	return Marshal(struct {
+		*Manifest
+		Grants []grant.Encoded `json:"grants"`
+	}{m, m.Grants.Encode()})
+}
+
+// ImageRef names the rootfs the bundle runs.
+type ImageRef struct {
+	Version string `json:"version"`
+	Digest  string `json:"digest"`
+	Rootfs  string `json:"rootfs"`
+}
+
+// Pin is one bind source's identity at compile time (pins.json, pins.go).
+// It describes host state, not policy, so it is kept out of the manifest:
+// the manifest stays a function of the inputs alone. Root is the registered
+// root (a host path) the source lies beneath: the launcher opens the source
+// beneath it, as the compiler did.
+type Pin struct {
+	Destination string `json:"destination"`
+	Source      string `json:"source"`
+	Root        string `json:"root"`
+	Dev         uint64 `json:"dev"`
+	Ino         uint64 `json:"ino"`
+	Kind        string `json:"kind"`
+}
+
+// Digest returns "sha256:<hex>" of data.
+func Digest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Marshal renders a document as indented JSON with a final newline; every
+// bundle file goes through it so formatting is one decision.
+func Marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// Files is a bundle in memory: relative name -> content.
+type Files map[string][]byte
+
+// Names returns the file names in sorted order.
+func (f Files) Names() []string {
+	names := make([]string, 0, len(f))
+	for n := range f {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Write writes the bundle into dir (created 0755 if missing); files are
+// written whole to a temporary name and renamed, so a reader never sees a
+// half-written bundle file.
+func (f Files) Write(dir string) error {
+	for _, n := range f.Names() {
+		p := filepath.Join(dir, filepath.FromSlash(n))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		tmp := p + ".tmp"
+		if err := os.WriteFile(tmp, f[n], 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Manifest decodes manifest.json strictly.
+func (f Files) Manifest() (*Manifest, error) {
+	var head Head
+	// The version is read first, so a manifest of another version is
+	// refused as such rather than for the fields it has.
+	if err := json.Unmarshal(f[ManifestFile], &head); err != nil {
+		return nil, fmt.Errorf("%s: %w", ManifestFile, err)
+	}
+	if head.Kind != ManifestKind || head.APIVersion != ManifestAPIVersion {
+		return nil, fmt.Errorf("%s: %w: kind %q version %q, want %q %q", ManifestFile, ErrManifestVersion, head.Kind, head.APIVersion, ManifestKind, ManifestAPIVersion)
+	}
+	var out Manifest
+	if err := strictDecode(f[ManifestFile], &out); err != nil {
+		return nil, fmt.Errorf("%s: %w", ManifestFile, err)
+	}
+	return &out, nil
+}
+
+// Head is what every document starts with.
+type Head struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+}
+
+// ErrManifestVersion is a manifest of a kind or version this build does
+// not read (PP-MANIFEST-VERSION).
+var ErrManifestVersion = errors.New(string(diag.ManifestVersion) + ": not a manifest this build reads")
+
+// Egress decodes egress.json strictly.
+func (f Files) Egress() (*Egress, error) {
+	var e Egress
+	if err := strictDecode(f[EgressFile], &e); err != nil {
+		return nil, fmt.Errorf("%s: %w", EgressFile, err)
+	}
+	return &e, nil
+}
+
+// Verify checks that every output the manifest lists is present with the
+// recorded digest and that no policy file is present without one, so a
+// tampered or mixed bundle is refused.
+func (f Files) Verify() error {
+	m, err := f.Manifest()
+	if err != nil {
+		return err
+	}
+	return f.VerifyAgainst(m)
+}
+
+// VerifyAgainst is Verify with manifest.json already decoded (m must be
+// f's manifest.json): a caller that holds the decoded manifest does not
+// decode it again.
+func (f Files) VerifyAgainst(m *Manifest) error {
+	for name, want := range m.Outputs {
+		data, ok := f[name]
+		if !ok {
+			return fmt.Errorf("bundle lacks %s listed in the manifest", name)
+		}
+		if got := Digest(data); got != want {
+			return fmt.Errorf("%s digest %s does not match the manifest's %s", name, got, want)
+		}
+	}
+	// pins.json is host state and not in the outputs; it is tied to this
+	// manifest instead (pins.go).
+	if _, err := f.Pins(); err != nil {
+		return err
+	}
+	for _, name := range f.Names() {
+		if name == ManifestFile || name == PinsFile {
+			continue
+		}
+		if _, ok := m.Outputs[name]; !ok {
+			return fmt.Errorf("%s is not covered by the manifest", name)
+		}
+	}
+	return nil
+}
+
+func strictDecode(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}

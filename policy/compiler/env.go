@@ -1,0 +1,46 @@
+package compiler
+
+import (
+	"slices"
+	"sort"
+
+	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/policy/grant"
+)
+
+// env adds the environment allowlist. Nothing from the daemon's own
+// environment passes; each variable is a grant with its reason.
+func (c *compilation) env(p *grant.Plan) {
+	f := c.facts
+	prof := "profile." + c.prof.Name
+	add := func(name, value, reason, fact string) {
+		p.Add(grant.Env{Name: name, Value: value, Provenance: why(reason, fact)})
+	}
+	add("HOME", sandboxHome, "private tmpfs home", prof)
+	add("PATH", c.reg.Image.Path, "the image's fixed tool paths", "registry.image.path")
+	add("TMPDIR", sandboxTmp, "private tmpfs", prof)
+	add("LANG", sandboxLang, "fixed locale", prof)
+	add("PI_OFFLINE", "1", "no catalog refresh, update check or helper download at run time", prof)
+	add("PI_CODING_AGENT_DIR", f.State.AgentDir, "Pi's state dir: this sandbox's private projection of the agent dir", "state.agentDir")
+	if c.prof.State.SessionDir != "none" {
+		add("PI_CODING_AGENT_SESSION_DIR", f.State.SessionDir, "where Pi writes session logs", "state.sessionDir")
+	}
+	add("PASEO_AGENT_ID", f.Agent.ID, "Paseo's agent id for the integration extension", "agent.id")
+	add("PASEO_AGENT_CWD", f.Workspace.Cwd, "Paseo's agent cwd for the integration extension", "workspace.cwd")
+	if f.Credential.Mode == "api-key" && f.Credential.Env != "" {
+		add(f.Credential.Env, SecretPlaceholder(f.Credential.SecretRef),
+			"provider API key; a placeholder the launcher replaces in its private copy", "credential.secretRef")
+	}
+	names := make([]string, 0, len(c.prof.Env))
+	for k := range c.prof.Env {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if slices.ContainsFunc(p.Grants, func(g grant.Grant) bool { return g.Kind() == grant.KindEnv && g.Subject() == k }) {
+			c.diags.Addf(diag.ProfileInvalid, prof+".env."+k, "the profile may not override the fixed environment")
+			continue
+		}
+		add(k, c.prof.Env[k], "set by profile", prof+".env."+k)
+	}
+}

@@ -1,0 +1,383 @@
+// Package ocicheck validates a compiled bundle on its own terms: its digests
+// match its manifest, config.json passes the OCI runtime-tools checks (the
+// local ones; the tools' JSON-schema check downloads its schema, so the
+// schema that ships inside the runtime-spec module is used instead, when
+// given), and it keeps the invariants runsc and this project rely on,
+// re-checked on the artifact rather than trusted from the compiler.
+package ocicheck
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/opencontainers/runtime-tools/validate"
+
+	"github.com/sirupsen/logrus"
+
+	"paseo.dev/paseo-policy/internal/netdest"
+	"paseo.dev/paseo-policy/policy/bundle"
+)
+
+// runtime-tools logs warnings through logrus (for example that mount types
+// are only checked host-specifically); findings are returned, not logged.
+func init() { logrus.SetLevel(logrus.ErrorLevel) }
+
+// Finding is one failed check.
+type Finding struct {
+	Check  string `json:"check"`
+	Detail string `json:"detail"`
+}
+
+// Options tune a validation run.
+type Options struct {
+	// SchemaDir holds config-schema.json from the runtime-spec module; when
+	// empty the JSON-schema check is reported as not run.
+	SchemaDir string
+}
+
+// Result lists what ran and what failed.
+type Result struct {
+	Ran      []string  `json:"ran"`
+	Findings []Finding `json:"findings"`
+}
+
+// OK reports whether nothing failed.
+func (r Result) OK() bool { return len(r.Findings) == 0 }
+
+func (r *Result) run(name string, err error) {
+	r.Ran = append(r.Ran, name)
+	if err == nil {
+		return
+	}
+	for _, line := range strings.Split(strings.TrimSpace(err.Error()), "\n") {
+		line = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "*"))
+		if line == "" || strings.HasSuffix(line, "errors occurred:") || strings.HasSuffix(line, "error occurred:") {
+			continue
+		}
+		r.Findings = append(r.Findings, Finding{Check: name, Detail: line})
+	}
+}
+
+// Check names (Finding.Check) that other reports map onto their own
+// checks: doctor's and a launch's preflight report them under its
+// bundle-* names (runtime/launcher/preflight).
+const (
+	CheckDigests  = "digests"
+	CheckPins     = "pins"
+	CheckDecode   = "decode"
+	CheckNoHooks  = "invariant/" + invariantNoHooks
+	CheckReadonly = "invariant/" + invariantReadonlyRoot
+)
+
+// Dir validates the bundle in dir, read once (bundle.Read).
+func Dir(dir string, opts Options) (Result, error) {
+	files, err := bundle.Read(dir)
+	if err != nil {
+		return Result{}, err
+	}
+	return Files(files, dir, opts), nil
+}
+
+// Files validates an in-memory bundle: the one validator behind
+// `validate`, `doctor --bundle` and every launch (runtime/launcher/launchplan), so
+// each invariant is checked in one place with one finding. dir is where
+// the bundle lives (runtime-tools wants it); bundle-relative bind sources
+// are looked up among files, never on disk again.
+func Files(files bundle.Files, dir string, opts Options) Result {
+	return Check(Decode(files), dir, opts)
+}
+
+// Decoded is a bundle with its documents decoded once, each with the
+// reason it did not decode, and its secret slots found: what Check judges
+// and what a launch plan keeps.
+type Decoded struct {
+	Files bundle.Files
+
+	Spec        *specs.Spec // strictly decoded config.json
+	SpecErr     error
+	Manifest    *bundle.Manifest
+	ManifestErr error
+	Egress      *bundle.Egress
+	EgressErr   error
+	Pins        *bundle.Pins
+	PinsErr     error
+
+	// Deployment and Slots are the manifest's deployment and secret
+	// slots, once no placeholder marker sits anywhere else (SlotsErr).
+	Deployment string
+	Slots      []bundle.SecretSlot
+	SlotsErr   error
+}
+
+// Decode decodes every document of files once.
+func Decode(files bundle.Files) Decoded {
+	d := Decoded{Files: files}
+	var spec specs.Spec
+	dec := json.NewDecoder(bytes.NewReader(files[bundle.ConfigFile]))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		d.SpecErr = fmt.Errorf("%s is not a valid OCI runtime config: %w", bundle.ConfigFile, err)
+	} else {
+		d.Spec = &spec
+	}
+	d.Manifest, d.ManifestErr = files.Manifest()
+	d.Egress, d.EgressErr = files.Egress()
+	d.Pins, d.PinsErr = files.Pins()
+	if d.ManifestErr != nil {
+		d.SlotsErr = d.ManifestErr
+	} else {
+		d.Deployment, d.Slots, d.SlotsErr = bundle.CheckSecretPlaceholdersOf(files, d.Manifest)
+	}
+	return d
+}
+
+// PinnedBinds is files.PinnedBinds on the decoded documents.
+func (d Decoded) PinnedBinds() ([]bundle.BindPin, error) {
+	if d.PinsErr != nil {
+		return nil, d.PinsErr
+	}
+	if d.Spec == nil {
+		return d.Files.PinnedBinds() // its own decode names the error
+	}
+	return bundle.PairBinds(d.Spec.Mounts, d.Pins.Pins)
+}
+
+// Check validates a decoded bundle; Files is Check(Decode(files)).
+func Check(d Decoded, dir string, opts Options) Result {
+	files := d.Files
+	var r Result
+	if d.ManifestErr != nil {
+		r.run(CheckDigests, d.ManifestErr)
+	} else {
+		r.run(CheckDigests, files.VerifyAgainst(d.Manifest))
+	}
+	// The launcher fills the credential slot and refuses a placeholder anywhere else.
+	r.run("secret-placeholders", d.SlotsErr)
+	// Every bind with a host source has exactly one pin and every pin a
+	// bind: the launcher stages binds only through their pins. A bundle
+	// without pins.json (golden files: pins are host state) is not bound
+	// to a host yet; the launcher refuses its binds.
+	if _, ok := files[bundle.PinsFile]; ok {
+		_, err := d.PinnedBinds()
+		r.run(CheckPins, err)
+	}
+	r.run("egress-destinations", egressDestinations(d))
+	if d.SpecErr != nil {
+		r.run(CheckDecode, d.SpecErr)
+		return r
+	}
+	r.run(CheckDecode, nil)
+	spec := d.Spec
+	v, err := validate.NewValidator(spec, dir, false, "linux")
+	if err != nil {
+		r.run("runtime-tools", err)
+		return r
+	}
+	r.run("runtime-tools/mandatory", v.CheckMandatoryFields())
+	r.run("runtime-tools/semver", v.CheckSemVer())
+	r.run("runtime-tools/platform", v.CheckPlatform())
+	// CheckRoot is not run: it insists root.path is a child of the bundle
+	// dir (bundle.md's container format), while config.md allows an
+	// absolute path. The image rootfs is shared, versioned and read-only,
+	// so it lives outside per-launch bundles; invariant/readonly-root
+	// checks root instead.
+	r.run("runtime-tools/mounts", v.CheckMounts())
+	r.run("runtime-tools/process", v.CheckProcess())
+	r.run("runtime-tools/linux", v.CheckLinux())
+	r.run("runtime-tools/annotations", v.CheckAnnotations())
+	r.run("runtime-tools/hooks", v.CheckHooks())
+	if opts.SchemaDir != "" {
+		r.run("json-schema", Schema(opts.SchemaDir, files[bundle.ConfigFile]))
+	}
+	for _, c := range invariants {
+		r.run("invariant/"+c.name, c.check(spec, files))
+	}
+	return r
+}
+
+// Err is nil when nothing failed and otherwise one error naming every
+// finding by its check.
+func (r Result) Err() error {
+	if r.OK() {
+		return nil
+	}
+	msgs := make([]string, len(r.Findings))
+	for i, f := range r.Findings {
+		msgs[i] = f.Check + ": " + f.Detail
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+// Failed returns the findings of the named check.
+func (r Result) Failed(check string) []Finding {
+	var out []Finding
+	for _, f := range r.Findings {
+		if f.Check == check {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// egressDestinations refuses an egress rule to a host the compiler would
+// have refused (netdest): a hand-edited or foreign bundle.
+func egressDestinations(d Decoded) error {
+	if d.EgressErr != nil {
+		return d.EgressErr
+	}
+	for _, rule := range d.Egress.Rules {
+		if v := netdest.Host(rule.Host); v.Unsafe() {
+			return fmt.Errorf("egress rule %s:%d: unsafe destination: %s", rule.Host, rule.Port, v.Why)
+		}
+	}
+	return nil
+}
+
+// invariant is a property every paseo-policy bundle must have, whatever
+// the compiler's version: these are what makes it a sandbox.
+type invariant struct {
+	name  string
+	check func(s *specs.Spec, files bundle.Files) error
+}
+
+const (
+	invariantNoHooks      = "no-hooks"
+	invariantReadonlyRoot = "readonly-root"
+)
+
+var invariants = []invariant{
+	{invariantNoHooks, func(s *specs.Spec, _ bundle.Files) error { return noHooks(s.Hooks) }},
+	{invariantReadonlyRoot, func(s *specs.Spec, _ bundle.Files) error {
+		if s.Root == nil || !s.Root.Readonly || !filepath.IsAbs(s.Root.Path) {
+			return fmt.Errorf("root must be an absolute, read-only image rootfs")
+		}
+		return nil
+	}},
+	{"unprivileged", func(s *specs.Spec, _ bundle.Files) error {
+		p := s.Process
+		switch {
+		case p == nil:
+			return fmt.Errorf("process is missing")
+		case p.User.UID == 0 || p.User.GID == 0:
+			return fmt.Errorf("process runs as uid or gid 0")
+		case !p.NoNewPrivileges:
+			return fmt.Errorf("noNewPrivileges must be true")
+		case p.Capabilities != nil && (len(p.Capabilities.Bounding)+len(p.Capabilities.Effective)+len(p.Capabilities.Permitted)+len(p.Capabilities.Inheritable)+len(p.Capabilities.Ambient)) > 0:
+			return fmt.Errorf("capability sets must be empty")
+		case len(p.User.AdditionalGids) > 0:
+			return fmt.Errorf("no supplementary groups")
+		}
+		return nil
+	}},
+	{"namespaces", func(s *specs.Spec, _ bundle.Files) error {
+		if s.Linux == nil {
+			return fmt.Errorf("linux section is missing")
+		}
+		want := map[specs.LinuxNamespaceType]bool{specs.PIDNamespace: false, specs.IPCNamespace: false, specs.UTSNamespace: false, specs.MountNamespace: false, specs.NetworkNamespace: false}
+		for _, ns := range s.Linux.Namespaces {
+			if ns.Path != "" {
+				return fmt.Errorf("namespace %s joins an existing namespace (%s); every namespace must be new", ns.Type, ns.Path)
+			}
+			want[ns.Type] = true
+		}
+		for t, seen := range want {
+			if !seen {
+				return fmt.Errorf("namespace %s is missing", t)
+			}
+		}
+		return nil
+	}},
+	{"no-devices-sysctl", func(s *specs.Spec, _ bundle.Files) error {
+		if s.Linux != nil && (len(s.Linux.Devices) > 0 || len(s.Linux.Sysctl) > 0 || s.Linux.Resources != nil && len(s.Linux.Resources.Devices) > 0) {
+			return fmt.Errorf("no host devices, device rules or sysctls")
+		}
+		return nil
+	}},
+	{"limits", func(s *specs.Spec, _ bundle.Files) error {
+		if s.Linux == nil {
+			return fmt.Errorf("memory, pids and cpu limits are required")
+		}
+		r := s.Linux.Resources
+		if r == nil || r.Memory == nil || r.Memory.Limit == nil || r.Pids == nil || r.CPU == nil || r.CPU.Quota == nil {
+			return fmt.Errorf("memory, pids and cpu limits are required")
+		}
+		return nil
+	}},
+	{"no-gvisor-annotations", func(s *specs.Spec, _ bundle.Files) error {
+		for k := range s.Annotations {
+			if strings.HasPrefix(k, "dev.gvisor.") {
+				return fmt.Errorf("annotation %s changes runsc behaviour; bundles carry none", k)
+			}
+		}
+		return nil
+	}},
+	{"mounts", checkMounts},
+}
+
+var mountTypes = map[string]bool{"bind": true, "tmpfs": true, "proc": true, "sysfs": true, "devpts": true, "mqueue": true, "erofs": true}
+
+func checkMounts(s *specs.Spec, files bundle.Files) error {
+	var problems []string
+	for _, m := range s.Mounts {
+		if !mountTypes[m.Type] {
+			problems = append(problems, fmt.Sprintf("%s: type %q is not one runsc supports here", m.Destination, m.Type))
+		}
+		has := map[string]bool{}
+		for _, o := range m.Options {
+			has[o] = true
+		}
+		if m.Type == "erofs" && (!filepath.IsAbs(m.Source) || !has["ro"] || !has["nosuid"] || !has["nodev"]) {
+			problems = append(problems, fmt.Sprintf("%s: an EROFS image must be an absolute file mounted ro, nosuid, nodev", m.Destination))
+		}
+		if m.Type != "bind" {
+			continue
+		}
+		if !has["bind"] || has["rbind"] || !(has["ro"] || has["rw"]) || !has["nosuid"] || !has["nodev"] {
+			problems = append(problems, fmt.Sprintf("%s: binds must be non-recursive, nosuid, nodev, with explicit ro or rw", m.Destination))
+		}
+		if !filepath.IsAbs(m.Source) {
+			if _, ok := files[m.Source]; !ok {
+				problems = append(problems, fmt.Sprintf("%s: bundle-relative source %s is missing", m.Destination, m.Source))
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%s", strings.Join(problems, "\n"))
+	}
+	return nil
+}
+
+// noHooks refuses an OCI config with a hooks object at all, even an empty
+// one: hooks run on the host, outside the sandbox, and paseo bundles never
+// contain them. Only hook kinds and counts are reported, never paths,
+// arguments or environment.
+func noHooks(h *specs.Hooks) error {
+	if h == nil {
+		return nil
+	}
+	counts := map[string]int{
+		"prestart":        len(h.Prestart), //nolint:staticcheck // deprecated, still run by runtimes
+		"createRuntime":   len(h.CreateRuntime),
+		"createContainer": len(h.CreateContainer),
+		"startContainer":  len(h.StartContainer),
+		"poststart":       len(h.Poststart),
+		"poststop":        len(h.Poststop),
+	}
+	var kinds []string
+	for k, n := range counts {
+		if n > 0 {
+			kinds = append(kinds, fmt.Sprintf("%s: %d", k, n))
+		}
+	}
+	sort.Strings(kinds)
+	if len(kinds) == 0 {
+		return fmt.Errorf("%s has a hooks object (empty); hooks run on the host and are refused", bundle.ConfigFile)
+	}
+	return fmt.Errorf("%s has hooks (%s); hooks run on the host and are refused", bundle.ConfigFile, strings.Join(kinds, ", "))
+}

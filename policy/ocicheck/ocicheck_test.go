@@ -1,0 +1,138 @@
+package ocicheck
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"paseo.dev/paseo-policy/policy/bundle"
+)
+
+// specSchemaDir finds the JSON schema that ships in the runtime-spec module
+// this build uses.
+func specSchemaDir(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/opencontainers/runtime-spec").Output()
+	if err != nil {
+		t.Fatalf("locating the runtime-spec module (needs the go tool and the module cache): %v", err)
+	}
+	dir := filepath.Join(strings.TrimSpace(string(out)), "schema")
+	if _, err := os.Stat(filepath.Join(dir, "config-schema.json")); err != nil {
+		t.Fatalf("runtime-spec schema missing: %v", err)
+	}
+	return dir
+}
+
+// Every compiled bundle in golden/ passes the runtime-tools checks, the
+// runtime-spec JSON schema and the project's invariants.
+func TestGoldenBundlesValidate(t *testing.T) {
+	schema := specSchemaDir(t)
+	configs, err := filepath.Glob(filepath.Join("..", "..", "golden", "*", bundle.ConfigFile))
+	if err != nil || len(configs) == 0 {
+		t.Fatalf("no golden bundles found (%v)", err)
+	}
+	for _, c := range configs {
+		dir := filepath.Dir(c)
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			r, err := Dir(dir, Options{SchemaDir: schema})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r.OK() {
+				t.Errorf("findings: %+v", r.Findings)
+			}
+			if len(r.Ran) < 15 {
+				t.Errorf("only %d checks ran: %v", len(r.Ran), r.Ran)
+			}
+		})
+	}
+}
+
+// Each invariant and the schema catch a broken bundle.
+func TestBrokenBundlesAreRefused(t *testing.T) {
+	schema := specSchemaDir(t)
+	src := filepath.Join("..", "..", "golden", "host-pi-session-api-key")
+	cases := map[string]struct {
+		from, to string
+		check    string
+	}{
+		"hook":        {`"root": {`, `"hooks": {"prestart": [{"path": "/bin/sh"}]}, "root": {`, "invariant/no-hooks"},
+		"uid0":        {`"uid": 1000`, `"uid": 0`, "invariant/unprivileged"},
+		"rw-root":     {`"readonly": true`, `"readonly": false`, "invariant/readonly-root"},
+		"cap":         {`"capabilities": {}`, `"capabilities": {"bounding": ["CAP_SYS_ADMIN"]}`, "invariant/unprivileged"},
+		"netns-join":  {`"type": "network"`, `"type": "network", "path": "/proc/1/ns/net"`, "invariant/namespaces"},
+		"rbind":       {`"bind",`, `"rbind",`, "invariant/mounts"},
+		"bad-type":    {`"ociVersion": "1.3.0"`, `"ociVersion": 13`, "decode"},
+		"schema-type": {`"type": "RLIMIT_CORE"`, `"type": "core"`, "json-schema"},
+		"annotation":  {`"hostname":`, `"annotations": {"dev.gvisor.spec.mount.x.share": "shared"}, "hostname":`, "invariant/no-gvisor-annotations"},
+		"placeholder": {`"--mode",`, `"--mode", "@@paseo-secret:alice/fake-llm@@",`, "secret-placeholders"},
+		"erofs-rw":    {`"mounts": [`, `"mounts": [{"destination": "/opt", "type": "erofs", "source": "/srv/opt.erofs", "options": ["rw", "nosuid", "nodev"]}, `, "invariant/mounts"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			files, err := bundle.Read(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := string(files[bundle.ConfigFile])
+			if !strings.Contains(cfg, tc.from) {
+				t.Fatalf("golden config lacks %q", tc.from)
+			}
+			files[bundle.ConfigFile] = []byte(strings.Replace(cfg, tc.from, tc.to, 1))
+			r := Files(files, src, Options{SchemaDir: schema})
+			found := false
+			for _, f := range r.Findings {
+				if f.Check == tc.check {
+					found = true
+				}
+				if f.Check == "digests" {
+					continue // tampering always breaks the digest too
+				}
+			}
+			if !found {
+				t.Errorf("check %s did not fire; findings: %+v", tc.check, r.Findings)
+			}
+			if r.Findings[0].Check != "digests" {
+				t.Errorf("a modified config.json must fail the digest check first; got %+v", r.Findings[0])
+			}
+		})
+	}
+}
+
+// An egress rule the compiler would have refused is a finding, in every
+// notation the classifier knows.
+func TestUnsafeEgressRefused(t *testing.T) {
+	src := filepath.Join("..", "..", "golden", "host-pi-session-api-key")
+	for _, host := range []string{"169.254.169.254", "metadata.google.internal", "0x7f.1", "2130706433", "::ffff:127.0.0.1", "localhost"} {
+		t.Run(host, func(t *testing.T) {
+			files, err := bundle.Read(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eg := string(files[bundle.EgressFile])
+			files[bundle.EgressFile] = []byte(strings.Replace(eg, `"host": "llm.example.test"`, `"host": "`+host+`"`, 1))
+			if string(files[bundle.EgressFile]) == eg {
+				t.Fatal("golden egress.json lacks the model rule")
+			}
+			r := Files(files, src, Options{})
+			found := false
+			for _, f := range r.Findings {
+				found = found || f.Check == "egress-destinations"
+			}
+			if !found {
+				t.Errorf("egress-destinations did not fire; findings: %+v", r.Findings)
+			}
+		})
+	}
+	files, err := bundle.Read(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range Files(files, src, Options{}).Findings {
+		if f.Check == "egress-destinations" {
+			t.Errorf("the golden bundle's egress was refused: %+v", f)
+		}
+	}
+}

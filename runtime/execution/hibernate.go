@@ -1,0 +1,243 @@
+package execution
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"paseo.dev/paseo-policy/runtime/launcher"
+)
+
+// Hibernation of an OCI process (docs/supervisor.md "Hibernate")
+//
+// The process outlives its sandbox's hibernation: its pipes, and so the
+// bridge reading them, stay open while runsc is checkpointed and stopped,
+// and the woken sandbox writes into the same ones. Each launch (the start,
+// then each wake) reads its stdin through its own reader of one relay, so
+// the reader of a launch that ended cannot swallow input meant for the
+// next one, and Hibernate checkpoints only once every byte handed to the
+// sandbox was written into its stdin pipe.
+
+// Hibernator is a process whose sandbox can be checkpointed and restored.
+type Hibernator interface {
+	// Hibernate checkpoints the sandbox and releases it as at delete,
+	// except the checkpoint; the process itself goes on (its stdio stays).
+	Hibernate() error
+	// Wake restores it, with the secrets as they are now. A refusal is a
+	// *launcher.UnavailableError and leaves the process hibernated.
+	Wake(ctx context.Context, secrets launcher.SecretSource) error
+	Hibernated() bool
+}
+
+// ErrNotRunning is a hibernate of a process that does not run, or a wake
+// of one that is not hibernated.
+var ErrNotRunning = errors.New("the sandbox is not in a state for this")
+
+// inputQuiesce bounds how long Hibernate waits for the sandbox to take
+// input already handed to it: an agent that does not read its stdin is not
+// idle.
+const inputQuiesce = 2 * time.Second
+
+// hibernateEnd bounds how long the checkpointed launch takes to tear down.
+const hibernateEnd = 60 * time.Second
+
+func (p *ociProcess) Hibernated() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hibernating
+}
+
+func (p *ociProcess) Hibernate() error {
+	p.hibernation.Lock()
+	defer p.hibernation.Unlock()
+	p.mu.Lock()
+	r, running := p.cur, !p.hibernating && !isClosed(p.done)
+	p.mu.Unlock()
+	if !running {
+		return ErrNotRunning
+	}
+	if err := p.input.pause(inputQuiesce); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.hibernating = true // the launch's end is not the process's
+	p.mu.Unlock()
+	_, err := launcher.Checkpoint(launcher.CheckpointOptions{ID: p.id, StateRoot: p.oci.StateRoot, RunscPath: p.oci.RunscPath})
+	if err != nil {
+		p.mu.Lock()
+		p.hibernating = false
+		if isClosed(r.done) {
+			// The checkpoint got as far as stopping the sandbox.
+			p.finish(Exit{Code: r.res.ExitCode, Reason: "hibernate failed: " + err.Error(), Err: r.err})
+		}
+		p.mu.Unlock()
+		p.input.resume()
+		return fmt.Errorf("hibernate: %w", err)
+	}
+	select {
+	case <-r.done:
+	case <-time.After(hibernateEnd):
+		return fmt.Errorf("hibernate: the checkpointed sandbox %s did not end", p.id)
+	}
+	p.input.cut()
+	return nil
+}
+
+func (p *ociProcess) Wake(ctx context.Context, secrets launcher.SecretSource) error {
+	p.hibernation.Lock()
+	defer p.hibernation.Unlock()
+	if !p.Hibernated() {
+		return ErrNotRunning
+	}
+	return p.begin(ctx, launcher.Wake, secrets)
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// inputRelay moves the process's stdin to the current launch's reader, one
+// chunk at a time: the writer's chunk is held until a reader takes it, and
+// a reader that took one has written it on when it next reads.
+type inputRelay struct {
+	mu       sync.Mutex
+	cond     *sync.Cond
+	held     []byte // read from the source, not yet handed to a launch
+	err      error  // the source's end (closeInput)
+	gen      int    // readers of older generations read EOF
+	paused   bool   // no chunk is handed out (a checkpoint is under way)
+	inflight bool   // the current reader has not yet read after its last chunk
+}
+
+func newInputRelay(src io.Reader) *inputRelay {
+	r := &inputRelay{}
+	r.cond = sync.NewCond(&r.mu)
+	go r.pump(src)
+	return r
+}
+
+func (r *inputRelay) pump(src io.Reader) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		r.mu.Lock()
+		if n > 0 {
+			r.held = append([]byte(nil), buf[:n]...)
+		}
+		if err != nil {
+			r.err = err
+		}
+		r.cond.Broadcast()
+		for r.held != nil {
+			r.cond.Wait()
+		}
+		done := r.err != nil
+		r.mu.Unlock()
+		if done {
+			return
+		}
+	}
+}
+
+// open starts a new generation: its reader is the only one handed input.
+func (r *inputRelay) open() io.Reader {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.gen++
+	r.paused, r.inflight = false, false
+	r.cond.Broadcast()
+	return &relayReader{r: r, gen: r.gen}
+}
+
+// pause stops handing out input and waits until the last chunk handed out
+// was written on; it fails (and resumes) if that takes longer than d.
+func (r *inputRelay) pause(d time.Duration) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.paused = true
+	t := time.AfterFunc(d, func() {
+		r.mu.Lock()
+		r.cond.Broadcast()
+		r.mu.Unlock()
+	})
+	defer t.Stop()
+	deadline := time.Now().Add(d)
+	for r.inflight && time.Now().Before(deadline) {
+		r.cond.Wait()
+	}
+	if r.inflight {
+		r.paused = false
+		r.cond.Broadcast()
+		return errors.New("hibernate: the sandbox has not taken the input it was given; it is not idle")
+	}
+	return nil
+}
+
+func (r *inputRelay) resume() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.paused = false
+	r.cond.Broadcast()
+}
+
+// cut ends the current generation: its reader reads EOF. Input stays held
+// for the next open.
+func (r *inputRelay) cut() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.gen++
+	r.inflight = false
+	r.cond.Broadcast()
+}
+
+type relayReader struct {
+	r   *inputRelay
+	gen int
+}
+
+func (rr *relayReader) Read(p []byte) (int, error) {
+	r := rr.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rr.gen == r.gen && r.inflight {
+		r.inflight = false // the last chunk was written on
+		r.cond.Broadcast()
+	}
+	for rr.gen == r.gen && (r.paused || (r.held == nil && r.err == nil)) {
+		r.cond.Wait()
+	}
+	if rr.gen != r.gen {
+		return 0, io.EOF
+	}
+	if r.held != nil {
+		n := copy(p, r.held)
+		if r.held = r.held[n:]; len(r.held) == 0 {
+			r.held = nil
+		}
+		r.inflight = true
+		r.cond.Broadcast()
+		return n, nil
+	}
+	return 0, io.EOF
+}
+
+// countingWriter counts what passes through it into n.
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}

@@ -1,0 +1,185 @@
+package execution
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/routeproxy"
+	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
+)
+
+// OCI runs compiled bundles under the pinned runsc through the launcher,
+// which enforces everything the bundle grants (network, limits, mounts).
+type OCI struct {
+	StateRoot string
+	RunscPath string
+	Secrets   launcher.SecretSource
+	// MCPToken is the route proxy's holder of the daemon's bearer (see
+	// launcher.Options.MCPToken).
+	MCPToken *routeproxy.Token
+	Uplink   string
+	Resolve  sandboxnet.Resolver
+}
+
+func (OCI) Name() string { return "oci-runsc" }
+
+func (o OCI) inventory() launcher.Inventory {
+	return launcher.Inventory{StateRoot: o.StateRoot, RunscPath: o.RunscPath}
+}
+
+// Start launches the bundle and returns once runsc runs it. The launch
+// outlives ctx; ctx bounds only the wait for the start.
+func (o OCI) Start(ctx context.Context, spec Spec) (Process, error) {
+	if spec.Command != nil || spec.Bundle == "" {
+		return nil, errors.New("the OCI backend runs compiled bundles only")
+	}
+	id := spec.ID
+	if id == "" {
+		id = NewID("pp-")
+	}
+	p := &ociProcess{id: id, pipes: newPipes(), inv: o.inventory(), done: make(chan struct{}), oci: o, bundle: spec.Bundle}
+	p.input = newInputRelay(p.inR)
+	if err := p.begin(ctx, launcher.Launch, o.Secrets); err != nil {
+		p.closeBackend()
+		return nil, err
+	}
+	return p, nil
+}
+
+// begin runs one launch (a start, or a wake) of the process and waits for
+// runsc to run it.
+func (p *ociProcess) begin(ctx context.Context, launch func(context.Context, launcher.Options) (launcher.Result, error), secrets launcher.SecretSource) error {
+	lctx, cancel := context.WithCancel(context.Background())
+	r := &ociRun{cancel: cancel, done: make(chan struct{})}
+	o := p.oci
+	started := make(chan struct{})
+	in := p.input.open()
+	p.mu.Lock()
+	p.cur = r
+	p.mu.Unlock()
+	go func() {
+		defer close(r.done)
+		r.res, r.err = launch(lctx, launcher.Options{
+			BundleDir: p.bundle, ID: p.id, StateRoot: o.StateRoot, RunscPath: o.RunscPath, Secrets: secrets, MCPToken: o.MCPToken,
+			Stdin: in, Stdout: countingWriter{p.outW, &p.written}, Stderr: countingWriter{p.errW, &p.written},
+			OutputBefore: p.written.Load(), Uplink: o.Uplink, Resolve: o.Resolve,
+			OnStart: func() {
+				p.mu.Lock()
+				p.hibernating = false // a wake restored it
+				p.mu.Unlock()
+				close(started)
+			},
+		})
+		p.ended(r)
+	}()
+	select {
+	case <-started:
+		return nil
+	case <-r.done:
+		cancel()
+		p.input.cut() // nothing more for a launch that never ran
+		return r.err
+	case <-ctx.Done():
+		cancel()
+		<-r.done
+		return fmt.Errorf("starting %s: %w", p.id, ctx.Err())
+	}
+}
+
+// ended is called when a launch returns: the process has ended unless
+// the launch ended because it was checkpointed, or it was a wake that
+// failed (the checkpoint is still there).
+func (p *ociProcess) ended(r *ociRun) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hibernating {
+		return // checkpointed, or a wake refused: the checkpoint remains
+	}
+	p.finish(Exit{Code: r.res.ExitCode, Reason: r.res.Reason, Err: r.err, Packets: r.res.Packets, Routes: r.res.Routes})
+}
+
+// finish ends the process for good. p.mu is held.
+func (p *ociProcess) finish(e Exit) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	p.closeBackend()
+	p.exit = e
+	close(p.done)
+}
+
+// Cleanup is the launcher's gc: containers, networks, cgroups and run dirs
+// no live launcher owns.
+func (o OCI) Cleanup(context.Context) ([]string, error) {
+	rep, err := o.inventory().GC()
+	if err != nil {
+		return nil, err
+	}
+	if len(rep.Errors) > 0 {
+		return rep.Removed, fmt.Errorf("gc: %v", rep.Errors)
+	}
+	return rep.Removed, nil
+}
+
+type ociProcess struct {
+	id string
+	*pipes
+	inv    launcher.Inventory
+	oci    OCI
+	bundle string
+	input  *inputRelay
+	// written counts the output of every launch, for a wake's outputBytes.
+	written atomic.Int64
+
+	// hibernation serializes Hibernate, Wake and Stop.
+	hibernation sync.Mutex
+	mu          sync.Mutex
+	cur         *ociRun // the current (or last) launch
+	hibernating bool    // cur was checkpointed; no launch runs
+	done        chan struct{}
+	exit        Exit
+}
+
+// ociRun is one launch of the process: its start or a wake.
+type ociRun struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	res    launcher.Result
+	err    error
+}
+
+func (p *ociProcess) ID() string                      { return p.id }
+func (p *ociProcess) Stdin() io.WriteCloser           { return p.inW }
+func (p *ociProcess) Stdout() io.Reader               { return p.outR }
+func (p *ociProcess) Stderr() io.Reader               { return p.errR }
+func (p *ociProcess) Signal(sig syscall.Signal) error { return p.inv.Kill(p.id, sig) }
+
+// Stop has the launcher end the container (SIGTERM, its grace, SIGKILL)
+// and tear down its network, cgroups and run dir.
+func (p *ociProcess) Stop() {
+	p.hibernation.Lock()
+	defer p.hibernation.Unlock()
+	p.mu.Lock()
+	if p.hibernating {
+		// Nothing runs: the checkpoint is all there is to remove.
+		_ = launcher.RemoveHibernation(p.oci.StateRoot, p.id)
+		p.finish(Exit{Code: -1, Reason: "deleted while hibernated"})
+	}
+	r := p.cur
+	p.mu.Unlock()
+	r.cancel()
+	<-p.done
+}
+
+func (p *ociProcess) Wait() Exit {
+	<-p.done
+	return p.exit
+}

@@ -1,0 +1,764 @@
+// Package launcher runs a compiled bundle under the pinned runsc with fixed
+// flags, injects secrets into a private copy of the bundle, owns the
+// agent's stdio, enforces wall time and output limits, and tears everything
+// down. It never runs the agent outside runsc: when something cannot be
+// enforced it returns an *UnavailableError and nothing runs.
+package launcher
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"paseo.dev/paseo-policy/internal/childproc"
+	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/policy/grant"
+	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
+	"paseo.dev/paseo-policy/runtime/launcher/preflight"
+	"paseo.dev/paseo-policy/runtime/launcher/routeproxy"
+	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
+)
+
+// DefaultStateRoot is where the launcher keeps run dirs and runsc state.
+const DefaultStateRoot = "/run/paseo-sandbox"
+
+// UnavailableError means the sandbox cannot run here. The agent was not
+// started; running it locally instead is the caller's explicit choice.
+type UnavailableError struct{ Reason string }
+
+func (e *UnavailableError) Error() string {
+	return "sandbox-unavailable: " + e.Reason + " (the agent was not started; a local retry is the caller's explicit choice)"
+}
+
+// Options configure one launch.
+type Options struct {
+	BundleDir string
+	// ID is the runsc container id; empty means a fresh random one. runsc
+	// deletes the first container's state when create reuses an id, so ids
+	// are never reused while a container exists.
+	ID        string
+	StateRoot string
+	RunscPath string
+	// Secrets resolves a secretRef to its value.
+	Secrets SecretSource
+	// MCPToken holds the daemon's current MCP bearer for the route proxy,
+	// which adds it to every request it forwards; the caller may Set a new
+	// one at any time (the supervisor's holder does when the daemon
+	// reattaches after a restart). Nil: the launcher reads it once from
+	// Secrets under the route's tokenRef (paseo-policy launch, no daemon).
+	// Either way it never enters the sandbox or the run dir.
+	MCPToken *routeproxy.Token
+	Stdin    io.Reader
+	Stdout   io.Writer
+	Stderr   io.Writer
+	// Grace is how long a container gets between SIGTERM and SIGKILL.
+	Grace time.Duration
+	// Uplink is the network namespace sandbox veth peers live in (network
+	// mode sandbox); empty means the launcher's own. Pool is the address
+	// range for sandbox links (zero: sandboxnet.DefaultPool). Resolve
+	// resolves egress host names on the trusted side (nil: the system's).
+	Uplink  string
+	Pool    netip.Prefix
+	Resolve sandboxnet.Resolver
+	// NetCaps bounds the sandbox's connections (zero: sandboxnet.DefaultCaps).
+	NetCaps sandboxnet.Caps
+	// OnNetwork, when set, is called once the sandbox network exists and
+	// before runsc starts (tests read counters and addresses from it).
+	OnNetwork func(*sandboxnet.Network)
+	// OnStart, when set, is called once runsc has started: from then on
+	// Launch only returns when the sandbox has ended.
+	OnStart func()
+
+	// OutputBefore is what the sandbox wrote (stdout and stderr) before
+	// this launch, for a wake (hibernate.go): outputBytes counts it all.
+	OutputBefore int64
+
+	// afterStaging, in tests, runs once the bind sources are staged.
+	afterStaging func(runDir string)
+}
+
+// Result is how a launch ended.
+type Result struct {
+	ID       string `json:"id"`
+	ExitCode int    `json:"exitCode"`
+	// Reason is set when the launcher ended the sandbox (wall time,
+	// output, memory).
+	Reason string `json:"reason,omitempty"`
+	// Packets counts, per rule tag, what the sandbox's packet filter saw
+	// (sandbox mode): evidence of blocked attempts for the operator.
+	Packets map[string]uint64 `json:"packets,omitempty"`
+	// Routes counts, per private route, requests forwarded to the daemon
+	// and requests refused by the proxy.
+	Routes map[string]RouteStats `json:"routes,omitempty"`
+}
+
+// RouteStats is what one route proxy did.
+type RouteStats struct {
+	Forwarded int64 `json:"forwarded"`
+	Refused   int64 `json:"refused"`
+	// OutOfScope are the refused requests whose JSON-RPC body was
+	// malformed or outside the MCP scope; Filtered the tools dropped from
+	// tools/list answers.
+	OutOfScope int64 `json:"outOfScope,omitempty"`
+	Filtered   int64 `json:"filtered,omitempty"`
+	// RefusedConns are connections past the proxy's cap, closed at accept;
+	// Cut requests ended before the guard (headers too large or too slow).
+	RefusedConns int64 `json:"refusedConns,omitempty"`
+	Cut          int64 `json:"cut,omitempty"`
+}
+
+// startRoute runs the proxy of one private route on the sandbox's gateway.
+func startRoute(n *sandboxnet.Network, r bundle.Route, tok *routeproxy.Token) (*routeproxy.Proxy, error) {
+	proxy, err := routeproxy.New(r, routeproxy.Limits{}, tok)
+	if err != nil {
+		return nil, err
+	}
+	l, err := n.ListenGateway(r.Port)
+	if err != nil {
+		return nil, fmt.Errorf("route %s: listening on the gateway: %w", r.Purpose, err)
+	}
+	proxy.Serve(l)
+	return proxy, nil
+}
+
+// routeToken is where the route's proxy finds the daemon's bearer: the
+// caller's holder, or (none given) a holder filled once from the secrets
+// under the route's tokenRef. The value stays in this process. Without
+// the generated MCP config nothing in the sandbox is set up to use the
+// route, so a token that cannot be found leaves the holder empty (the
+// route answers 503); with it, the launch is refused, as a missing
+// credential is, rather than start an agent whose Paseo tools all fail.
+func routeToken(opts Options, files bundle.Files, deployment string, r bundle.Route) (*routeproxy.Token, error) {
+	if opts.MCPToken != nil {
+		return opts.MCPToken, nil
+	}
+	_, configured := files[bundle.MCPConfigFile]
+	if r.TokenRef == "" || opts.Secrets == nil {
+		if !configured {
+			return &routeproxy.Token{}, nil
+		}
+		return nil, fmt.Errorf("route %s: no daemon token was handed over and no secret source holds its tokenRef", r.Purpose)
+	}
+	v, err := opts.Secrets(deployment, r.TokenRef)
+	if err != nil {
+		if !configured {
+			return &routeproxy.Token{}, nil
+		}
+		return nil, fmt.Errorf("route %s: %w", r.Purpose, err)
+	}
+	defer clear(v)
+	tok := &routeproxy.Token{}
+	if err := tok.Set(v); err != nil {
+		return nil, fmt.Errorf("route %s: secret %s: %w", r.Purpose, r.TokenRef, err)
+	}
+	return tok, nil
+}
+
+// Launch runs the bundle to completion, in phases (prepare, network,
+// start, wait, teardown). Each phase pushes the undo of what it makes onto
+// the launch's cleanup stack, and teardown runs the stack whether a phase
+// failed or the sandbox ended, so the teardown order is the stack's:
+//
+//   - the stdin pipe's write end and the wall-time timer;
+//   - runsc delete --force, then what runsc leaves mounted under its root;
+//   - the memory cgroup (cgroup v1), once runsc delete has ended every
+//     process in it;
+//   - each route proxy, last started first, its counters into Result.Routes;
+//   - the sandbox network, its packet counters into Result.Packets first;
+//   - the run dir, with its private root overlay;
+//   - the record, last: it is how gc finds everything above it.
+//
+// Nothing a launch makes outlives it, so nothing is released. An error
+// from any phase means runsc never started, and Launch turns it into an
+// *UnavailableError here and nowhere else; once runsc has started, how
+// the sandbox ended is the Result.
+func Launch(ctx context.Context, opts Options) (res Result, err error) {
+	l := newLaunch(opts)
+	defer func() {
+		l.teardown()
+		res = l.res
+	}()
+	if err := l.phases(ctx); err != nil {
+		return res, &UnavailableError{Reason: err.Error()}
+	}
+	return res, nil
+}
+
+// launch is one run of a bundle: what each phase made, for the phases
+// after it and for the undos on cleanup.
+type launch struct {
+	opts    Options
+	res     Result
+	cleanup cleanupStack
+
+	// secretsDigest digests the secret values this launch injected.
+	secretsDigest string
+
+	plan   *launchplan.Plan // the bundle read once and verified
+	files  bundle.Files     // plan.Files
+	m      *bundle.Manifest // plan.Manifest
+	eg     *bundle.Egress   // plan.Egress
+	limits limits
+	rs     *runsc
+	run    *runDir
+	spec   runtimeState // what patchSpec fills into the run copy
+	memcg  *memoryCgroup
+	// polledOOM counts OOM kills where runsc owns the memory cgroup.
+	polledOOM atomic.Uint64
+	// wake, when set, restores a checkpoint instead of starting the agent
+	// (hibernate.go).
+	wake *wake
+}
+
+// running is a started runsc and what the wait phase watches.
+type running struct {
+	cmd  *exec.Cmd
+	wall context.Context // ends at the wall-time limit or with the caller's
+	stop <-chan string   // a limit the launcher enforces was passed
+	done <-chan error    // runsc's wait
+}
+
+func newLaunch(opts Options) *launch {
+	if opts.StateRoot == "" {
+		opts.StateRoot = DefaultStateRoot
+	}
+	if opts.ID == "" {
+		opts.ID = newID()
+	}
+	if opts.Grace == 0 {
+		opts.Grace = 2 * time.Second
+	}
+	return &launch{opts: opts, res: Result{ID: opts.ID}}
+}
+
+func (l *launch) phases(ctx context.Context) error {
+	if err := l.prepare(); err != nil {
+		return err
+	}
+	if l.eg.Mode == "sandbox" {
+		if err := l.network(ctx); err != nil {
+			return err
+		}
+	}
+	r, err := l.start(ctx)
+	if err != nil {
+		return err
+	}
+	l.wait(ctx, r)
+	return nil
+}
+
+// prepare reads the bundle once into a verified launch plan, claims the
+// id, writes the record and fills the run dir: the secrets materialized
+// and the bind sources staged. Every later step works from the plan; none
+// opens the bundle again.
+func (l *launch) prepare() error {
+	plan, err := launchplan.Load(l.opts.BundleDir)
+	if err != nil {
+		return err
+	}
+	pre := preflightOptions(l.opts)
+	pre.Plan = plan
+	if report := preflight.Run(pre); !report.OK() {
+		return report.Err()
+	}
+	// The report is OK only if the validator had no finding, so every
+	// decoded field is set.
+	l.plan, l.files, l.m, l.eg = plan, plan.Files, plan.Manifest, plan.Egress
+	if l.eg.Mode != "none" && l.eg.Mode != "sandbox" {
+		return fmt.Errorf("network mode %q is not one this launcher enforces", l.eg.Mode)
+	}
+	l.limits = launcherLimits(l.m.Grants)
+	l.rs = &runsc{path: l.opts.RunscPath, root: filepath.Join(l.opts.StateRoot, "runsc"), network: plan.Network()}
+	if err := os.MkdirAll(l.rs.root, 0o700); err != nil {
+		return err
+	}
+	if plan.SlotsErr != nil {
+		return plan.SlotsErr
+	}
+	// Each secret is fetched once: its digest goes to the record (a
+	// hibernation keeps it beside the image, a wake compares it) and the
+	// same values fill the slots.
+	secrets, err := fetchSecrets(plan.Deployment, plan.Slots, l.opts.Secrets)
+	if err != nil {
+		return err
+	}
+	defer secrets.clear()
+	l.secretsDigest = secrets.digest()
+	if err := l.claim(); err != nil {
+		return err
+	}
+	if err := l.run.materialize(plan, secrets.get); err != nil {
+		return err
+	}
+	l.spec = runtimeState{cgroupsPath: CgroupsPath(l.opts.ID), privateRoot: true}
+	if l.spec.binds, err = l.run.stageBinds(plan); err != nil {
+		return err
+	}
+	if l.opts.afterStaging != nil {
+		l.opts.afterStaging(l.run.dir)
+	}
+	return nil
+}
+
+// claim makes the run dir, whose exclusive mkdir claims the id, refuses
+// an id runsc knows, and writes the record. The run dir is made first but
+// its undo goes on the launch's stack after the record's, so the record
+// is removed last.
+func (l *launch) claim() error {
+	run, err := newRunDir(l.opts.StateRoot, l.opts.ID)
+	if err != nil {
+		return err
+	}
+	var undoRun cleanupStack
+	undoRun.push(run.remove)
+	defer undoRun.run()
+	// runsc's create with an id it already knows deletes the first
+	// container's state and orphans it, so an id runsc knows is refused
+	// even when this launcher has no record of it.
+	if known, err := l.rs.knows(l.opts.ID); err != nil || known {
+		if err == nil {
+			err = fmt.Errorf("container id %s already exists in the runsc root", l.opts.ID)
+		}
+		return err
+	}
+	rec := Record{ID: l.opts.ID, Bundle: l.opts.BundleDir, Profile: l.m.Profile, Agent: l.m.Agent, Deployment: l.m.Deployment,
+		Network: l.eg.Mode, Uplink: l.opts.Uplink, Started: time.Now().UTC(), RanBefore: l.ranBefore(), SecretsDigest: l.secretsDigest,
+		LauncherPID: os.Getpid(), LauncherStart: processStart(os.Getpid())}
+	if err := writeRecord(l.opts.StateRoot, rec); err != nil {
+		return err
+	}
+	stateRoot, id := l.opts.StateRoot, l.opts.ID
+	l.cleanup.push(func() { removeRecord(stateRoot, id) })
+	l.cleanup.push(undoRun.release().run)
+	l.run = run
+	return nil
+}
+
+// network (mode sandbox) builds the sandbox's network, pins the egress
+// hosts into the run dir's hosts file and starts a proxy per private route.
+func (l *launch) network(ctx context.Context) error {
+	net, err := sandboxnet.Setup(ctx, sandboxnet.Config{ID: l.opts.ID, Egress: *l.eg, StateDir: filepath.Join(l.opts.StateRoot, "net"),
+		Uplink: l.opts.Uplink, Pool: l.opts.Pool, Link: l.wakeLink(), Resolve: l.opts.Resolve, Caps: l.opts.NetCaps})
+	if err != nil {
+		return fmt.Errorf("sandbox network: %w", err)
+	}
+	l.cleanup.push(func() {
+		l.res.Packets, _ = net.Counters()
+		l.keepLinkIfHibernated(net)
+		_ = net.Teardown()
+	})
+	hosts, err := net.Hosts(l.files[bundle.HostsFile])
+	if err != nil {
+		return fmt.Errorf("pinning egress hosts: %w", err)
+	}
+	if err := l.run.writeFile(bundle.HostsFile, hosts, 0o644); err != nil {
+		return err
+	}
+	l.spec.netnsPath = net.NetnsPath
+	for _, r := range l.eg.Routes {
+		tok, err := routeToken(l.opts, l.files, l.m.Deployment, r)
+		if err != nil {
+			return err
+		}
+		proxy, err := startRoute(net, r, tok)
+		if err != nil {
+			return err
+		}
+		l.cleanup.push(func() {
+			_ = proxy.Close()
+			l.recordRoute(r.Purpose, proxy)
+		})
+	}
+	if l.opts.OnNetwork != nil {
+		l.opts.OnNetwork(net)
+	}
+	return nil
+}
+
+// teardown undoes everything the phases made, last made first.
+func (l *launch) teardown() { l.cleanup.run() }
+
+// recordRoute puts a closed proxy's counters into the result.
+func (l *launch) recordRoute(purpose string, proxy *routeproxy.Proxy) {
+	if l.res.Routes == nil {
+		l.res.Routes = map[string]RouteStats{}
+	}
+	s := &proxy.Stats
+	l.res.Routes[purpose] = RouteStats{Forwarded: s.Forwarded.Load(), Refused: s.Refused.Load(),
+		OutOfScope: s.OutOfScope.Load(), Filtered: s.Filtered.Load(),
+		RefusedConns: s.RefusedConns.Load(), Cut: s.Cut.Load()}
+}
+
+// start fills the launch-time fields into the run copy of config.json,
+// makes the memory cgroup and starts runsc with the launcher's stdio.
+func (l *launch) start(ctx context.Context) (*running, error) {
+	memLimit, err := l.run.patchSpec(l.spec)
+	if err != nil {
+		return nil, err
+	}
+	if l.memcg, err = prepareMemoryCgroup(l.opts.ID, memLimit); err != nil {
+		return nil, err
+	}
+	if memcg := l.memcg; memcg != nil {
+		l.cleanup.push(memcg.remove) // runs after runsc delete, pushed next
+	}
+	id := l.opts.ID
+	l.cleanup.push(func() { l.rs.cleanup(id) })
+
+	r := &running{wall: ctx}
+	if l.limits.wall > 0 {
+		var cancel context.CancelFunc
+		r.wall, cancel = context.WithTimeout(ctx, l.limits.wall)
+		l.cleanup.push(cancel)
+	}
+	out := &limitWriter{w: orDiscard(l.opts.Stdout), limit: l.limits.output, n: l.opts.OutputBefore}
+	errw := &limitWriter{w: orDiscard(l.opts.Stderr), limit: l.limits.output, shared: out}
+	stop := make(chan string, 2)
+	out.onLimit = func() { stop <- "output limit exceeded" }
+	errw.onLimit = out.onLimit
+	r.stop = stop
+
+	r.cmd = l.runscCommand()
+	// stdin goes through a pipe the launcher owns, not exec's copier: Wait
+	// would otherwise wait for the caller's reader to end, so an agent that
+	// exits (or is stopped) while its client keeps stdin open would hang
+	// the launch. The copier may outlive Launch until the caller closes its
+	// reader; writes after the agent is gone fail harmlessly.
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("stdin pipe: %w", err)
+	}
+	l.cleanup.push(func() { stdinW.Close() })
+	r.cmd.Stdin = stdinR
+	r.cmd.Stdout = out
+	r.cmd.Stderr = errw
+	waited, err := childproc.Start(r.cmd)
+	stdinR.Close() // runsc, if it started, holds its own copy
+	if err != nil {
+		return nil, fmt.Errorf("starting runsc: %w", err)
+	}
+	if l.opts.OnStart != nil {
+		l.opts.OnStart()
+	}
+	go func() {
+		if l.opts.Stdin != nil {
+			_, _ = io.Copy(stdinW, l.opts.Stdin)
+		}
+		stdinW.Close() // EOF for the agent
+	}()
+	done, exited := make(chan error, 1), make(chan struct{})
+	go func() {
+		err := <-waited
+		close(exited)
+		done <- err
+	}()
+	r.done = done
+	if l.memcg == nil {
+		go pollOOM(id, exited, &l.polledOOM)
+	}
+	return r, nil
+}
+
+// wait returns once the sandbox has ended: by itself, or stopped by the
+// launcher at the wall-time or output limit or when ctx ends. The exit
+// code and the launcher's reason go into the result.
+func (l *launch) wait(ctx context.Context, r *running) {
+	var waitErr error
+	select {
+	case waitErr = <-r.done:
+	case <-r.wall.Done():
+		l.res.Reason = "wall time exceeded"
+		if ctx.Err() != nil {
+			l.res.Reason = "cancelled"
+		}
+		waitErr = l.rs.stop(l.opts.ID, r.cmd, r.done, l.opts.Grace)
+	case why := <-r.stop:
+		l.res.Reason = why
+		waitErr = l.rs.stop(l.opts.ID, r.cmd, r.done, l.opts.Grace)
+	}
+	l.res.ExitCode = exitCode(waitErr)
+	if l.res.Reason == "" && ((l.memcg != nil && l.memcg.oomKills() > 0) || l.polledOOM.Load() > 0) {
+		l.res.Reason = "memory limit exceeded: the kernel killed the sandbox"
+	}
+}
+
+// preflightOptions are the checks a launch runs: everything doctor checks
+// but the nftables probe (network none uses no filter; in sandbox mode
+// programming the real rules proves nftables and fails closed), with the
+// runsc and EROFS digests cached in the state root.
+func preflightOptions(opts Options) preflight.Options {
+	return preflight.Options{RunscPath: opts.RunscPath, BundleDir: opts.BundleDir,
+		DigestCache: filepath.Join(opts.StateRoot, "runsc-digest.json"), ImageDigestCache: filepath.Join(opts.StateRoot, "image-digests"),
+		SkipNftablesProbe: true}
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "pp-" + hex.EncodeToString(b[:])
+}
+
+type limits struct {
+	wall   time.Duration
+	output int64
+}
+
+// launcherLimits reads the limits the launcher enforces from the grants,
+// typed and validated when the manifest was decoded.
+func launcherLimits(gs grant.List) limits {
+	var l limits
+	for _, g := range gs {
+		switch g := g.(type) {
+		case grant.WallLimit:
+			l.wall = g.Wall
+		case grant.OutputLimit:
+			l.output = g.Bytes
+		}
+	}
+	return l
+}
+
+// limitWriter passes output through and calls onLimit once when the total
+// across it and shared passes limit; output past the limit is dropped.
+// stdout and stderr have one limitWriter each, written by exec's two
+// copiers at once, so the shared total is counted under the total's lock.
+type limitWriter struct {
+	w       io.Writer
+	limit   int64
+	shared  *limitWriter
+	onLimit func()
+
+	mu    sync.Mutex // of the total: guards n and fired
+	n     int64
+	fired bool
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	total := l
+	if l.shared != nil {
+		total = l.shared
+	}
+	total.mu.Lock()
+	if total.limit > 0 && total.n+int64(len(p)) > total.limit {
+		fire := !total.fired
+		total.fired = true
+		total.mu.Unlock()
+		if fire && l.onLimit != nil {
+			l.onLimit()
+		}
+		return len(p), nil
+	}
+	total.n += int64(len(p))
+	total.mu.Unlock()
+	_, err := l.w.Write(p)
+	return len(p), err
+}
+
+// runDir is the private, root-only copy of a bundle a launch runs from.
+type runDir struct {
+	dir  string
+	root string // the private overlay root, while mounted
+}
+
+func newRunDir(stateRoot, id string) (*runDir, error) {
+	if strings.ContainsAny(id, "/\x00") || id == "" || id == "." || id == ".." {
+		return nil, fmt.Errorf("invalid container id")
+	}
+	base := filepath.Join(stateRoot, "run")
+	if err := os.MkdirAll(base, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(stateRoot, 0o700); err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(base, id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("run dir for %s: %w (is the id in use?)", id, err)
+	}
+	return &runDir{dir: dir}, nil
+}
+
+// materialize writes the plan's bundle into the run dir with its secret
+// slots filled (secretslots.go); the reviewed bundle itself is never
+// modified. The plan's validator found the slots and refused any marker
+// outside them.
+func (r *runDir) materialize(plan *launchplan.Plan, secrets SecretSource) error {
+	if plan.SlotsErr != nil {
+		return plan.SlotsErr
+	}
+	files := plan.Files
+	filled, err := fillSlots(files, plan.Deployment, plan.Slots, secrets)
+	if err != nil {
+		return err
+	}
+	for _, name := range bundle.SecretFiles {
+		out, ok := filled[name]
+		if !ok {
+			continue
+		}
+		// config.json is read by runsc as root; the MCP config by the agent
+		// through the gofer, so it is readable inside the sandbox. The run
+		// dir itself (0700) keeps both from everyone else on the host.
+		mode := os.FileMode(0o600)
+		if name != bundle.ConfigFile {
+			mode = 0o444
+		}
+		if err := r.writeFile(name, out, mode); err != nil {
+			return err
+		}
+	}
+	for _, name := range []string{bundle.HostsFile, bundle.ResolvFile} {
+		// Readable by the sandbox user through the gofer.
+		if err := r.writeFile(name, files[name], 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *runDir) writeFile(name string, data []byte, mode os.FileMode) error {
+	p := filepath.Join(r.dir, filepath.FromSlash(name))
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(p, data, mode)
+}
+
+func (r *runDir) remove() {
+	r.unmountRoot()
+	_ = removeRunDir(r.dir) // what it cannot remove, gc reports
+}
+
+// runsc drives the pinned binary with fixed flags only.
+type runsc struct {
+	path    string
+	root    string
+	network string
+}
+
+func (r *runsc) flags() []string { return launchplan.RunscFlags(r.root, r.network) }
+
+func (r *runsc) command(id, bundleDir string) *exec.Cmd {
+	args := append(r.flags(), "run", "--bundle", bundleDir, id)
+	cmd := exec.Command(r.path, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	return cmd
+}
+
+func (r *runsc) run(args ...string) error {
+	cmd := exec.Command(r.path, append(r.flags(), args...)...)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("runsc %s: %v: %s", args[0], err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// knows reports whether the runsc root has a container with this id. It
+// looks for runsc's own state file, "<id>_sandbox:<sandbox id>.state",
+// instead of running `runsc list` (6 ms, most of what a launch adds to a
+// bare runsc run). The layout is the pinned runsc's;
+// TestGCHalfCreatedAndDuplicateID fails if a new runsc changes it.
+func (r *runsc) knows(id string) (bool, error) {
+	ents, err := os.ReadDir(r.root)
+	if err != nil {
+		return false, fmt.Errorf("runsc root: %w", err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), id+"_sandbox:") {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// pollOOM records the container's OOM kill count while it runs, for hosts
+// where runsc owns (and on exit removes) the memory cgroup.
+func pollOOM(id string, exited <-chan struct{}, n *atomic.Uint64) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if k := oomKills(id); k > n.Load() {
+			n.Store(k)
+		}
+		select {
+		case <-t.C:
+		case <-exited:
+			return
+		}
+	}
+}
+
+// stop asks the container to end, then kills runsc's process group, which
+// takes the sandbox and gofer with it.
+func (r *runsc) stop(id string, cmd *exec.Cmd, done <-chan error, grace time.Duration) error {
+	_ = r.run("kill", id, "SIGTERM")
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(grace):
+	}
+	_ = r.run("kill", "--all", id, "SIGKILL")
+	_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
+	return <-done
+}
+
+// cleanup deletes the container state and unmounts what runsc leaves
+// behind under its root (it leaves an nsfs mount at <root>/null-netns).
+func (r *runsc) cleanup(id string) {
+	_ = r.run("delete", "--force", id)
+	unmountBeneath(r.root)
+}
+
+func unmountBeneath(root string) {
+	points, _ := mountPoints()
+	var targets []string
+	for _, p := range points {
+		if p == root || strings.HasPrefix(p, root+"/") {
+			targets = append(targets, p)
+		}
+	}
+	for i := len(targets) - 1; i >= 0; i-- {
+		_ = unix.Unmount(targets[i], unix.MNT_DETACH)
+	}
+}

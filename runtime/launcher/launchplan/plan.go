@@ -1,0 +1,93 @@
+// Package launchplan is a bundle read once and verified: the typed value
+// every step of a launch works from. Load reads each bundle file once
+// (bundle.Read: beneath a descriptor of the bundle dir, by descriptor),
+// decodes config.json, egress.json, manifest.json and pins.json, pairs the
+// bind mounts with their pins and runs the one validator (ocicheck) on
+// those bytes. After Load nothing opens the bundle again: preflight, the
+// EROFS check, bind staging, the network and runsc's start all read the
+// Plan, so what was verified is what runs.
+//
+// doctor --bundle, validate and a launch all judge a bundle through
+// ocicheck.Files, so the three report the same findings under the same
+// check names.
+package launchplan
+
+import (
+	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/policy/ocicheck"
+)
+
+// Plan is one bundle as read and judged. A decoded field is nil when its
+// file does not decode; the finding saying why is in Verdict. A launch
+// uses a Plan only once Verdict has no findings (preflight refuses it
+// otherwise).
+type Plan struct {
+	// Dir is where the bundle was read from: for records and messages,
+	// never to read from again.
+	Dir string
+	// Decoded holds the bytes as read, once (Files), each document decoded
+	// once (Spec, Egress, Manifest, Pins) and the secret slots with the
+	// manifest's deployment: digests, pins and placeholders were checked
+	// on exactly these.
+	ocicheck.Decoded
+	// Digests are the sha256 of each file as read ("sha256:<hex>"), the
+	// values the manifest's outputs were compared with.
+	Digests map[string]string
+	// Binds pairs every bind with a host source with its pin: what the
+	// launcher stages, by descriptor. BindsErr says why they cannot be
+	// paired (also for a bundle without pins.json, which pins nothing).
+	Binds    []bundle.BindPin
+	BindsErr error
+
+	// Verdict is ocicheck's judgement of Files: digests, secret
+	// placeholders, pins, egress destinations, the OCI runtime-tools
+	// checks and the invariants (no hooks, read-only root, …).
+	Verdict ocicheck.Result
+}
+
+// Load reads the bundle in dir once and judges it. The error is only for
+// a bundle that cannot be read at all; everything wrong with what was
+// read is a finding in Verdict, so a report can name every problem.
+func Load(dir string) (*Plan, error) {
+	files, err := bundle.Read(dir)
+	if err != nil {
+		return nil, err
+	}
+	return FromFiles(dir, files), nil
+}
+
+// FromFiles is Load on a bundle already in memory.
+func FromFiles(dir string, files bundle.Files) *Plan {
+	p := &Plan{Dir: dir, Decoded: ocicheck.Decode(files), Digests: map[string]string{}}
+	for name, data := range files {
+		p.Digests[name] = bundle.Digest(data)
+	}
+	p.Binds, p.BindsErr = p.PinnedBinds()
+	p.Verdict = ocicheck.Check(p.Decoded, dir, ocicheck.Options{})
+	return p
+}
+
+// Err is nil when the plan may be launched: the validator has no finding.
+func (p *Plan) Err() error { return p.Verdict.Err() }
+
+// Network is the bundle's network mode (egress.json), "" when egress.json
+// did not decode.
+func (p *Plan) Network() string {
+	if p.Egress == nil {
+		return ""
+	}
+	return p.Egress.Mode
+}
+
+// RunscFlags are the fixed, reviewed global flags every runsc command of
+// a launch of this plan gets, with the runsc state root the launcher
+// chose.
+func (p *Plan) RunscFlags(root string) []string { return RunscFlags(root, p.Network()) }
+
+// RunscFlags are the launcher's fixed runsc flags: a private state root,
+// the bundle's network mode, the default platform, no directfs (the gofer
+// serves every file). Nothing else, and nothing from the bundle but the
+// network mode, reaches runsc's command line.
+func RunscFlags(root, network string) []string {
+	return []string{"--root", root, "--network=" + network, "--directfs=false"}
+}

@@ -1,0 +1,160 @@
+package launchplan
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
+
+	"paseo.dev/paseo-policy/internal/testkit/testbundle"
+	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/policy/ocicheck"
+)
+
+// copyGolden writes a golden bundle into a fresh directory and applies
+// edit to its files first.
+func copyGolden(t *testing.T, name string, edit func(bundle.Files)) string {
+	t.Helper()
+	files, err := bundle.Read(testbundle.Repo(t, "golden/"+name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(files)
+	}
+	dir := t.TempDir()
+	if err := files.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// Load opens every bundle file exactly once, whoever in the process might
+// open it: inotify counts the opens the kernel sees.
+func TestLoadOpensEachFileOnce(t *testing.T) {
+	dir := copyGolden(t, "host-pi-session-api-key", nil)
+	stop := testbundle.WatchOpens(t, dir)
+	p, err := Load(dir)
+	opens := stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Err(); err != nil {
+		t.Fatalf("the golden bundle has findings: %v", err)
+	}
+	want := map[string]int{}
+	for name := range p.Files {
+		want[name] = 1
+	}
+	if want[bundle.ConfigFile] != 1 {
+		t.Fatalf("plan lacks %s: %v", bundle.ConfigFile, p.Files.Names())
+	}
+	if diff := cmp.Diff(want, opens); diff != "" {
+		t.Errorf("opens per bundle file (-want +got):\n%s", diff)
+	}
+	if p.Spec == nil || p.Egress == nil || p.Manifest == nil || p.Pins == nil {
+		t.Fatalf("plan lacks a decoded document: %+v", p)
+	}
+	for name, data := range p.Files {
+		if p.Digests[name] != bundle.Digest(data) {
+			t.Errorf("digest of %s: %s", name, p.Digests[name])
+		}
+	}
+	if got := p.RunscFlags("/r"); !slices.Equal(got, []string{"--root", "/r", "--network=sandbox", "--directfs=false"}) {
+		t.Errorf("runsc flags %v", got)
+	}
+}
+
+// The plan's verdict is ocicheck's on the same bytes: validate, doctor and
+// a launch report one set of findings under one set of check names.
+func TestVerdictIsTheValidators(t *testing.T) {
+	for name, edit := range map[string]func(bundle.Files){
+		"intact": nil,
+		"hook": func(f bundle.Files) {
+			f[bundle.ConfigFile] = []byte(strings.Replace(string(f[bundle.ConfigFile]), `"root": {`, `"hooks": {"prestart": [{"path": "/bin/sh"}]}, "root": {`, 1))
+		},
+		"rw-root": func(f bundle.Files) {
+			f[bundle.ConfigFile] = []byte(strings.Replace(string(f[bundle.ConfigFile]), `"readonly": true`, `"readonly": false`, 1))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := copyGolden(t, "host-pi-session-api-key", edit)
+			p, err := Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := ocicheck.Dir(dir, ocicheck.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, p.Verdict); diff != "" {
+				t.Errorf("verdict (-validate +plan):\n%s", diff)
+			}
+			if (p.Err() == nil) != (edit == nil) {
+				t.Errorf("Err %v for %s", p.Err(), name)
+			}
+		})
+	}
+}
+
+// A bundle file that is a symlink, or not a regular file, is refused at
+// the read: the plan is made of the files in the bundle dir, nothing
+// they point at.
+func TestLoadRefusesLinksAndSpecialFiles(t *testing.T) {
+	dir := copyGolden(t, "host-pi-session-api-key", nil)
+	outside := filepath.Join(t.TempDir(), "egress.json")
+	data, _ := os.ReadFile(filepath.Join(dir, bundle.EgressFile))
+	if err := os.WriteFile(outside, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, bundle.EgressFile)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, bundle.EgressFile)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(dir); !errors.Is(err, unix.ELOOP) {
+		t.Fatalf("a symlinked egress.json: %v, want ELOOP", err)
+	}
+	if err := os.Remove(filepath.Join(dir, bundle.EgressFile)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, bundle.EgressFile), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("a directory for egress.json: %v", err)
+	}
+}
+
+// BenchmarkLoad is what a launch spends on its plan before preflight's
+// host checks: the read, and the validator on the bytes read.
+func BenchmarkLoad(b *testing.B) {
+	dir := testbundle.Repo(b, "golden/host-pi-session-api-key")
+	b.Run("read", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := bundle.Read(dir); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	files, err := bundle.Read(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("judge", func(b *testing.B) {
+		for b.Loop() {
+			FromFiles(dir, files)
+		}
+	})
+	b.Run("validator", func(b *testing.B) {
+		for b.Loop() {
+			ocicheck.Files(files, dir, ocicheck.Options{})
+		}
+	})
+}

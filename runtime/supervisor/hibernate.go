@@ -1,0 +1,162 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/supervisor/holder"
+)
+
+// Hibernate and wake, the supervisor's side (docs/supervisor.md "Hibernate")
+//
+// The holder checkpoints and restores; the supervisor decides when (an
+// explicit hibernate, or idle for the deployment's hibernateAfterSeconds),
+// moves the box between running and hibernated, resolves the secrets a
+// wake injects again, and wakes a hibernated box before anything that
+// needs its process: attach, write, closeInput, or an explicit wake. A
+// wake that fails leaves the box hibernated and answers
+// sandbox-unavailable with StartFresh: the caller deletes it and creates
+// it again, never a silent cold start with different state.
+
+// hibernating serializes hibernate and wake per box (and the wake a write
+// or attach needs), so two requests never checkpoint or restore at once.
+func (b *box) hibernation() func() {
+	b.hmu.Lock()
+	return b.hmu.Unlock
+}
+
+// hibernate checkpoints a running box.
+func (s *Server) hibernate(ctx context.Context, b *box) (any, *Error) {
+	defer b.hibernation()()
+	st := b.state()
+	if st == stateHibernated {
+		in, _ := s.inspect(b)
+		return in, nil
+	}
+	if st != stateRunning && st != stateRunningUnattached {
+		return nil, fail(ErrState, "sandbox %s is %s: only a running sandbox hibernates", b.id, st)
+	}
+	if _, err := holder.Hibernate(ctx, b.sock); err != nil {
+		if holder.Dead(err) {
+			_ = s.lose(b)
+		}
+		return nil, typed(err, "hibernate")
+	}
+	if err := b.move(stateHibernated); err != nil {
+		return nil, fail(ErrState, "%v", err)
+	}
+	in, _ := s.inspect(b)
+	return in, nil
+}
+
+// awake wakes a hibernated box (a box that is not hibernated is left as
+// it is) and holds off any hibernation until release: the request that
+// needed the agent's process (a write, an attach) reaches the holder
+// before an idle hibernation can begin.
+func (s *Server) awake(ctx context.Context, b *box) (release func(), e *Error) {
+	release = b.hibernation()
+	if e := s.wakeLocked(ctx, b); e != nil {
+		release()
+		return func() {}, e
+	}
+	return release, nil
+}
+
+// wakeLocked restores a hibernated box; b.hmu is held.
+func (s *Server) wakeLocked(ctx context.Context, b *box) *Error {
+	if b.state() != stateHibernated {
+		return nil
+	}
+	secrets, e := s.wakeSecrets(b)
+	if e != nil {
+		return e
+	}
+	ctx, cancel := context.WithTimeout(ctx, holder.WakeTimeout+5*time.Second)
+	defer cancel()
+	_, err := holder.Wake(ctx, b.sock, secrets)
+	for k := range secrets {
+		clear(secrets[k])
+	}
+	if err != nil {
+		var he *holder.Error
+		if errors.As(err, &he) && he.Code == holder.ErrUnavailable {
+			return &Error{Code: ErrSandboxUnavailable, Message: he.Message, StartFresh: true}
+		}
+		if holder.Dead(err) {
+			_ = s.lose(b)
+		}
+		return typed(err, "wake")
+	}
+	if err := b.move(stateRunning); err != nil {
+		return fail(ErrState, "%v", err)
+	}
+	return nil
+}
+
+// wakeSecrets resolves the secrets the box's bundle names, now, in its
+// deployment: a rotated key gives a different value, which the launcher
+// compares with the checkpoint's digest and refuses.
+func (s *Server) wakeSecrets(b *box) (map[string][]byte, *Error) {
+	files, err := bundle.Read(s.bundleDir(b.id))
+	if err != nil {
+		return nil, &Error{Code: ErrSandboxUnavailable, Message: "the sandbox's bundle: " + err.Error(), StartFresh: true}
+	}
+	refs, err := launcher.SecretRefs(files)
+	if err != nil {
+		return nil, &Error{Code: ErrSandboxUnavailable, Message: err.Error(), StartFresh: true}
+	}
+	out := map[string][]byte{}
+	for _, ref := range refs {
+		if s.cfg.Secrets == nil {
+			return nil, &Error{Code: ErrSandboxUnavailable, Message: "the bundle needs secret " + ref + " and the supervisor has no secret source", StartFresh: true}
+		}
+		v, err := s.cfg.Secrets(b.deployment, ref)
+		if err != nil {
+			return nil, &Error{Code: ErrSandboxUnavailable, Message: err.Error(), StartFresh: true}
+		}
+		out[ref] = v
+	}
+	return out, nil
+}
+
+// idleHibernation hibernates, every tick, the running boxes of each
+// deployment with hibernateAfterSeconds whose holder reports neither input
+// nor output for that long. It ends with ctx.
+func (s *Server) idleHibernation(ctx context.Context, tick time.Duration) {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		var boxes []*box
+		for _, b := range s.boxes {
+			if s.idleLimit(b.deployment) > 0 {
+				boxes = append(boxes, b)
+			}
+		}
+		s.mu.Unlock()
+		for _, b := range boxes {
+			if st := b.state(); st != stateRunning && st != stateRunningUnattached {
+				continue
+			}
+			ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			hs, err := holder.Inspect(ictx, b.sock)
+			cancel()
+			if err != nil || hs.Exited || hs.Hibernated || time.Duration(hs.IdleMillis)*time.Millisecond < s.idleLimit(b.deployment) {
+				continue
+			}
+			_, _ = s.hibernate(ctx, b) // refused (input pending): next tick
+		}
+	}
+}
+
+func (s *Server) idleLimit(deployment string) time.Duration {
+	return time.Duration(s.reg.Deployments[deployment].HibernateAfterSeconds) * time.Second
+}

@@ -1,0 +1,158 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
+	"paseo.dev/paseo-policy/runtime/supervisor/holder"
+)
+
+// The supervisor's side of the holders: what it resolves for a new
+// holder, and the adoption of holders an earlier supervisor started. The
+// holder process and its protocol are package holder's.
+
+// HolderDir holds the holders' sockets and logs (root-only, in the state root).
+func HolderDir(stateRoot string) string { return holder.Dir(stateRoot) }
+
+func holderSocket(stateRoot, id string) string { return holder.Socket(stateRoot, id) }
+
+// typed passes a holder's typed refusal through to the client (the codes
+// are shared) and wraps anything else.
+func typed(err error, format string, a ...any) *Error {
+	var he *holder.Error
+	if errors.As(err, &he) {
+		return &Error{Code: he.Code, Message: he.Message}
+	}
+	return fail(ErrInternal, format+": %v", append(a, err)...)
+}
+
+// fromHolder is a holder's state as the client protocol reports it.
+func fromHolder(st holder.State) Info {
+	in := Info{Sandbox: st.Sandbox, Deployment: st.Deployment, Agent: st.Agent, Profile: st.Profile, Status: StatusRunning,
+		ExitCode: st.ExitCode, Reason: st.Reason, Epoch: st.Epoch, NextSeq: st.NextSeq, Acked: st.Acked, Paused: st.Paused,
+		Packets: st.Packets, Routes: st.Routes}
+	switch {
+	case st.Exited:
+		in.Status = StatusExited
+	case st.Hibernated:
+		in.Status = StatusHibernated
+	}
+	return in
+}
+
+// prepare resolves, on the supervisor's side, what the launch will need
+// from the supervisor's configuration: the secrets the bundle names and
+// the egress host names to pin. files are the compile's bytes: the bundle
+// directory is read by the launcher alone. What prepare takes from them
+// only selects what to hand over; the launcher checks the bundle it reads
+// against the same digests and refuses a launch whose slots or hosts differ.
+func (s *Server) prepare(spec *holder.Spec, files bundle.Files) *Error {
+	m, err := files.Manifest()
+	if err != nil {
+		return fail(ErrInternal, "bundle: %v", err)
+	}
+	if m.Deployment != spec.Deployment {
+		return fail(ErrInternal, "bundle compiled for deployment %q, the sandbox is %q's", m.Deployment, spec.Deployment)
+	}
+	refs, err := launcher.SecretRefs(files)
+	if err != nil {
+		return fail(ErrUnavailable, "%v", err)
+	}
+	// Secrets are looked up in the deployment the peer is bound to and the
+	// facts name (create checked both), never in another's.
+	for _, ref := range refs {
+		if s.cfg.Secrets == nil {
+			return fail(ErrUnavailable, "the bundle needs secret %s and the supervisor has no secret source", ref)
+		}
+		v, err := s.cfg.Secrets(spec.Deployment, ref)
+		if err != nil {
+			return fail(ErrUnavailable, "%v", err)
+		}
+		if spec.Secrets == nil {
+			spec.Secrets = map[string][]byte{}
+		}
+		spec.Secrets[ref] = v
+	}
+	eg, err := files.Egress()
+	if err != nil {
+		return fail(ErrInternal, "bundle: %v", err)
+	}
+	resolve := s.cfg.Resolve
+	if resolve == nil {
+		resolve = sandboxnet.SystemResolver
+	}
+	for _, r := range eg.Rules {
+		if _, err := netip.ParseAddr(r.Host); err == nil || spec.Pins[r.Host] != nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		addrs, err := resolve(ctx, r.Host)
+		cancel()
+		if err != nil {
+			// The launcher refuses the launch and names the host.
+			continue
+		}
+		if spec.Pins == nil {
+			spec.Pins = map[string][]netip.Addr{}
+		}
+		spec.Pins[r.Host] = addrs
+	}
+	return nil
+}
+
+// spawn starts a holder for spec and waits until its sandbox runs (or the
+// launch failed).
+func (s *Server) spawn(spec holder.Spec) *Error {
+	err := holder.Spawn(spec)
+	var le *holder.LaunchError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &le) && le.Unavailable:
+		return fail(ErrUnavailable, "%s", le.Message)
+	default:
+		return fail(ErrInternal, "%v", err)
+	}
+}
+
+// adoptHolders finds the holders an earlier supervisor started. Each one
+// answers inspect with its sandbox's identity and state; a socket nothing
+// listens on is a holder that died, and is removed.
+func (s *Server) adoptHolders() {
+	ents, _ := os.ReadDir(HolderDir(s.cfg.StateRoot))
+	for _, e := range ents {
+		name := e.Name()
+		if filepath.Ext(name) != ".sock" {
+			continue
+		}
+		sock := filepath.Join(HolderDir(s.cfg.StateRoot), name)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		in, err := holder.Inspect(ctx, sock)
+		cancel()
+		if err != nil && holder.Dead(err) {
+			_ = os.Remove(sock)
+			continue
+		}
+		if err != nil || in.Sandbox+".sock" != name {
+			// Slow or confused: leave it for the next reconcile rather
+			// than cut a live holder off from every supervisor.
+			continue
+		}
+		first := stateRunningUnattached
+		if in.Hibernated {
+			first = stateHibernated // still the holder's, still wakeable
+		}
+		b, err := newBox(in.Sandbox, in.Deployment, in.Agent, in.Profile, sock, first)
+		if err != nil {
+			continue // cannot happen: a new box may always be adopted
+		}
+		s.boxes[in.Sandbox] = b
+	}
+}

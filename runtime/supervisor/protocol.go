@@ -1,0 +1,126 @@
+// Package supervisor is the root service a Paseo daemon talks to instead
+// of runsc: a pathname Unix socket, a small versioned JSON-lines protocol of
+// domain operations (create, attach, write, ack, signal, inspect, list,
+// delete), peer credentials checked against the registry on every request,
+// and a bridge per sandbox that keeps its output while no client is
+// attached. It never accepts argv, OCI JSON, runsc flags, host paths or
+// mount pairs: a sandbox is made from a deployment id and facts, compiled
+// with the embedded, reviewed profiles.
+package supervisor
+
+import (
+	"encoding/json"
+
+	"paseo.dev/paseo-policy/runtime/launcher"
+)
+
+// Version is the protocol version every frame carries.
+const Version = 1
+
+// Request is one line from a client.
+type Request struct {
+	V  int    `json:"v"`
+	ID string `json:"id"`
+	Op string `json:"op"`
+
+	Deployment string          `json:"deployment,omitempty"` // createSandbox
+	Facts      json.RawMessage `json:"facts,omitempty"`      // createSandbox
+	Sandbox    string          `json:"sandbox,omitempty"`    // every op on a sandbox
+	Cursor     uint64          `json:"cursor,omitempty"`     // attach, ack
+	Epoch      uint64          `json:"epoch,omitempty"`      // write, closeInput
+	InputID    string          `json:"inputId,omitempty"`    // write
+	Data       []byte          `json:"data,omitempty"`       // write (base64 in JSON)
+	Signal     string          `json:"signal,omitempty"`     // signal: TERM, INT, KILL
+	// MCPToken is the daemon's current MCP bearer (createSandbox, attach):
+	// the sandbox's route proxy adds it to every request from then on.
+	// It rotates with every daemon run, so a daemon hands it over again
+	// each time it (re)attaches. It is kept only in the holder's memory:
+	// never logged, echoed in an error, or written to the bundle, a
+	// record or the sandbox.
+	MCPToken string `json:"mcpToken,omitempty"`
+}
+
+// Response answers a request by id.
+type Response struct {
+	V      int    `json:"v"`
+	ID     string `json:"id"`
+	OK     bool   `json:"ok"`
+	Result any    `json:"result,omitempty"`
+	Error  *Error `json:"error,omitempty"`
+}
+
+// Event is an output record pushed to an attached client.
+type Event struct {
+	V       int    `json:"v"`
+	Event   string `json:"event"` // "output" or "detached"
+	Sandbox string `json:"sandbox"`
+	Seq     uint64 `json:"seq,omitempty"`
+	Stream  string `json:"stream,omitempty"`
+	Data    []byte `json:"data,omitempty"`
+	// Reason says why an attachment ended (superseded, sandbox ended).
+	Reason string `json:"reason,omitempty"`
+}
+
+// Error is a typed refusal; Code is stable.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// StartFresh is the caller's explicit choice after a failed wake:
+	// delete this sandbox and create it again (a cold start of the agent,
+	// its session resumed from the session log, not from memory).
+	StartFresh bool `json:"startFresh,omitempty"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Error codes.
+const (
+	ErrMalformed   = "malformed"    // not a JSON request, unknown field, wrong version, too long
+	ErrUnknownOp   = "unknown-op"   // op not in the protocol
+	ErrForbidden   = "forbidden"    // peer not bound to the deployment
+	ErrNotFound    = "not-found"    // no such sandbox (for this peer)
+	ErrRefused     = "refused"      // facts refused by the compiler (diagnostics in message)
+	ErrUnavailable = "unavailable"  // the sandbox cannot run here (launcher preflight)
+	ErrFenced      = "fenced"       // write from a superseded attachment
+	ErrState       = "state"        // op not valid in the sandbox's state
+	ErrOutOfOrder  = "out-of-order" // cursor behind the acknowledged position
+	ErrBusy        = "busy"         // connection cap reached (overall or for the peer uid)
+	ErrQuota       = "quota"        // the deployment holds its maxSandboxes
+	ErrInternal    = "internal"
+	// ErrSandboxUnavailable is a wake refused or failed: the checkpoint
+	// cannot be restored (image changed, key rotated, a pin moved, runsc
+	// failed). Nothing was cold-started; the caller deletes the sandbox
+	// and creates it fresh (Error.StartFresh).
+	ErrSandboxUnavailable = "sandbox-unavailable"
+)
+
+// Sandbox statuses.
+const (
+	StatusRunning           = "running"
+	StatusExited            = "exited"
+	StatusRunningUnattached = "running-unattached"
+	StatusOrphaned          = "orphaned"
+	// StatusHibernated: checkpointed to root-only storage; attach, write,
+	// closeInput or wake restore it (docs/supervisor.md "Hibernate").
+	StatusHibernated = "hibernated"
+)
+
+// Info is what inspect and list report.
+type Info struct {
+	Sandbox    string `json:"sandbox"`
+	Deployment string `json:"deployment"`
+	Agent      string `json:"agent"`
+	Profile    string `json:"profile"`
+	Status     string `json:"status"`
+	ExitCode   *int   `json:"exitCode,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+	Epoch      uint64 `json:"epoch"`
+	NextSeq    uint64 `json:"nextSeq"`
+	Acked      uint64 `json:"acked"`
+	Paused     bool   `json:"outputPaused"`
+	// Packets and Routes, once the sandbox exited, are what its network
+	// saw: packets per filter rule tag (allow-<purpose>, drop-egress, ...)
+	// and, per private route, requests forwarded and refused.
+	Packets map[string]uint64              `json:"packets,omitempty"`
+	Routes  map[string]launcher.RouteStats `json:"routes,omitempty"`
+}

@@ -1,0 +1,63 @@
+package supervisor
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"paseo.dev/paseo-policy/runtime/launcher"
+)
+
+// The supervisor resolves a bundle's secrets in the deployment the facts
+// and the peer are bound to: host-alice's facts naming host-bob's ref get
+// no sandbox, and the refusal carries neither B's value nor its refs;
+// the same facts with their own ref start.
+func TestSupervisorScopesSecretsToTheDeployment(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "secrets")
+	for p, v := range map[string]string{
+		"host-alice/alice/fake-llm": "alice-key",
+		"host-bob/bob/fake-llm":     "bob-key",
+		"host-bob/bob/other":        "bob-other",
+	} {
+		full := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := newFixture(t, 200)
+	f.stop()
+	f.cfg.Secrets = launcher.SecretsDir(dir)
+	f.start(t)
+	c := f.dial(t)
+
+	for _, ref := range []string{"bob/fake-llm", "host-bob/bob/fake-llm"} {
+		facts := bytes.Replace(f.sc.Facts, []byte(`"alice/fake-llm"`), []byte(`"`+ref+`"`), 1)
+		if bytes.Equal(facts, f.sc.Facts) {
+			t.Fatal("the facts name no alice/fake-llm to replace")
+		}
+		err := c.Call(tctx(t), Request{Op: "createSandbox", Deployment: "host-alice", Facts: facts}, nil)
+		if !isCode(err, ErrUnavailable) {
+			t.Fatalf("host-alice naming %s: %v, want %s", ref, err, ErrUnavailable)
+		}
+		for _, leak := range []string{"bob-key", "bob-other", "bob/other"} {
+			if strings.Contains(err.Error(), leak) {
+				t.Errorf("the refusal names %q: %v", leak, err)
+			}
+		}
+	}
+	var list []Info
+	if err := c.Call(tctx(t), Request{Op: "list"}, &list); err != nil || len(list) != 0 {
+		t.Fatalf("a refused create left a sandbox: %+v %v", list, err)
+	}
+
+	in := f.create(t, c)
+	if err := c.Call(tctx(t), Request{Op: "delete", Sandbox: in.Sandbox}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.assertNothingLeft(t)
+}

@@ -1,0 +1,304 @@
+package e2e
+
+// The baseline of the Pi start target: the compiled Pi process run on the
+// host. It runs the compiled process (argv, env with the secrets filled
+// in, cwd, uid/gid) chrooted into a private overlay over the same image,
+// with the compiled mounts rebuilt by the host kernel (proc, tmpfs,
+// devpts, sysfs, the binds of the state dirs, the agent's jiti cache at
+// /tmp/jiti, workspace, extension, mcp.json, hosts, resolv.conf; not the
+// EROFS mounts: the tree under the overlay holds the same files), so Node
+// reads the same files with no gofer in between and keeps its jiti cache
+// between starts, as a host Pi keeps /tmp/jiti. mcp.json names the fake
+// daemon on loopback instead of the sandbox gateway. No cgroup limits, no
+// rlimits.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	rspec "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"paseo.dev/paseo-policy/internal/testkit/piproto"
+	"paseo.dev/paseo-policy/internal/testkit/testbundle"
+)
+
+// hostPi is the compiled Pi process, ready to run as a host process in a
+// chroot that rebuilds the compiled mounts.
+type hostPi struct {
+	sc         *testbundle.Scene
+	base, root string
+	spec       rspec.Spec
+	path       string // argv[0] resolved in the chroot
+	env        []string
+}
+
+var secretRef = regexp.MustCompile(`@@paseo-secret:([^@]+)@@`)
+
+func fillSecrets(tb testing.TB, s string) string {
+	return secretRef.ReplaceAllStringFunc(s, func(m string) string {
+		v, err := secrets("host-alice", secretRef.FindStringSubmatch(m)[1])
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return string(v)
+	})
+}
+
+func newHostPi(tb testing.TB, e *env, sc *testbundle.Scene) *hostPi {
+	tb.Helper()
+	data, err := os.ReadFile(filepath.Join(sc.Bundle, "config.json"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h := &hostPi{sc: sc, base: filepath.Join(tb.TempDir(), "hostroot")}
+	if err := json.Unmarshal(data, &h.spec); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.MkdirAll(h.base, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	// A private mount tree: nothing below base propagates to the host.
+	mount(tb, h.base, h.base, "", unix.MS_BIND, "")
+	mount(tb, "", h.base, "", unix.MS_PRIVATE|unix.MS_REC, "")
+	tb.Cleanup(func() { detachAndRemove(tb, h.base) })
+
+	upper, work := filepath.Join(h.base, "upper"), filepath.Join(h.base, "work")
+	h.root = filepath.Join(h.base, "merged")
+	for _, d := range []string{upper, work, h.root, filepath.Join(h.base, "files")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	mount(tb, "overlay", h.root, "overlay", unix.MS_NOSUID|unix.MS_NODEV,
+		"lowerdir="+sc.Rootfs+",upperdir="+upper+",workdir="+work)
+
+	for _, m := range h.spec.Mounts {
+		dst := filepath.Join(h.root, m.Destination)
+		flags, data := mountOptions(m.Options)
+		switch m.Type {
+		case "proc", "tmpfs", "sysfs", "devpts":
+			mkdirAll(tb, dst)
+			mount(tb, m.Type, dst, m.Type, flags, data)
+			if m.Destination == "/dev" {
+				// What gVisor's /dev offers the agent, from the host.
+				for _, d := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+					write(tb, filepath.Join(dst, d), "")
+					mount(tb, "/dev/"+d, filepath.Join(dst, d), "", unix.MS_BIND, "")
+				}
+			}
+		case "bind":
+			src := m.Source
+			if !filepath.IsAbs(src) {
+				// A bundle file (hosts, resolv.conf, mcp.json): what the
+				// launcher materializes, with the secrets filled in; the
+				// MCP route is the daemon on loopback here.
+				raw, err := os.ReadFile(filepath.Join(sc.Bundle, src))
+				if err != nil {
+					tb.Fatal(err)
+				}
+				s := fillSecrets(tb, string(raw))
+				s = strings.ReplaceAll(s, "http://paseo-gateway:6767/", fmt.Sprintf("http://127.0.0.1:%d/", e.daemon.port))
+				src = filepath.Join(h.base, "files", filepath.Base(src))
+				if err := os.WriteFile(src, []byte(s), 0o644); err != nil {
+					tb.Fatal(err)
+				}
+			}
+			fi, err := os.Stat(src)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			if fi.IsDir() {
+				mkdirAll(tb, dst)
+			} else {
+				mkdirAll(tb, filepath.Dir(dst))
+				if _, err := os.Stat(dst); err != nil {
+					write(tb, dst, "")
+				}
+			}
+			mount(tb, src, dst, "", unix.MS_BIND, "")
+			mount(tb, "", dst, "", unix.MS_REMOUNT|unix.MS_BIND|flags, "")
+		case "erofs":
+			// The overlay's lower layer is the tree the EROFS file was
+			// built from: the same files, read by the host kernel.
+		default:
+			tb.Fatalf("host Pi: mount type %q not handled", m.Type)
+		}
+	}
+	if h.spec.Root.Readonly {
+		mount(tb, "", h.root, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
+	}
+
+	for _, kv := range h.spec.Process.Env {
+		h.env = append(h.env, fillSecrets(tb, kv))
+	}
+	h.path = h.spec.Process.Args[0]
+	if !strings.Contains(h.path, "/") {
+		for _, kv := range h.env {
+			if dirs, ok := strings.CutPrefix(kv, "PATH="); ok {
+				for _, d := range filepath.SplitList(dirs) {
+					if _, err := os.Stat(filepath.Join(h.root, d, h.path)); err == nil {
+						h.path = filepath.Join(d, h.path)
+						break
+					}
+				}
+			}
+		}
+	}
+	return h
+}
+
+// mountOptions maps OCI mount options to mount flags and data.
+func mountOptions(opts []string) (uintptr, string) {
+	var flags uintptr
+	var data []string
+	for _, o := range opts {
+		switch o {
+		case "nosuid":
+			flags |= unix.MS_NOSUID
+		case "nodev":
+			flags |= unix.MS_NODEV
+		case "noexec":
+			flags |= unix.MS_NOEXEC
+		case "ro":
+			flags |= unix.MS_RDONLY
+		case "strictatime":
+			flags |= unix.MS_STRICTATIME
+		case "rw", "bind", "rbind":
+		default:
+			data = append(data, o)
+		}
+	}
+	return flags, strings.Join(data, ",")
+}
+
+func mount(tb testing.TB, src, dst, fstype string, flags uintptr, data string) {
+	tb.Helper()
+	if err := unix.Mount(src, dst, fstype, flags, data); err != nil {
+		tb.Fatalf("mount %s on %s (%s, %#x, %q): %v", src, dst, fstype, flags, data, err)
+	}
+}
+
+func mkdirAll(tb testing.TB, p string) {
+	tb.Helper()
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// mountsBeneath lists the mount points at or below root, outermost first.
+func mountsBeneath(root string) []string {
+	data, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == root || strings.HasPrefix(f[4], root+"/")) {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
+
+// detachAndRemove unmounts everything at or below dir, then removes it,
+// but only when nothing is mounted there any more (binds of the scene's
+// host dirs and the image must never be walked by RemoveAll).
+func detachAndRemove(tb testing.TB, dir string) {
+	for range 3 {
+		ms := mountsBeneath(dir)
+		if len(ms) == 0 {
+			break
+		}
+		for i := len(ms) - 1; i >= 0; i-- {
+			_ = unix.Unmount(ms[i], unix.MNT_DETACH)
+		}
+	}
+	if ms := mountsBeneath(dir); len(ms) > 0 {
+		tb.Logf("left %s in place: still mounted: %v", dir, ms)
+		return
+	}
+	_ = os.RemoveAll(dir)
+}
+
+// hostStart runs the host Pi once in a fresh chroot (every tmpfs new, as
+// in a new sandbox): exec → get_state response, then EOF on its stdin and
+// wait. With traceFile, Pi runs under strace writing there.
+func hostStart(tb testing.TB, e *env, sc *testbundle.Scene, o benchOptions, traceFile string) time.Duration {
+	tb.Helper()
+	b, _ := tb.(*testing.B)
+	if b != nil {
+		b.StopTimer()
+		defer b.StartTimer()
+	}
+	h := newHostPi(tb, e, sc)
+	defer detachAndRemove(tb, h.base)
+	o.clearCaches(tb, h.sc)
+	u := h.spec.Process.User
+	cmd := &exec.Cmd{Path: h.path, Args: h.spec.Process.Args, Env: h.env, Dir: h.spec.Process.Cwd,
+		SysProcAttr: &syscall.SysProcAttr{Chroot: h.root, Setpgid: true, Pdeathsig: syscall.SIGKILL,
+			Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: []uint32{}}}}
+	if traceFile != "" {
+		// strace runs on the host and execs the same process in the chroot.
+		set := os.Getenv("PI_BENCH_STRACE_SET")
+		if set == "" {
+			set = "open,openat,openat2,stat,lstat,fstat,newfstatat,statx,access,faccessat,faccessat2,readlink,readlinkat,getdents64,read,pread64,mmap,execve,write"
+		}
+		args := []string{"strace", "-f", "-qq", "-s", "96", "-o", traceFile, "-e", "trace=" + set,
+			"--", "chroot", fmt.Sprintf("--userspec=%d:%d", u.UID, u.GID), "--groups=", h.root,
+			"/usr/bin/env", "-i", "-C", h.spec.Process.Cwd}
+		args = append(args, h.env...)
+		args = append(args, h.path)
+		args = append(args, h.spec.Process.Args[1:]...)
+		cmd = exec.Command(args[0], args[1:]...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	client := piproto.New(stdout, stdin)
+	c, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	if b != nil {
+		b.StartTimer()
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("host Pi: %v", err)
+	}
+	benchCall(tb, c, client, stderr)
+	d := time.Since(start)
+	if b != nil {
+		b.StopTimer()
+	}
+
+	stdin.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			tb.Fatalf("host Pi exit: %v; stderr: %s", err, stderr)
+		}
+	case <-time.After(60 * time.Second):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		tb.Fatalf("host Pi did not exit after stdin closed; stderr: %s", stderr)
+	}
+	return d
+}

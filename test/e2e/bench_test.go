@@ -1,0 +1,224 @@
+package e2e
+
+// Pi start benchmarks (make bench-pi, scripts/bench-pi.sh). They are
+// measurements, not assertions: `go test ./test/e2e` without -bench runs none of
+// them. Like the e2e tests they need root, bin/runsc and the image.
+//
+// Each benchmark times one start of the real Pi (`pi --mode rpc`, the
+// pi-session profile compiled for the e2e scene: fake model, the image's
+// pi-mcp-adapter from settings.json, the MCP config, the integration
+// extension) up to its first RPC response: get_state is written to Pi's
+// stdin right after the start, and the clock stops when the response
+// arrives.
+//
+//   - BenchmarkPiSandboxedFirstResponse: launcher.Launch → response, network
+//     mode sandbox, exactly as the e2e tests launch Pi.
+//   - BenchmarkPiHostFirstResponse (bench_host_test.go): the same Pi as a
+//     plain host process, exec → response, the baseline of the target.
+//
+// Knobs (environment; scripts/bench-pi.sh sets them):
+//
+//	PI_BENCH_WARMUP   untimed starts before the timed ones (default 1):
+//	                  the page cache, and an agent dir Pi has used before
+//	PI_BENCH_CLEAR    paths under the scene's state root (srv/paseo/state:
+//	                  pi-agent/…, pi-cache/agent-7f3c for the jiti cache)
+//	                  emptied before every start (timed or not): a cold
+//	                  cache. A directory keeps itself (it is a pinned bind
+//	                  source) and loses its contents.
+//	PI_BENCH_SEED     1: after PI_BENCH_CLEAR, copy the image's jiti seed
+//	                  (/opt/pi-jiti-seed) into the agent's cache dir, as a
+//	                  daemon would for a new agent
+//	PI_BENCH_STRACE   host benchmark only: a file; Pi runs under
+//	                  `strace -f` writing to it; PI_BENCH_STRACE_SET is
+//	                  its -e trace= set (default: file syscalls, reads,
+//	                  mmap, execve, write)
+//
+// The investigations that once lived here (runsc run by hand on a captured
+// run dir with flag and rootfs variants, checkpoint/restore) answered their
+// questions (docs/benchmarks.md, Log) and went; git history has them.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"paseo.dev/paseo-policy/internal/testkit/piproto"
+	"paseo.dev/paseo-policy/internal/testkit/testbundle"
+)
+
+func BenchmarkPiSandboxedFirstResponse(b *testing.B) {
+	e := newBenchEnv(b)
+	o := benchOptionsFromEnv(b)
+	sc := e.benchScene(b)
+	for range o.warmup {
+		e.benchSandboxedStart(b, sc, o)
+	}
+	var total time.Duration
+	n := 0
+	for b.Loop() {
+		total += e.benchSandboxedStart(b, sc, o)
+		n++
+	}
+	b.ReportMetric(float64(total.Nanoseconds())/float64(n), "first-response-ns")
+}
+
+func BenchmarkPiHostFirstResponse(b *testing.B) {
+	e := newBenchEnv(b)
+	o := benchOptionsFromEnv(b)
+	sc := e.benchScene(b)
+	for range o.warmup {
+		hostStart(b, e, sc, o, "")
+	}
+	var total time.Duration
+	n := 0
+	for b.Loop() {
+		total += hostStart(b, e, sc, o, os.Getenv("PI_BENCH_STRACE"))
+		n++
+	}
+	b.ReportMetric(float64(total.Nanoseconds())/float64(n), "first-response-ns")
+}
+
+// --- options -------------------------------------------------------------------
+
+type benchOptions struct {
+	warmup int
+	clear  []string
+	seed   bool
+}
+
+func benchOptionsFromEnv(tb testing.TB) benchOptions {
+	return benchOptions{warmup: envInt(tb, "PI_BENCH_WARMUP", 1),
+		clear: strings.Fields(os.Getenv("PI_BENCH_CLEAR")), seed: os.Getenv("PI_BENCH_SEED") == "1"}
+}
+
+func envInt(tb testing.TB, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		tb.Fatalf("%s=%q: want a count", name, v)
+	}
+	return n
+}
+
+// clearCaches empties the PI_BENCH_CLEAR paths under the state root and,
+// with PI_BENCH_SEED, copies the image's jiti seed into the agent's cache
+// dir, as a daemon would for a new agent.
+func (o benchOptions) clearCaches(tb testing.TB, sc *testbundle.Scene) {
+	defer func() {
+		if !o.seed {
+			return
+		}
+		seed := filepath.Join(sc.Rootfs, "opt/pi-jiti-seed")
+		ents, err := os.ReadDir(seed)
+		if err != nil || len(ents) == 0 {
+			tb.Fatalf("PI_BENCH_SEED: the image has no jiti seed at %s (%v): rebuild it with make image", seed, err)
+		}
+		cache := filepath.Join(sc.Host, "srv/paseo/state/pi-cache/agent-7f3c")
+		for _, e := range ents {
+			data, err := os.ReadFile(filepath.Join(seed, e.Name()))
+			if err != nil {
+				tb.Fatal(err)
+			}
+			p := filepath.Join(cache, e.Name())
+			if err := os.WriteFile(p, data, 0o644); err != nil {
+				tb.Fatal(err)
+			}
+			if err := os.Chown(p, 1000, 1000); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}()
+	for _, p := range o.clear {
+		p = filepath.Join(sc.Host, "srv/paseo/state", filepath.Clean("/"+p))
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			if err := os.RemoveAll(p); err != nil {
+				tb.Fatal(err)
+			}
+			continue
+		}
+		for _, e := range ents {
+			if err := os.RemoveAll(filepath.Join(p, e.Name())); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+}
+
+// newBenchEnv is newEnv for a benchmark; it fails (never skips) without
+// root, like every test here.
+func newBenchEnv(tb testing.TB) *env {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Fatal("the Pi benchmarks run runsc and mount; run them as root")
+	}
+	return newEnv(tb)
+}
+
+// benchScene is the e2e scene of the pi-session profile.
+func (e *env) benchScene(tb testing.TB) *testbundle.Scene {
+	tb.Helper()
+	return e.scene(tb, "pi-session", "")
+}
+
+// benchStop ends Pi's input and waits for the launch to return.
+func benchStop(tb testing.TB, p *pi) {
+	tb.Helper()
+	p.stdin.Close()
+	select {
+	case <-p.done:
+		if p.result.err != nil {
+			tb.Fatalf("launch: %v\nstderr: %s", p.result.err, p.stderr.String())
+		}
+		if p.result.res.ExitCode != 0 {
+			tb.Fatalf("Pi exit %d (%s); stderr: %s", p.result.res.ExitCode, p.result.res.Reason, p.stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		tb.Fatalf("Pi did not exit after stdin closed; stderr: %s", p.stderr.String())
+	}
+}
+
+// benchCall sends get_state and waits for a successful response.
+func benchCall(tb testing.TB, c context.Context, client *piproto.Client, stderr fmt.Stringer) {
+	tb.Helper()
+	resp, _, err := client.Call(c, map[string]any{"type": "get_state"})
+	if err != nil {
+		tb.Fatalf("get_state: %v\nstderr: %s", err, stderr)
+	}
+	if !resp.OK() || !strings.Contains(string(resp.Data), "fake-1") {
+		tb.Fatalf("get_state: %s\nstderr: %s", resp.Raw, stderr)
+	}
+}
+
+// benchSandboxedStart times Launch → get_state response, then stops Pi.
+func (e *env) benchSandboxedStart(tb testing.TB, sc *testbundle.Scene, o benchOptions) time.Duration {
+	tb.Helper()
+	b, _ := tb.(*testing.B)
+	if b != nil {
+		b.StopTimer()
+		defer b.StartTimer()
+	}
+	o.clearCaches(tb, sc)
+	c, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if b != nil {
+		b.StartTimer()
+	}
+	start := time.Now()
+	p := e.launchID(tb, sc, "")
+	benchCall(tb, c, p.Client, p.stderr)
+	d := time.Since(start)
+	if b != nil {
+		b.StopTimer()
+	}
+	benchStop(tb, p)
+	return d
+}
