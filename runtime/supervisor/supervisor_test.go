@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -363,13 +364,13 @@ func TestPeerChecksAndMalformedRequests(t *testing.T) {
 		t.Errorf("unknown sandbox: %v", err)
 	}
 	// Raw garbage and unknown fields on a fresh connection.
-	raw, err := Dial(f.socket)
+	raw, err := net.Dial("unix", f.socket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer raw.Close()
 	for _, line := range []string{`not json`, `{"v":1,"id":"x","op":"list","argv":["runsc"]}`, `{"v":2,"id":"y","op":"list"}`} {
-		if _, err := raw.c.Write([]byte(line + "\n")); err != nil {
+		if _, err := raw.Write([]byte(line + "\n")); err != nil {
 			t.Fatal(err)
 		}
 	}

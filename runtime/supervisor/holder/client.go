@@ -9,9 +9,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"strconv"
-	"sync"
 	"syscall"
+
+	"paseo.dev/paseo-policy/internal/linerpc"
 )
 
 // The supervisor's side: spawning a holder and talking to it.
@@ -98,14 +98,8 @@ func Dead(err error) bool {
 // Conn is one connection to a holder. Events carries what an attach on it
 // pushes (closed when the connection ends).
 type Conn struct {
-	c      net.Conn
-	wmu    sync.Mutex
-	mu     sync.Mutex
-	n      int
-	wait   map[string]chan Response
-	Events chan Event
-	done   chan struct{}
-	err    error
+	conn   *linerpc.Conn[Event]
+	Events <-chan Event
 }
 
 // Dial connects to a holder's socket. events bounds the events buffered
@@ -116,101 +110,29 @@ func Dial(sock string, events int) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	hc := &Conn{c: c, wait: map[string]chan Response{}, Events: make(chan Event, events), done: make(chan struct{})}
-	go hc.read()
-	return hc, nil
+	return newConn(c, events), nil
 }
 
-func (c *Conn) read() {
-	defer close(c.done)
-	defer close(c.Events)
-	sc := bufio.NewScanner(c.c)
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
-	for sc.Scan() {
-		var probe struct {
-			Event string `json:"event"`
-		}
-		line := sc.Bytes()
-		if json.Unmarshal(line, &probe) != nil {
-			c.err = fmt.Errorf("holder sent a non-JSON line")
-			return
-		}
-		if probe.Event != "" {
-			var e Event
-			if json.Unmarshal(line, &e) == nil {
-				c.Events <- e
-			}
-			continue
-		}
-		var r Response
-		if json.Unmarshal(line, &r) != nil {
-			continue
-		}
-		c.mu.Lock()
-		ch := c.wait[r.ID]
-		delete(c.wait, r.ID)
-		c.mu.Unlock()
-		if ch != nil {
-			ch <- r
-		}
-	}
-	c.err = sc.Err()
+func newConn(c net.Conn, events int) *Conn {
+	conn := linerpc.New[Event](c, events, "holder", "h")
+	return &Conn{conn: conn, Events: conn.Events}
 }
 
 // Call sends a request (V and ID are filled in) and waits for its
 // response; a holder's refusal comes back as *Error.
 func (c *Conn) Call(ctx context.Context, req Request, result any) error {
-	c.mu.Lock()
-	c.n++
-	req.V, req.ID = Version, "h"+strconv.Itoa(c.n)
-	ch := make(chan Response, 1)
-	c.wait[req.ID] = ch
-	c.mu.Unlock()
-	data, err := json.Marshal(req)
+	line, err := c.conn.Call(ctx, func(id string) any {
+		req.V, req.ID = Version, id
+		return req
+	})
 	if err != nil {
 		return err
 	}
-	c.wmu.Lock()
-	_, err = c.c.Write(append(data, '\n'))
-	c.wmu.Unlock()
-	if err != nil {
-		return err
-	}
-	select {
-	case r := <-ch:
-		return decodeResponse(r, result)
-	case <-c.done:
-		// A peer that answers and then closes (a released holder exits)
-		// makes both ready at once: the answer wins.
-		select {
-		case r := <-ch:
-			return decodeResponse(r, result)
-		default:
-		}
-		return fmt.Errorf("connection closed: %v", c.err)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// decodeResponse is a response's outcome: its refusal, or its result decoded
-// into result.
-func decodeResponse(r Response, result any) error {
-	if !r.OK {
-		if r.Error == nil {
-			return errors.New("holder refused without an error")
-		}
-		return r.Error
-	}
-	if result != nil && r.Result != nil {
-		b, _ := json.Marshal(r.Result)
-		return json.Unmarshal(b, result)
-	}
-	return nil
+	return linerpc.Decode[*Error](line, "holder", result)
 }
 
 // Close drops the connection (and with it an attach's stream).
-func (c *Conn) Close() error { return c.c.Close() }
+func (c *Conn) Close() error { return c.conn.Close() }
 
 // Attach makes this connection the sandbox's attachment: a new epoch
 // (fencing the earlier one), then every record after cursor and live
