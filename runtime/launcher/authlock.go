@@ -54,6 +54,9 @@ type authLock struct {
 	dev, ino  uint64 // the auth.json host object
 	stateRoot string
 	id        string
+	// waking: only a wake of the owner's own id takes over a lock file
+	// that names a hibernated owner.
+	waking bool
 }
 
 // authFilePin is the pin of the plan's read-write auth.json bind, if the
@@ -78,9 +81,9 @@ func authFilePin(plan *launchplan.Plan) (bundle.Pin, bool, error) {
 }
 
 // lockAuthFile takes the lock of the object p pins, opened as staging
-// opens it, for sandbox id. It refuses (ErrAuthFileInUse) when another
-// sandbox holds or owns it.
-func lockAuthFile(stateRoot, id string, p bundle.Pin) (*authLock, error) {
+// opens it, for sandbox id (waking: a wake of id). It refuses
+// (ErrAuthFileInUse) when another sandbox holds or owns it.
+func lockAuthFile(stateRoot, id string, waking bool, p bundle.Pin) (*authLock, error) {
 	fd, err := openPinned(p)
 	if err != nil {
 		return nil, fmt.Errorf("auth.json pin %s: %w", p.Source, err)
@@ -95,7 +98,7 @@ func lockAuthFile(stateRoot, id string, p bundle.Pin) (*authLock, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &authLock{dir: dir, name: fmt.Sprintf("authfile-%d-%d", st.Dev, st.Ino), dev: st.Dev, ino: st.Ino, stateRoot: stateRoot, id: id}
+	l := &authLock{dir: dir, name: fmt.Sprintf("authfile-%d-%d", st.Dev, st.Ino), dev: st.Dev, ino: st.Ino, stateRoot: stateRoot, id: id, waking: waking}
 	if err := l.take(); err != nil {
 		dir.Close()
 		return nil, err
@@ -150,7 +153,7 @@ func (l *authLock) take() error {
 			f.Close()
 			continue
 		}
-		if owner := readOwner(f); owner != "" && owner != l.id {
+		if owner := readOwner(f); owner != "" && (owner != l.id || !l.waking) {
 			if err := l.ownedElsewhere(owner); err != nil {
 				f.Close() // the file stays: it still names the owner
 				return err
@@ -167,7 +170,8 @@ func (l *authLock) take() error {
 }
 
 // ownedElsewhere refuses when the sandbox the free lock file names still
-// owns the auth.json: it is hibernated, or its record says it may run.
+// owns the auth.json: it is hibernated (and this is not its wake), or its
+// record says it may run.
 func (l *authLock) ownedElsewhere(owner string) error {
 	if _, err := newRunDirName(owner); err != nil {
 		return fmt.Errorf("auth.json lock %s names no valid sandbox id", l.name)
@@ -232,7 +236,7 @@ func (l *launch) lockAuthFile() error {
 	if err != nil || !ok {
 		return err
 	}
-	lock, err := lockAuthFile(l.opts.StateRoot, l.opts.ID, p)
+	lock, err := lockAuthFile(l.opts.StateRoot, l.opts.ID, l.wake != nil, p)
 	if err != nil {
 		return err
 	}

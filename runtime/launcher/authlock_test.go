@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -196,6 +197,12 @@ func TestAuthFileLockHibernated(t *testing.T) {
 	wantAuthInUse(t, err, id)
 	if !strings.Contains(err.Error(), "hibernated") {
 		t.Errorf("refusal %q does not say the owner is hibernated", err)
+	}
+	// Only a wake takes the lock back, not a fresh start under its id.
+	_, err = Launch(context.Background(), Options{BundleDir: s.bundle, ID: id, StateRoot: s.state, RunscPath: s.runsc, Stdin: strings.NewReader("")})
+	wantAuthInUse(t, err, id)
+	if n := s.starts(t); n != 1 {
+		t.Errorf("%d agents started while the first was hibernated, want only the first", n)
 	}
 
 	r = s.run(t, id, true)
