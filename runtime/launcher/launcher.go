@@ -223,6 +223,9 @@ type launch struct {
 	// wake, when set, restores a checkpoint instead of starting the agent
 	// (hibernate.go).
 	wake *wake
+	// authLock is held for the sandbox's life in oauth-file mode
+	// (authlock.go).
+	authLock *authLock
 }
 
 // running is a started runsc and what the wait phase watches.
@@ -291,6 +294,11 @@ func (l *launch) prepare() error {
 	if plan.SlotsErr != nil {
 		return plan.SlotsErr
 	}
+	// Before anything is made: its undo goes under the record's, so the
+	// lock is released last (authlock.go).
+	if err := l.lockAuthFile(); err != nil {
+		return err
+	}
 	// Each secret is fetched once: its digest goes to the record (a
 	// hibernation keeps it beside the image, a wake compares it) and the
 	// same values fill the slots.
@@ -308,6 +316,9 @@ func (l *launch) prepare() error {
 	}
 	l.spec = runtimeState{cgroupsPath: CgroupsPath(l.opts.ID), privateRoot: true}
 	if l.spec.binds, err = l.run.stageBinds(plan); err != nil {
+		return err
+	}
+	if err := l.checkAuthFileStaged(); err != nil {
 		return err
 	}
 	if l.opts.afterStaging != nil {
