@@ -38,6 +38,12 @@ import (
 // ImageFile is the description of an image, beside the image directory.
 const ImageFile = "image.json"
 
+// OwnerFile names the process that took the checkpoint and alone can wake
+// it (the sandbox's holder: it keeps the stdio pipes and the bridge the
+// restored sandbox continues). It is written before runsc checkpoints, so
+// gc never mistakes a checkpoint under way for an orphan.
+const OwnerFile = "owner.json"
+
 // HibernateDir is where container id's checkpoint lives: root's, 0700,
 // under the state root and never in the bundle or the run dir, which the
 // sandbox's gofer serves from.
@@ -118,6 +124,9 @@ func Checkpoint(o CheckpointOptions) (img *Image, err error) {
 			img = nil
 		}
 	}()
+	if err := writeOwner(dir); err != nil {
+		return nil, err
+	}
 	rs := &runsc{path: o.RunscPath, root: filepath.Join(o.StateRoot, "runsc"), network: rec.Network}
 	if err := rs.run("checkpoint", "--image-path", imageDir(o.StateRoot, o.ID), o.ID); err != nil {
 		return nil, err
