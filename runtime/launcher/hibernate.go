@@ -124,6 +124,11 @@ func Checkpoint(o CheckpointOptions) (img *Image, err error) {
 			img = nil
 		}
 	}()
+	// The image will hold the agent's memory and its key: only where no
+	// one but root can reach or swap it (hibernate_path.go).
+	if err := checkRootOnlyDir(dir); err != nil {
+		return nil, err
+	}
 	if err := writeOwner(dir); err != nil {
 		return nil, err
 	}
@@ -366,18 +371,6 @@ func loadImage(stateRoot, id string) (*Image, error) {
 		}
 	}
 	return &img, nil
-}
-
-func checkRootOnlyDir(dir string) error {
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return fmt.Errorf("no checkpoint: %w", err)
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !fi.IsDir() || !ok || st.Uid != 0 || fi.Mode().Perm() != 0o700 {
-		return fmt.Errorf("checkpoint dir %s is not a root-only (0700) directory", dir)
-	}
-	return nil
 }
 
 // digestFiles is the sha256 of every regular file in dir (runsc's image
