@@ -15,7 +15,7 @@ import (
 
 // gc and checkpoints: a checkpoint whose owner (the process that took it,
 // the holder) lives is kept with its lease, and so is one whose owner
-// cannot be told; once the owner is dead nothing can wake it, and gc
+// cannot be told (unknown, unreadable, in another pid namespace); once the owner is dead nothing can wake it, and gc
 // removes the image and the lease, leaving nothing.
 func TestGCRemovesOrphanedHibernation(t *testing.T) {
 	s, _ := hibernateSandbox(t)
@@ -29,7 +29,7 @@ func TestGCRemovesOrphanedHibernation(t *testing.T) {
 	inv := Inventory{StateRoot: s.state, RunscPath: s.runsc}
 	ownerPath := filepath.Join(HibernateDir(s.state, id), OwnerFile)
 	var o owner
-	if data, err := os.ReadFile(ownerPath); err != nil || json.Unmarshal(data, &o) != nil || o.PID != os.Getpid() || o.Start != processStart(os.Getpid()) {
+	if data, err := os.ReadFile(ownerPath); err != nil || json.Unmarshal(data, &o) != nil || o.PID != os.Getpid() || o.Start != processStart(os.Getpid()) || o.PidNS != pidNamespace() {
 		t.Fatalf("owner file %+v (%v): want this process, which took the checkpoint", o, err)
 	}
 	keeps := func(what string) {
@@ -69,12 +69,19 @@ func TestGCRemovesOrphanedHibernation(t *testing.T) {
 	if err := dead.Start(); err != nil {
 		t.Fatal(err)
 	}
-	gone := owner{PID: dead.Process.Pid, Start: processStart(dead.Process.Pid)}
+	gone := owner{PID: dead.Process.Pid, Start: processStart(dead.Process.Pid), PidNS: "pid:[1]"}
 	_ = dead.Process.Kill()
 	_ = dead.Wait()
 	if gone.Start == 0 {
 		t.Fatal("no start time for a live child")
 	}
+	// A dead pid of another pid namespace tells gc nothing: kept.
+	data, _ = json.Marshal(gone)
+	if err := os.WriteFile(ownerPath, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keeps("owner in another pid namespace")
+	gone.PidNS = pidNamespace()
 	data, _ = json.Marshal(gone)
 	if err := os.WriteFile(ownerPath, data, 0o600); err != nil {
 		t.Fatal(err)

@@ -19,17 +19,25 @@ import (
 // record's launcher). Once the owner is dead, nothing can adopt or wake
 // the image, and gc removes it with its address lease. Fail safe: an
 // owner that cannot be read (a checkpoint taken before owners were
-// recorded, a damaged file) counts as alive; the supervisor's delete, or
-// an operator, removes it.
+// recorded, a damaged file), or one in another pid namespace than gc's
+// (its pid means nothing here), counts as alive; the supervisor's delete,
+// or an operator, removes it.
 
 type owner struct {
 	PID   int    `json:"pid"`
 	Start uint64 `json:"start"`
+	// PidNS is the owner's pid namespace (readlink /proc/self/ns/pid).
+	PidNS string `json:"pidNS"`
+}
+
+func pidNamespace() string {
+	ns, _ := os.Readlink("/proc/self/ns/pid")
+	return ns
 }
 
 func writeOwner(dir string) error {
 	pid := os.Getpid()
-	data, err := json.Marshal(owner{PID: pid, Start: processStart(pid)})
+	data, err := json.Marshal(owner{PID: pid, Start: processStart(pid), PidNS: pidNamespace()})
 	if err != nil {
 		return err
 	}
@@ -49,7 +57,7 @@ func hibernationOwned(stateRoot, id string) bool {
 		return true // taken before owners were recorded: keep
 	}
 	var o owner
-	if err != nil || json.Unmarshal(data, &o) != nil || o.PID <= 0 || o.Start == 0 {
+	if err != nil || json.Unmarshal(data, &o) != nil || o.PID <= 0 || o.Start == 0 || o.PidNS == "" || o.PidNS != pidNamespace() {
 		return true
 	}
 	return processStart(o.PID) == o.Start
