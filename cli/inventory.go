@@ -85,7 +85,9 @@ func newGC(g *globals) *cobra.Command {
 		Long: `gc removes, for every sandbox under the state root whose launcher is gone
 (or that no launcher record names): the runsc container (delete --force),
 its network namespace, veth and nftables table, its address lease, its
-cgroups, its run dir and its record. Live sandboxes are never touched.`,
+cgroups, its run dir and its record; and a checkpoint (a hibernated sandbox)
+whose holder process is gone, with its address lease. Live sandboxes, and
+checkpoints whose holder lives or cannot be told, are never touched.`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			rep, err := inv.GC()

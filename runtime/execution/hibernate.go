@@ -37,6 +37,11 @@ type Hibernator interface {
 // of one that is not hibernated.
 var ErrNotRunning = errors.New("the sandbox is not in a state for this")
 
+// ErrInputPending is a hibernate refused because the sandbox has not read
+// input already handed to it: it is busy, not idle, and runs on. Worth
+// retrying once the agent has read it (idle hibernation retries every tick).
+var ErrInputPending = errors.New("the sandbox has not taken the input it was given; it is not idle")
+
 // inputQuiesce bounds how long Hibernate waits for the sandbox to take
 // input already handed to it: an agent that does not read its stdin is not
 // idle.
@@ -177,7 +182,7 @@ func (r *inputRelay) pause(d time.Duration) error {
 	if r.inflight {
 		r.paused = false
 		r.cond.Broadcast()
-		return errors.New("hibernate: the sandbox has not taken the input it was given; it is not idle")
+		return fmt.Errorf("hibernate: %w", ErrInputPending)
 	}
 	return nil
 }

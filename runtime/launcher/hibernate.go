@@ -38,6 +38,12 @@ import (
 // ImageFile is the description of an image, beside the image directory.
 const ImageFile = "image.json"
 
+// OwnerFile names the process that took the checkpoint and alone can wake
+// it (the sandbox's holder: it keeps the stdio pipes and the bridge the
+// restored sandbox continues). It is written before runsc checkpoints, so
+// gc never mistakes a checkpoint under way for an orphan.
+const OwnerFile = "owner.json"
+
 // HibernateDir is where container id's checkpoint lives: root's, 0700,
 // under the state root and never in the bundle or the run dir, which the
 // sandbox's gofer serves from.
@@ -118,6 +124,14 @@ func Checkpoint(o CheckpointOptions) (img *Image, err error) {
 			img = nil
 		}
 	}()
+	// The image will hold the agent's memory and its key: only where no
+	// one but root can reach or swap it (hibernate_path.go).
+	if err := checkRootOnlyDir(dir); err != nil {
+		return nil, err
+	}
+	if err := writeOwner(dir); err != nil {
+		return nil, err
+	}
 	rs := &runsc{path: o.RunscPath, root: filepath.Join(o.StateRoot, "runsc"), network: rec.Network}
 	if err := rs.run("checkpoint", "--image-path", imageDir(o.StateRoot, o.ID), o.ID); err != nil {
 		return nil, err
@@ -357,18 +371,6 @@ func loadImage(stateRoot, id string) (*Image, error) {
 		}
 	}
 	return &img, nil
-}
-
-func checkRootOnlyDir(dir string) error {
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return fmt.Errorf("no checkpoint: %w", err)
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !fi.IsDir() || !ok || st.Uid != 0 || fi.Mode().Perm() != 0o700 {
-		return fmt.Errorf("checkpoint dir %s is not a root-only (0700) directory", dir)
-	}
-	return nil
 }
 
 // digestFiles is the sha256 of every regular file in dir (runsc's image

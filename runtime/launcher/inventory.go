@@ -149,7 +149,8 @@ func (g *GCReport) note(what string, err error) {
 
 // GC removes everything under the state root that no live launcher owns:
 // stopped and half-created containers, orphan namespaces, veths, tables,
-// leases, cgroups and run dirs.
+// leases, cgroups, run dirs, and checkpoints (with their leases) whose
+// holder is gone.
 func (inv Inventory) GC() (GCReport, error) {
 	var rep GCReport
 	recs, err := Records(inv.StateRoot)
@@ -160,9 +161,11 @@ func (inv Inventory) GC() (GCReport, error) {
 	uplinks := map[string]string{}
 	var dead []string
 	// A hibernated sandbox has no record but keeps its lease for its wake
-	// (hibernate.go); its holder, not gc, removes it.
-	for _, name := range dirNames(filepath.Join(inv.StateRoot, "hibernate")) {
-		if Hibernated(inv.StateRoot, name) {
+	// (hibernate.go): while the process that can wake it lives, it is
+	// live; once that process is gone it is an orphan (hibernate_owner.go).
+	hibernated := dirNames(filepath.Join(inv.StateRoot, "hibernate"))
+	for _, name := range hibernated {
+		if hibernationOwned(inv.StateRoot, name) {
 			live[name] = true
 		}
 	}
@@ -170,6 +173,9 @@ func (inv Inventory) GC() (GCReport, error) {
 		if r.LauncherAlive() {
 			live[r.ID] = true
 			continue
+		}
+		if live[r.ID] {
+			continue // a dead record beside a live checkpoint: keep both
 		}
 		dead = append(dead, r.ID)
 		uplinks[r.ID] = r.Uplink
@@ -194,6 +200,11 @@ func (inv Inventory) GC() (GCReport, error) {
 		}
 	}
 	for _, name := range dirNames(filepath.Join(inv.StateRoot, "run")) {
+		if !live[name] {
+			ids[name] = true
+		}
+	}
+	for _, name := range hibernated {
 		if !live[name] {
 			ids[name] = true
 		}
@@ -252,6 +263,9 @@ func (inv Inventory) remove(rep *GCReport, id string, container bool, uplink str
 	runDir := filepath.Join(inv.StateRoot, "run", id)
 	// The private overlay root and the staged bind sources (binds.go).
 	rep.note("run dir of "+id, removeRunDir(runDir))
+	if !hibernationOwned(inv.StateRoot, id) {
+		rep.note("checkpoint of "+id, RemoveImage(inv.StateRoot, id))
+	}
 	removeRecord(inv.StateRoot, id)
 	rep.Removed = append(rep.Removed, id)
 }

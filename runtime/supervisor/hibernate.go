@@ -152,7 +152,7 @@ func (s *Server) idleHibernation(ctx context.Context, tick time.Duration) {
 			if err != nil || hs.Exited || hs.Hibernated || time.Duration(hs.IdleMillis)*time.Millisecond < s.idleLimit(b.deployment) {
 				continue
 			}
-			_, _ = s.hibernate(ctx, b) // refused (input pending): next tick
+			_, _ = s.hibernate(ctx, b) // refused (input-pending): next tick
 		}
 	}
 }

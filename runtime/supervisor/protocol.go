@@ -92,6 +92,11 @@ const (
 	// failed). Nothing was cold-started; the caller deletes the sandbox
 	// and creates it fresh (Error.StartFresh).
 	ErrSandboxUnavailable = "sandbox-unavailable"
+	// ErrInputPending is a hibernate refused because the agent has not
+	// read the input it was given (it is working, not idle): nothing
+	// changed, the sandbox runs on; retry the hibernate later (idle
+	// hibernation retries on its own every tick).
+	ErrInputPending = "input-pending"
 )
 
 // Sandbox statuses.

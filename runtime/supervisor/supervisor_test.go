@@ -44,7 +44,11 @@ type fixture struct {
 // newFixture compiles nothing itself: the supervisor compiles the scene's
 // facts against its registry. turnMS sets how long a fake Pi turn streams.
 func newFixture(t *testing.T, turnMS int) *fixture {
-	bin := testbundle.BuildStatic(t, "./test/cmd/fake-pi")
+	return newFixtureAgent(t, testbundle.BuildStatic(t, "./test/cmd/fake-pi"), turnMS)
+}
+
+// newFixtureAgent is newFixture with bin (a host file) as the image's pi.
+func newFixtureAgent(t *testing.T, bin string, turnMS int) *fixture {
 	sc := testbundle.New(t, testbundle.Options{
 		Argv:          []string{"/usr/local/bin/pi", "--mode", "rpc"},
 		RootfsFiles:   map[string]string{"/usr/local/bin/pi": bin},

@@ -99,6 +99,9 @@ const (
 	ErrInternal   = "internal"
 	// ErrUnavailable is a wake refused: the caller starts the agent fresh.
 	ErrUnavailable = "unavailable"
+	// ErrInputPending is a hibernate refused: the agent has not read the
+	// input it was given; it runs on, and a later hibernate may succeed.
+	ErrInputPending = "input-pending"
 )
 
 // State is a holder's answer to inspect and stop: its sandbox's identity

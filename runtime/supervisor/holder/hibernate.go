@@ -43,8 +43,11 @@ func (h *holder) hibernate() (any, *Error) {
 		return nil, e
 	}
 	if err := hp.Hibernate(); err != nil {
-		if errors.Is(err, execution.ErrNotRunning) {
+		switch {
+		case errors.Is(err, execution.ErrNotRunning):
 			return nil, fail(ErrState, "sandbox %s is not running", h.spec.ID)
+		case errors.Is(err, execution.ErrInputPending):
+			return nil, fail(ErrInputPending, "sandbox %s has not taken the input it was given yet: it is busy and runs on; retry the hibernate once it has read it", h.spec.ID)
 		}
 		return nil, fail(ErrInternal, "%v", err)
 	}
