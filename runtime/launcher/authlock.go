@@ -141,7 +141,7 @@ func (l *authLock) take() error {
 			return fmt.Errorf("auth.json lock %s is not a root-owned regular file", l.name)
 		}
 		if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
-			owner := readOwner(f)
+			owner := readLockOwner(f)
 			f.Close()
 			if errors.Is(err, unix.EWOULDBLOCK) {
 				return fmt.Errorf("%w: sandbox %s is running with it", ErrAuthFileInUse, orUnknown(owner))
@@ -153,13 +153,13 @@ func (l *authLock) take() error {
 			f.Close()
 			continue
 		}
-		if owner := readOwner(f); owner != "" && (owner != l.id || !l.waking) {
+		if owner := readLockOwner(f); owner != "" && (owner != l.id || !l.waking) {
 			if err := l.ownedElsewhere(owner); err != nil {
 				f.Close() // the file stays: it still names the owner
 				return err
 			}
 		}
-		if err := writeOwner(f, l.id); err != nil {
+		if err := writeLockOwner(f, l.id); err != nil {
 			f.Close()
 			return fmt.Errorf("auth.json lock: %w", err)
 		}
@@ -209,13 +209,13 @@ func (l *authLock) release() {
 	l.dir.Close()
 }
 
-func readOwner(f *os.File) string {
+func readLockOwner(f *os.File) string {
 	buf := make([]byte, 128)
 	n, _ := f.ReadAt(buf, 0)
 	return strings.TrimSpace(string(buf[:n]))
 }
 
-func writeOwner(f *os.File, id string) error {
+func writeLockOwner(f *os.File, id string) error {
 	if err := f.Truncate(0); err != nil {
 		return err
 	}
