@@ -271,10 +271,13 @@ func daemonRace(t *testing.T, bin, mode string) OutsideAttack {
 		for i := 0; i < n; i++ {
 			if mode == "timed" {
 				r.send(t, "arm")
+				// The racer takes its baseline before the launch mounts; a
+				// fixed sleep was not always enough on a loaded machine.
+				if got := r.read(); got != "armed" {
+					t.Fatalf("%s %s: the racer said %q, not armed", a.Name, side, got)
+				}
 				fired := make(chan string, 1)
 				go func() { fired <- r.read() }()
-				// Give the racer its baseline before the launch mounts.
-				time.Sleep(20 * time.Millisecond)
 				b.attempt(t, side, tally)
 				if got := <-fired; got != "fired" {
 					t.Fatalf("%s %s: the racer said %q, not fired", a.Name, side, got)

@@ -5,7 +5,9 @@
 // -b, created here) by renameat2(RENAME_EXCHANGE), either in a loop until
 // stdin ends (-mode free) or once per "arm" line on stdin, as soon as a new
 // mount appears beneath -watch (ending in -suffix) in its own
-// /proc/self/mountinfo (-mode timed; "restore" swaps back). It always leaves the workspace in place.
+// /proc/self/mountinfo (-mode timed: it answers "armed" once it has counted
+// the mounts already there, then "fired"; "restore" swaps back). It always
+// leaves the workspace in place.
 package main
 
 import (
@@ -71,6 +73,9 @@ func main() {
 			switch in.Text() {
 			case "arm":
 				before := mountsBeneath(*watch, *suffix)
+				// The caller launches only once the baseline is taken: a
+				// mount that came before it would never be seen as new.
+				fmt.Println("armed")
 				deadline := time.Now().Add(20 * time.Second)
 				for mountsBeneath(*watch, *suffix) <= before && time.Now().Before(deadline) {
 				}
