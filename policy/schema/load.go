@@ -38,6 +38,9 @@ type Loader struct {
 	ctx    *cue.Context
 	schema cue.Value
 	err    error
+	// defs are the definitions looked up so far: a lookup parsed its path
+	// and walked the schema on every input.
+	defs map[string]cue.Value
 }
 
 // NewLoader parses and builds the embedded schema.
@@ -80,10 +83,17 @@ func (ld *Loader) definition(name string) (cue.Value, error) {
 	if ld.err != nil {
 		return cue.Value{}, ld.err
 	}
+	if def, ok := ld.defs[name]; ok {
+		return def, nil
+	}
 	def := ld.schema.LookupPath(cue.ParsePath(name))
 	if !def.Exists() {
 		return cue.Value{}, fmt.Errorf("schema has no %s", name)
 	}
+	if ld.defs == nil {
+		ld.defs = map[string]cue.Value{}
+	}
+	ld.defs[name] = def
 	return def, nil
 }
 
