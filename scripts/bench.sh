@@ -20,13 +20,15 @@
 # profile, path resolution or rendering.
 #
 # Knobs (environment): BENCHTIME (go -benchtime, default 1s), COUNT (go
-# -count, default 5), RUNS (CLI runs each, default 20). Timings come from
+# -count, default 5), RUNS (CLI runs each, default 20), PASEO_POLICY and
+# CUE (the two binaries, default bin/paseo-policy and bin/cue; point both
+# elsewhere to measure without writing into a shared bin/). Timings come from
 # bash's $EPOCHREALTIME, so no process is forked to read the clock.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bin=${PASEO_POLICY:-bin/paseo-policy}
-cue=bin/cue
+cue=${CUE:-bin/cue}
 benchtime=${BENCHTIME:-1s}
 count=${COUNT:-5}
 runs=${RUNS:-20}
@@ -37,8 +39,9 @@ runs=${RUNS:-20}
 cue_version=$(awk '$1 == "require" && $2 == "cuelang.org/go" { print $3 } $1 == "cuelang.org/go" { print $2 }' tools/cue/go.mod)
 if ! { [[ -x $cue ]] && "$cue" version 2>/dev/null | awk -v v="$cue_version" 'NR == 1 && $3 == v { ok = 1 } END { exit !ok }'; }; then
   echo "== building $cue ($cue_version, pinned in tools/cue)"
+  cue_out=$(realpath -m "$cue")
   (cd tools/cue && GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false" \
-    go build -o ../../bin/cue cuelang.org/go/cmd/cue)
+    go build -o "$cue_out" cuelang.org/go/cmd/cue)
 fi
 
 tmp=$(mktemp -d)
