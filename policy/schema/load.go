@@ -32,8 +32,9 @@ type Input struct {
 // Loader checks inputs against the embedded schema. It holds one
 // cue.Context and one build of the schema, so the inputs of one compile
 // share them; a Loader is not safe for concurrent use, and separate
-// Loaders share nothing (CUE writes into the syntax trees it builds, so
-// the schema is parsed afresh for each Loader).
+// Loaders share nothing of CUE's (CUE writes into the syntax trees it
+// builds, so the schema is parsed afresh for each Loader). What they do
+// share is checkedRegistries: bytes, behind a mutex.
 type Loader struct {
 	ctx    *cue.Context
 	schema cue.Value
