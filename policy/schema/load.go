@@ -122,7 +122,7 @@ func (ld *Loader) Facts(in Input) (*Facts, diag.List) {
 // Registry decodes and checks one Registry input. A registry that passed
 // once is not checked again: every compile of a supervisor or a batch
 // hands in the same operator registry, and checking it through CUE was
-// half of a compile. Only its canonical JSON is remembered (see
+// a third of a compile. Only its canonical JSON is remembered (see
 // checkedRegistries), so each call still decodes a Registry of its own.
 func (ld *Loader) Registry(in Input) (*Registry, diag.List) {
 	var r Registry
