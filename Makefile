@@ -123,6 +123,7 @@ fuzz:
 	$(GO) test -run=^$$ -fuzz=^FuzzDecodeList$$ -fuzztime=$(FUZZ_FAST) ./policy/grant
 	$(GO) test -run=^$$ -fuzz=^FuzzResolve$$ -fuzztime=$(FUZZ_FAST) ./policy/compiler/pathsafe
 	$(GO) test -run=^$$ -fuzz=^FuzzHost$$ -fuzztime=$(FUZZ_FAST) ./internal/netdest
+	$(GO) test -run=^$$ -fuzz=^FuzzIndentCompact$$ -fuzztime=$(FUZZ_FAST) ./policy/bundle
 
 bench: build
 	./scripts/bench.sh

@@ -3,7 +3,9 @@
 #
 #   1. go test -bench over ./policy/compiler/ (policy/compiler/bench_test.go), -count 5,
 #      reduced to medians: the in-process compile of the reference
-#      pi-session facts (target <= 3 ms), the ns per fact set over batches
+#      pi-session facts (target <= 3 ms), the same compile with a registry
+#      the process has not checked before (as a one-shot CLI compile has),
+#      the ns per fact set over batches
 #      of 1, 10, 100 and 1000 distinct fact sets (linear growth means a flat
 #      ns/factset), and the bare CUE unify-validate-decode baseline.
 #   2. Wall time of RUNS runs each of
@@ -20,13 +22,15 @@
 # profile, path resolution or rendering.
 #
 # Knobs (environment): BENCHTIME (go -benchtime, default 1s), COUNT (go
-# -count, default 5), RUNS (CLI runs each, default 20). Timings come from
+# -count, default 5), RUNS (CLI runs each, default 20), PASEO_POLICY and
+# CUE (the two binaries, default bin/paseo-policy and bin/cue; point both
+# elsewhere to measure without writing into a shared bin/). Timings come from
 # bash's $EPOCHREALTIME, so no process is forked to read the clock.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bin=${PASEO_POLICY:-bin/paseo-policy}
-cue=bin/cue
+cue=${CUE:-bin/cue}
 benchtime=${BENCHTIME:-1s}
 count=${COUNT:-5}
 runs=${RUNS:-20}
@@ -37,8 +41,9 @@ runs=${RUNS:-20}
 cue_version=$(awk '$1 == "require" && $2 == "cuelang.org/go" { print $3 } $1 == "cuelang.org/go" { print $2 }' tools/cue/go.mod)
 if ! { [[ -x $cue ]] && "$cue" version 2>/dev/null | awk -v v="$cue_version" 'NR == 1 && $3 == v { ok = 1 } END { exit !ok }'; }; then
   echo "== building $cue ($cue_version, pinned in tools/cue)"
+  cue_out=$(realpath -m "$cue")
   (cd tools/cue && GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false" \
-    go build -o ../../bin/cue cuelang.org/go/cmd/cue)
+    go build -o "$cue_out" cuelang.org/go/cmd/cue)
 fi
 
 tmp=$(mktemp -d)
@@ -76,6 +81,7 @@ ms() { awk -v ns="$1" 'BEGIN { printf "%.3f", ns / 1e6 }'; }
 ref_ns=$(metric BenchmarkCompileReference ns/op)
 ref_b=$(metric BenchmarkCompileReference B/op)
 ref_allocs=$(metric BenchmarkCompileReference allocs/op)
+newreg_ns=$(metric BenchmarkCompileNewRegistry ns/op)
 bare_ns=$(metric BenchmarkCUEBaseline/bare ns/op)
 load_ns=$(metric BenchmarkCUEBaseline/LoadFacts ns/op)
 batch=()
@@ -141,6 +147,7 @@ growth=$(awk -v a="${batch[0]}" -v b="${batch[3]}" 'BEGIN { printf "%.2f", b / a
 echo
 echo "== summary (medians; load average now: $(cut -d' ' -f1-3 /proc/loadavg))"
 echo "in-process compile median: $ref_ms ms (target <= 3 ms: $(verdict "$ref_ms" 3)); $(awk -v b="$ref_b" 'BEGIN { printf "%.0f", b / 1024 }') KiB, $ref_allocs allocs per compile"
+echo "in-process compile with a registry new to the process: $(ms "$newreg_ns") ms"
 echo "cue baseline median: bare unify-validate-decode $(ms "$bare_ns") ms; schema.LoadFacts $(ms "$load_ns") ms"
 echo "batch ns/factset at n=1,10,100,1000: ${batch[0]}, ${batch[1]}, ${batch[2]}, ${batch[3]} (n=1000 / n=1: $growth; linear if ~1, target <= 1.25: $(verdict "$growth" 1.25))"
 echo "cli compile median: $cli_ms ms; cue median: $cue_ms ms; ratio paseo/cue: $ratio (target <= 50 ms: $(verdict "$cli_ms" 50)); start-up floor (paseo-policy version): $version_ms ms"

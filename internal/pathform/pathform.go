@@ -42,7 +42,9 @@ func Beneath(root, p string) bool {
 	if root == "/" {
 		return strings.HasPrefix(p, "/")
 	}
-	return p == root || strings.HasPrefix(p, root+"/")
+	// root+"/" would allocate on every call; the compiler asks this for
+	// every bind against every root.
+	return p == root || len(p) > len(root) && p[len(root)] == '/' && strings.HasPrefix(p, root)
 }
 
 // Rel returns p relative to root ("." for root itself); p must be Beneath root.

@@ -32,12 +32,16 @@ type Input struct {
 // Loader checks inputs against the embedded schema. It holds one
 // cue.Context and one build of the schema, so the inputs of one compile
 // share them; a Loader is not safe for concurrent use, and separate
-// Loaders share nothing (CUE writes into the syntax trees it builds, so
-// the schema is parsed afresh for each Loader).
+// Loaders share nothing of CUE's (CUE writes into the syntax trees it
+// builds, so the schema is parsed afresh for each Loader). What they do
+// share is checkedRegistries: bytes, behind a mutex.
 type Loader struct {
 	ctx    *cue.Context
 	schema cue.Value
 	err    error
+	// defs are the definitions looked up so far: a lookup parsed its path
+	// and walked the schema on every input.
+	defs map[string]cue.Value
 }
 
 // NewLoader parses and builds the embedded schema.
@@ -80,10 +84,17 @@ func (ld *Loader) definition(name string) (cue.Value, error) {
 	if ld.err != nil {
 		return cue.Value{}, ld.err
 	}
+	if def, ok := ld.defs[name]; ok {
+		return def, nil
+	}
 	def := ld.schema.LookupPath(cue.ParsePath(name))
 	if !def.Exists() {
 		return cue.Value{}, fmt.Errorf("schema has no %s", name)
 	}
+	if ld.defs == nil {
+		ld.defs = map[string]cue.Value{}
+	}
+	ld.defs[name] = def
 	return def, nil
 }
 
@@ -108,13 +119,27 @@ func (ld *Loader) Facts(in Input) (*Facts, diag.List) {
 	return &f, nil
 }
 
-// Registry decodes and checks one Registry input.
+// Registry decodes and checks one Registry input. A registry that passed
+// once is not checked again: every compile of a supervisor or a batch
+// hands in the same operator registry, and checking it through CUE was
+// a third of a compile. Only its canonical JSON is remembered (see
+// checkedRegistries), so each call still decodes a Registry of its own.
 func (ld *Loader) Registry(in Input) (*Registry, diag.List) {
 	var r Registry
-	ds := ld.load(in, "#Registry", registryPrecheck, &r)
+	if data, ok := checkedRegistries.get(in); ok {
+		if ds := decodeCanonical(data, &r); len(ds) > 0 {
+			return nil, ds
+		}
+		return &r, nil
+	}
+	data, ds := ld.check(in, "#Registry", registryPrecheck)
 	if len(ds) > 0 {
 		return nil, ds
 	}
+	if ds := decodeCanonical(data, &r); len(ds) > 0 {
+		return nil, ds
+	}
+	checkedRegistries.put(in, data)
 	return &r, nil
 }
 
@@ -154,19 +179,29 @@ func pathSuffix(p string) string {
 type precheck func(raw any, l *diag.List)
 
 func (ld *Loader) load(in Input, defName string, pre precheck, out any) diag.List {
+	data, l := ld.check(in, defName, pre)
+	if len(l) > 0 {
+		return l
+	}
+	return decodeCanonical(data, out)
+}
+
+// check runs every check on one input and returns the unified value as
+// JSON, or the refusals.
+func (ld *Loader) check(in Input, defName string, pre precheck) ([]byte, diag.List) {
 	var l diag.List
 	ctx := ld.ctx
 	def, err := ld.definition(defName)
 	if err != nil {
 		l.Addf(diag.Internal, "", "embedded schema: %v", err)
-		return l
+		return nil, l
 	}
 	if !checkSize(in, &l) {
-		return l
+		return nil, l
 	}
 	raw, ok := parseInput(ctx, in, &l)
 	if !ok {
-		return l
+		return nil, l
 	}
 	// Prechecks run on the raw input, before the schema, so that dangerous
 	// requests get their own precise code even when the schema also fails.
@@ -183,15 +218,21 @@ func (ld *Loader) load(in Input, defName string, pre precheck, out any) diag.Lis
 		}
 	}
 	if len(l) > 0 {
-		return l.Sorted()
+		return nil, l.Sorted()
 	}
-	// Round-trip through JSON with unknown fields refused: the schema is
-	// closed, so this only catches a Go type that drifted from the CUE.
 	data, err := unified.MarshalJSON()
 	if err != nil {
 		l.Addf(diag.Internal, "", "export: %v", err)
-		return l
+		return nil, l
 	}
+	return data, nil
+}
+
+// decodeCanonical decodes a checked input's JSON with unknown fields
+// refused: the schema is closed, so this only catches a Go type that
+// drifted from the CUE.
+func decodeCanonical(data []byte, out any) diag.List {
+	var l diag.List
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(out); err != nil {

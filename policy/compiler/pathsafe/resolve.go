@@ -196,8 +196,18 @@ func (r Resolver) ReadSmall(root, p string, max int) ([]byte, error) {
 	if st.Size > int64(max) {
 		return nil, &Error{diag.PathType, fmt.Sprintf("larger than %d bytes", max)}
 	}
-	buf := make([]byte, max+1)
+	// The buffer is the size the stat gave plus one, not max+1: a few
+	// hundred bytes read were 64 KiB allocated, twice a compile. Only a
+	// file that grew since the stat fills it; then the rest is read up to
+	// max+1, as one read of max+1 would have.
+	buf := make([]byte, st.Size+1)
 	n, err := unix.Read(fd, buf)
+	if err == nil && n == len(buf) && n <= max {
+		buf = append(buf, make([]byte, max+1-n)...)
+		var more int
+		more, err = unix.Read(fd, buf[n:])
+		n += more
+	}
 	if err != nil {
 		return nil, &Error{diag.PathMissing, "read: " + err.Error()}
 	}
