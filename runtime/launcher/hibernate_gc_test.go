@@ -32,8 +32,20 @@ func TestGCRemovesOrphanedHibernation(t *testing.T) {
 	if data, err := os.ReadFile(ownerPath); err != nil || json.Unmarshal(data, &o) != nil || o.PID != os.Getpid() || o.Start != processStart(os.Getpid()) || o.PidNS != pidNamespace() {
 		t.Fatalf("owner file %+v (%v): want this process, which took the checkpoint", o, err)
 	}
+	listed := func(what string, garbage bool) {
+		t.Helper()
+		es, err := inv.PS()
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(es, func(e Entry) bool { return e.ID == id })
+		if i < 0 || es[i].Status != "hibernated" || es[i].Garbage != garbage || es[i].Network != "sandbox" {
+			t.Fatalf("%s: ps lists %+v, want %s hibernated (network sandbox) with garbage %v", what, es, id, garbage)
+		}
+	}
 	keeps := func(what string) {
 		t.Helper()
+		listed(what, false)
 		rep, err := inv.GC()
 		if err != nil || len(rep.Removed) > 0 || len(rep.Errors) > 0 {
 			t.Fatalf("%s: gc %+v %v, want nothing removed", what, rep, err)
@@ -86,6 +98,7 @@ func TestGCRemovesOrphanedHibernation(t *testing.T) {
 	if err := os.WriteFile(ownerPath, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	listed("owner dead", true)
 	rep, err := inv.GC()
 	if err != nil || !slices.Contains(rep.Removed, id) || len(rep.Errors) > 0 {
 		t.Fatalf("gc of a checkpoint whose owner is dead: %+v %v", rep, err)

@@ -28,7 +28,9 @@ import (
 // Entry is one sandbox as ps reports it.
 type Entry struct {
 	ID string `json:"id"`
-	// Status is runsc's (created, running, stopped) or "absent".
+	// Status is runsc's (created, running, stopped), "absent", or
+	// "hibernated" (a checkpoint, no container; Started is when it was
+	// taken).
 	Status string `json:"status"`
 	// Launcher is alive, dead (the record's launcher is gone) or none (no
 	// record: the container was not made by this launcher or its record is
@@ -107,6 +109,24 @@ func (inv Inventory) PS() ([]Entry, error) {
 	}
 	for id, st := range cs {
 		out = append(out, Entry{ID: id, Status: st, Launcher: "none", Garbage: true})
+	}
+	// A hibernated sandbox has no record and no container, only its
+	// checkpoint: listed so that an operator sees what holds an address
+	// lease and root-only memory images, and which of them gc removes
+	// (their owner is gone, hibernate_owner.go).
+	listed := map[string]bool{}
+	for _, e := range out {
+		listed[e.ID] = true
+	}
+	for _, id := range dirNames(filepath.Join(inv.StateRoot, "hibernate")) {
+		if listed[id] {
+			continue
+		}
+		e := Entry{ID: id, Status: "hibernated", Launcher: "none", Garbage: !hibernationOwned(inv.StateRoot, id)}
+		if img, err := loadImage(inv.StateRoot, id); err == nil {
+			e.Network, e.Started = img.Network, img.Taken.Format("2006-01-02T15:04:05Z")
+		}
+		out = append(out, e)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
