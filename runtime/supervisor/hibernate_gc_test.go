@@ -54,7 +54,9 @@ func TestOrphanedHibernationGC(t *testing.T) {
 	if _, err := os.Lstat(launcher.HibernateDir(f.sc.State, h.id)); !os.IsNotExist(err) {
 		t.Errorf("the orphaned checkpoint is still there (%v)", err)
 	}
-	for _, d := range []string{"hibernate", "run", "records", "net/leases"} {
+	// The supervisor that found the holder dead removed what was only
+	// the holder's: its bundle, its log, its socket.
+	for _, d := range []string{"hibernate", "run", "records", "net/leases", "bundles", "holders"} {
 		if ents, _ := os.ReadDir(filepath.Join(f.sc.State, d)); len(ents) > 0 {
 			t.Errorf("%s left: %v", d, ents)
 		}

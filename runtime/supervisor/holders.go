@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"time"
 
 	"paseo.dev/paseo-policy/policy/bundle"
@@ -122,6 +124,9 @@ func (s *Server) spawn(spec holder.Spec) *Error {
 	}
 }
 
+// sandboxIDForm is the form of the ids newID makes.
+var sandboxIDForm = regexp.MustCompile(`^pp-[0-9a-f]{16}$`)
+
 // adoptHolders finds the holders an earlier supervisor started. Each one
 // answers inspect with its sandbox's identity and state; a socket nothing
 // listens on is a holder that died, and is removed.
@@ -137,6 +142,14 @@ func (s *Server) adoptHolders() {
 		in, err := holder.Inspect(ctx, sock)
 		cancel()
 		if err != nil && holder.Dead(err) {
+			// Nothing can reach this sandbox any more: its bundle and the
+			// holder's log go with the socket (the launcher's objects are
+			// gc's). Only a name of this supervisor's own form is joined
+			// into a path.
+			if id := strings.TrimSuffix(name, ".sock"); sandboxIDForm.MatchString(id) {
+				_ = os.RemoveAll(s.bundleDir(id))
+				_ = os.Remove(holder.Log(s.cfg.StateRoot, id))
+			}
 			_ = os.Remove(sock)
 			continue
 		}
