@@ -44,6 +44,11 @@ func Read(dir string) (Files, error) {
 	return f, nil
 }
 
+// MaxFileBytes bounds one bundle file as read: the compiler writes tens of
+// kilobytes, and a launcher must not be made to hold an unbounded file in
+// memory.
+const MaxFileBytes = 16 << 20
+
 // readBeneath opens name beneath dirfd (no symlinks, no escape, no magic
 // links), refuses anything but a regular file (a FIFO would block the
 // reader, a device is not a bundle file) and reads it through the
@@ -65,5 +70,12 @@ func readBeneath(dirfd int, name, path string) ([]byte, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s is not a regular file (mode %s)", path, fi.Mode())
 	}
-	return io.ReadAll(file)
+	data, err := io.ReadAll(io.LimitReader(file, MaxFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, MaxFileBytes)
+	}
+	return data, nil
 }

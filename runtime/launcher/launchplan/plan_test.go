@@ -130,6 +130,20 @@ func TestLoadRefusesLinksAndSpecialFiles(t *testing.T) {
 	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Fatalf("a directory for egress.json: %v", err)
 	}
+	// A file past the bound is refused, not held in memory; one at the
+	// bound is read (and then judged by the validator).
+	if err := os.Remove(filepath.Join(dir, bundle.EgressFile)); err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int{bundle.MaxFileBytes, bundle.MaxFileBytes + 1} {
+		if err := os.WriteFile(filepath.Join(dir, bundle.EgressFile), make([]byte, size), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(dir)
+		if tooBig := err != nil && strings.Contains(err.Error(), "larger than"); tooBig != (size > bundle.MaxFileBytes) {
+			t.Fatalf("an egress.json of %d bytes: %v", size, err)
+		}
+	}
 }
 
 // BenchmarkLoad is what a launch spends on its plan before preflight's
