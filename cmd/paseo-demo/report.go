@@ -137,7 +137,7 @@ func (r *report) observe(sc *scene, w *world, stdout string) {
 		}
 	}
 	mcp := r.Routes["mcp"]
-	calls := w.mcp.toolCalls()
+	calls := w.mcp.ToolCalls()
 	r.Used = []evidence{
 		{"egress to the model (" + model + ")", fmt.Sprintf("%d connections opened; the model answered %d requests carrying the injected key", allowPackets, authorized)},
 		{"workspace bind mount (rw)", fmt.Sprintf("%s on the host, %q, owner %s", demoFile, r.Workspace.Content, r.Workspace.Owner)},

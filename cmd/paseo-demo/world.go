@@ -1,16 +1,13 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
-	"strings"
-	"sync"
 	"time"
 
+	"paseo.dev/paseo-policy/internal/testkit/fakemcp"
 	"paseo.dev/paseo-policy/internal/testkit/fakemodel"
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
 )
@@ -119,19 +116,18 @@ func (w *world) reachable() error {
 // escapes is how many connections s accepted beyond reachable's own.
 func (w *world) escapes(s *testnet.Server) int { return s.Conns() - w.baseline[s] }
 
-// mcpStandIn is Paseo's /mcp/agents endpoint reduced to what the demo
-// shows: MCP over streamable HTTP on loopback, a catalog of one tool the
-// reference scope allows (list_agents) and one it does not
-// (create_agent), and a log of the tool calls it ran.
+// mcpStandIn is Paseo's /mcp/agents endpoint (fakemcp) on loopback: its
+// catalog has a tool the reference scope allows (list_agents) and one it
+// does not (create_agent), and it logs the tool calls it ran.
 type mcpStandIn struct {
+	*fakemcp.Daemon
 	port  int
 	token string
-	mu    sync.Mutex
-	calls []string
 }
 
 func newMCPStandIn(t *demoT) *mcpStandIn {
-	m := &mcpStandIn{token: "mcp-demo-" + randomHex(8)}
+	token := "mcp-demo-" + randomHex(8)
+	m := &mcpStandIn{Daemon: fakemcp.New(token, "agent-7f3c (this one)"), token: token}
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	t.check(err, "MCP stand-in listener")
 	m.port = l.Addr().(*net.TCPAddr).Port
@@ -139,54 +135,4 @@ func newMCPStandIn(t *demoT) *mcpStandIn {
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { srv.Close() })
 	return m
-}
-
-func (m *mcpStandIn) toolCalls() []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return append([]string(nil), m.calls...)
-}
-
-func (m *mcpStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var msg struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-		Params struct {
-			Name string `json:"name"`
-		} `json:"params"`
-	}
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	_ = json.Unmarshal(body, &msg)
-	if r.Header.Get("Authorization") != "Bearer "+m.token {
-		http.Error(w, "unauthorized", http.StatusUnauthorized)
-		return
-	}
-	if r.Method != http.MethodPost || len(msg.ID) == 0 {
-		w.WriteHeader(http.StatusAccepted)
-		return
-	}
-	var result any
-	switch msg.Method {
-	case "initialize":
-		result = map[string]any{"protocolVersion": "2025-03-26", "capabilities": map[string]any{"tools": map[string]any{}},
-			"serverInfo": map[string]any{"name": "paseo", "version": "0.0.0"}}
-	case "tools/list":
-		schema := map[string]any{"type": "object", "properties": map[string]any{}}
-		result = map[string]any{"tools": []any{
-			map[string]any{"name": "list_agents", "description": "Lists agents.", "inputSchema": schema},
-			map[string]any{"name": "create_agent", "description": "Creates an agent.", "inputSchema": schema}}}
-	case "tools/call":
-		m.mu.Lock()
-		m.calls = append(m.calls, msg.Params.Name)
-		m.mu.Unlock()
-		text := "agent-7f3c (this one)"
-		if msg.Params.Name != "list_agents" {
-			text = "DAEMON RAN " + strings.ToUpper(msg.Params.Name)
-		}
-		result = map[string]any{"content": []any{map[string]any{"type": "text", "text": text}}}
-	default:
-		result = map[string]any{}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": msg.ID, "result": result})
 }

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"paseo.dev/paseo-policy/internal/testkit/fakemcp"
 	"paseo.dev/paseo-policy/internal/testkit/testtree"
 	"paseo.dev/paseo-policy/runtime/supervisor"
 )
@@ -52,7 +53,7 @@ func TestHelperOfficialContainer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the published MCP listener: %v", err)
 	}
-	daemon := &mcpDaemon{token: mcpToken}
+	daemon := fakemcp.New(mcpToken, listAgentsText)
 	mcp := &http.Server{Handler: daemon}
 	go mcp.Serve(ln)
 	defer mcp.Close()
@@ -136,7 +137,7 @@ func TestHelperOfficialContainer(t *testing.T) {
 	if !strings.Contains(tr.Stdout.String(), "agents listed by paseo") {
 		t.Errorf("the MCP tool's answer did not come back through the route: %q", tr.tail())
 	}
-	seen := daemon.seen()
+	seen := daemon.Requests()
 	var calls int
 	for _, s := range seen {
 		// The route proxy added the daemon's bearer; the sandbox never had it.

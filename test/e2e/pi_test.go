@@ -24,6 +24,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"paseo.dev/paseo-policy/internal/testkit/fakemcp"
 	"paseo.dev/paseo-policy/internal/testkit/fakemodel"
 	"paseo.dev/paseo-policy/internal/testkit/piproto"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
@@ -315,76 +316,22 @@ func (p *pi) turn(t *testing.T, c context.Context, message string) []piproto.Fra
 	return events
 }
 
-// mcpDaemon is a minimal MCP server over streamable HTTP standing in for
-// Paseo's /mcp/agents endpoint: it records every request it gets and,
-// like the daemon, accepts only its current run's bearer (restart gives
-// it a new one). Its catalog has a tool the reference scope allows
-// (list_agents) and one it does not (create_agent).
+// mcpDaemon stands in for Paseo's /mcp/agents endpoint (fakemcp) on a
+// loopback port of the test's own.
 type mcpDaemon struct {
-	port  int
-	mu    sync.Mutex
-	reqs  []string
-	token string
+	*fakemcp.Daemon
+	port int
 }
 
-// restart is a daemon restart: a new run with a new token.
-func (d *mcpDaemon) restart(token string) {
-	d.mu.Lock()
-	d.token = token
-	d.mu.Unlock()
-}
+// listAgentsText is what the stand-in's list_agents answers.
+const listAgentsText = "agents listed by paseo"
 
 func newMCPDaemon(t testing.TB) *mcpDaemon {
-	d := &mcpDaemon{token: mcpToken}
+	d := &mcpDaemon{Daemon: fakemcp.New(mcpToken, listAgentsText)}
 	srv := httptest.NewServer(d)
 	t.Cleanup(srv.Close)
 	d.port = srv.Listener.Addr().(*net.TCPAddr).Port
 	return d
-}
-
-func (d *mcpDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var msg struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-		Params struct {
-			Name string `json:"name"`
-		} `json:"params"`
-	}
-	body, _ := io.ReadAll(r.Body)
-	_ = json.Unmarshal(body, &msg)
-	d.mu.Lock()
-	d.reqs = append(d.reqs, strings.TrimSpace(fmt.Sprintf("%s %s %s %s %s", r.Method, r.URL.RequestURI(), r.Header.Get("Authorization"), msg.Method, msg.Params.Name)))
-	authorized := r.Header.Get("Authorization") == "Bearer "+d.token
-	d.mu.Unlock()
-	if !authorized {
-		http.Error(w, "unauthorized", http.StatusUnauthorized)
-		return
-	}
-	if r.Method != http.MethodPost || len(msg.ID) == 0 {
-		w.WriteHeader(http.StatusAccepted)
-		return
-	}
-	var result any
-	switch msg.Method {
-	case "initialize":
-		result = map[string]any{"protocolVersion": "2025-03-26", "capabilities": map[string]any{"tools": map[string]any{}},
-			"serverInfo": map[string]any{"name": "paseo", "version": "0.0.0"}}
-	case "tools/list":
-		schema := map[string]any{"type": "object", "properties": map[string]any{}}
-		result = map[string]any{"tools": []any{
-			map[string]any{"name": "list_agents", "description": "Lists agents.", "inputSchema": schema},
-			map[string]any{"name": "create_agent", "description": "Creates an agent.", "inputSchema": schema}}}
-	case "tools/call":
-		text := "agents listed by paseo"
-		if msg.Params.Name != "list_agents" {
-			text = "DAEMON RAN " + msg.Params.Name
-		}
-		result = map[string]any{"content": []any{map[string]any{"type": "text", "text": text}}}
-	default:
-		result = map[string]any{}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": msg.ID, "result": result})
 }
 
 // dialSupervisor connects to a supervisor that is starting (up to 4 s);
@@ -400,12 +347,6 @@ func dialSupervisor(t *testing.T, socket string) *supervisor.Client {
 	}
 	t.Fatal("supervisor socket never came up")
 	return nil
-}
-
-func (d *mcpDaemon) seen() []string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]string(nil), d.reqs...)
 }
 
 func ownerOf(t *testing.T, p string) (uint32, uint32) {

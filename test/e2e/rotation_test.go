@@ -30,7 +30,7 @@ func TestPiMCPTokenRotation(t *testing.T) {
 		return fmt.Sprintf(`T=%s; T="${T}%s"; if grep -rqsF "$T" /proc/[0-9]*/environ /proc/[0-9]*/cmdline /etc /tmp /home /srv 2>/dev/null; then echo token-inside; else echo token-absent; fi`, tok[:half], tok[half:])
 	}
 	e := newEnv(t)
-	e.daemon.restart(tokA)
+	e.daemon.Restart(tokA)
 	listAgents := fakemodel.Turn{ToolCalls: []fakemodel.ToolCall{{Name: "mcp", Arguments: map[string]any{"tool": "paseo_list_agents", "args": "{}"}}}}
 	e.setScript(t,
 		listAgents, fakemodel.Text("first"),
@@ -92,7 +92,7 @@ func TestPiMCPTokenRotation(t *testing.T) {
 	}
 	// The daemon restarts: new run, new token. The sandbox outlives it;
 	// until the daemon reattaches, its proxy still has the old token.
-	e.daemon.restart(tokB)
+	e.daemon.Restart(tokB)
 	cl.Close()
 	cl = dial()
 	// The fake daemon answers a wrong bearer "unauthorized" (401).
@@ -111,7 +111,7 @@ func TestPiMCPTokenRotation(t *testing.T) {
 		t.Errorf("a token is inside the sandbox: %q", got)
 	}
 	var bearers []string
-	for _, s := range e.daemon.seen() {
+	for _, s := range e.daemon.Requests() {
 		if f := strings.Fields(s); len(f) > 4 && f[4] == "tools/call" {
 			bearers = append(bearers, f[3])
 		}

@@ -249,7 +249,7 @@ func TestPiMCPRoute(t *testing.T) {
 	if st := res.Routes["mcp"]; st.Refused < 3 || st.OutOfScope < 1 || st.Forwarded < 3 || st.Filtered < 1 {
 		t.Errorf("route stats %+v", res.Routes)
 	}
-	seen := e.daemon.seen()
+	seen := e.daemon.Requests()
 	t.Logf("route stats %+v; the daemon saw %q", res.Routes["mcp"], seen)
 	if len(seen) == 0 {
 		t.Fatalf("the fake daemon saw nothing; tool result: %q; routes %+v; stderr: %s", e.lastToolResult(t), res.Routes, p.stderr.String())
