@@ -3,13 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"paseo.dev/paseo-policy/policy/schema"
 	"paseo.dev/paseo-policy/runtime/supervisor"
 )
 
@@ -25,32 +22,9 @@ import (
 func BenchmarkPiWakeThroughSupervisor(b *testing.B) {
 	e := newBenchEnv(b)
 	sc := e.benchScene(b)
-	dir, err := os.MkdirTemp("/run", "paseo-bench-wake-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
-	_ = os.Chmod(dir, 0o755)
-	socket := filepath.Join(dir, "supervisor.sock")
-	srv, err := supervisor.New(supervisor.Config{Registry: schema.Input{Name: "registry.json", Data: sc.Registry},
-		Socket: socket, SocketGID: 0, StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: secrets,
-		Uplink: e.world.Uplink, Resolve: e.resolve})
-	if err != nil {
-		b.Fatal(err)
-	}
-	sctx, stop := context.WithCancel(context.Background())
-	go func() { _ = srv.Listen(sctx) }()
-	b.Cleanup(func() { stop(); srv.Shutdown() })
+	socket := e.startSupervisor(b, sc)
 	d := &benchDaemon{b: b}
-	for i := 0; d.cl == nil; i++ {
-		if d.cl, err = supervisor.Dial(socket); err != nil {
-			if i == 200 {
-				b.Fatal("the supervisor socket never came up")
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	b.Cleanup(func() { d.cl.Close() })
+	d.cl = dialSupervisor(b, socket)
 	var in supervisor.Info
 	d.call(supervisor.Request{Op: "createSandbox", Deployment: "host-alice", Facts: sc.Facts}, &in)
 	d.id = in.Sandbox

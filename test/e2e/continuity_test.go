@@ -234,6 +234,12 @@ func (s *stream) tail() string {
 
 // assistantText concatenates the text deltas of the first assistant turn.
 func assistantText(t *testing.T, transcript string) string {
+	return assistantDeltas(t, transcript, true)
+}
+
+// assistantDeltas concatenates the transcript's text deltas, up to the
+// first agent_settled when firstTurn is set.
+func assistantDeltas(t *testing.T, transcript string, firstTurn bool) string {
 	var b strings.Builder
 	sc := bufio.NewScanner(strings.NewReader(transcript))
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
@@ -251,7 +257,7 @@ func assistantText(t *testing.T, transcript string) string {
 		if f.Type == "message_update" && f.Ev.Type == "text_delta" {
 			b.WriteString(f.Ev.Delta)
 		}
-		if f.Type == "agent_settled" {
+		if firstTurn && f.Type == "agent_settled" {
 			break
 		}
 	}

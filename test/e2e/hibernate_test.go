@@ -143,25 +143,7 @@ func sessionPrompts(t *testing.T, path string) []string {
 
 // allAssistantText concatenates every text delta in the transcript.
 func allAssistantText(t *testing.T, transcript string) string {
-	var b strings.Builder
-	sc := bufio.NewScanner(strings.NewReader(transcript))
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var f struct {
-			Type string `json:"type"`
-			Ev   struct {
-				Type  string `json:"type"`
-				Delta string `json:"delta"`
-			} `json:"assistantMessageEvent"`
-		}
-		if json.Unmarshal(sc.Bytes(), &f) != nil {
-			t.Fatalf("not a JSON frame: %q", sc.Text())
-		}
-		if f.Type == "message_update" && f.Ev.Type == "text_delta" {
-			b.WriteString(f.Ev.Delta)
-		}
-	}
-	return b.String()
+	return assistantDeltas(t, transcript, false)
 }
 
 // hibernateHarness is a supervisor over the test's state and one attached

@@ -30,6 +30,7 @@ import (
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/internal/testkit/testtree"
+	"paseo.dev/paseo-policy/policy/schema"
 	"paseo.dev/paseo-policy/runtime/launcher"
 	"paseo.dev/paseo-policy/runtime/supervisor"
 )
@@ -334,9 +335,33 @@ func newMCPDaemon(t testing.TB) *mcpDaemon {
 	return d
 }
 
+// startSupervisor serves a supervisor for sc (its registry, state root and
+// runsc, the test's secrets, uplink and resolver) on a socket in a fresh
+// directory under /run until tb ends, and returns the socket.
+func (e *env) startSupervisor(tb testing.TB, sc *testbundle.Scene) string {
+	tb.Helper()
+	dir, err := os.MkdirTemp("/run", "paseo-e2e-supervisor-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	_ = os.Chmod(dir, 0o755)
+	socket := filepath.Join(dir, "supervisor.sock")
+	srv, err := supervisor.New(supervisor.Config{Registry: schema.Input{Name: "registry.json", Data: sc.Registry},
+		Socket: socket, SocketGID: 0, StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: secrets,
+		Uplink: e.world.Uplink, Resolve: e.resolve})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	go func() { _ = srv.Listen(sctx) }()
+	tb.Cleanup(func() { cancel(); srv.Shutdown() })
+	return socket
+}
+
 // dialSupervisor connects to a supervisor that is starting (up to 4 s);
 // the connection closes with the test.
-func dialSupervisor(t *testing.T, socket string) *supervisor.Client {
+func dialSupervisor(t testing.TB, socket string) *supervisor.Client {
 	t.Helper()
 	for i := 0; i < 200; i++ {
 		if c, err := supervisor.Dial(socket); err == nil {

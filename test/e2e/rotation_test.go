@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"paseo.dev/paseo-policy/internal/testkit/fakemodel"
-	"paseo.dev/paseo-policy/policy/schema"
 	"paseo.dev/paseo-policy/runtime/supervisor"
 )
 
@@ -41,22 +39,7 @@ func TestPiMCPTokenRotation(t *testing.T) {
 		fakemodel.Bash(look(tokA)+"; "+look(tokB)+"; "+look(apiKey)), fakemodel.Text("looked"),
 	)
 	sc := e.scene(t, "pi-session", "")
-	dir, err := os.MkdirTemp("/run", "paseo-e2e-supervisor-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	_ = os.Chmod(dir, 0o755)
-	socket := filepath.Join(dir, "supervisor.sock")
-	srv, err := supervisor.New(supervisor.Config{Registry: schema.Input{Name: "registry.json", Data: sc.Registry},
-		Socket: socket, SocketGID: 0, StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: secrets,
-		Uplink: e.world.Uplink, Resolve: e.resolve})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, cancel := context.WithCancel(context.Background())
-	go func() { _ = srv.Listen(sctx) }()
-	t.Cleanup(func() { cancel(); srv.Shutdown() })
+	socket := e.startSupervisor(t, sc)
 	dial := func() *supervisor.Client { return dialSupervisor(t, socket) }
 	c := ctx(t)
 	cl := dial()
