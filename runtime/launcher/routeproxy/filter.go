@@ -3,9 +3,7 @@ package routeproxy
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -30,7 +28,7 @@ var errAnswer = errors.New("an answer to tools/list the proxy cannot filter")
 
 // filterAnswer rewrites resp so that every tools list in it lists only
 // tools of the scope.
-func (s scope) filterAnswer(resp *http.Response, dropped *atomic.Int64) error {
+func (s Scope) filterAnswer(resp *http.Response, dropped *atomic.Int64) error {
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	switch {
 	case resp.StatusCode == http.StatusAccepted || resp.StatusCode >= 300:
@@ -65,80 +63,71 @@ func (s scope) filterAnswer(resp *http.Response, dropped *atomic.Int64) error {
 	return errAnswer
 }
 
-// filterMessages filters one JSON-RPC message or a batch of them.
-func (s scope) filterMessages(data []byte, dropped *atomic.Int64) ([]byte, error) {
-	t := bytes.TrimLeft(data, " \t\r\n")
-	if len(t) > 0 && t[0] == '[' {
-		var all []json.RawMessage
-		if err := json.Unmarshal(data, &all); err != nil {
-			return nil, errAnswer
-		}
-		for i, m := range all {
-			out, err := s.filterOne(m, dropped)
-			if err != nil {
-				return nil, err
-			}
-			all[i] = out
-		}
-		return json.Marshal(all)
+// filterMessages filters one JSON-RPC message or a batch of them. The
+// answer is read with the same strict decoding as requests and written
+// back canonical, so the agent's MCP client reads exactly the tools list
+// that was filtered (a tool named by a case-variant or repeated key would
+// otherwise read differently here and there).
+func (s Scope) filterMessages(data []byte, dropped *atomic.Int64) ([]byte, error) {
+	root, err := decodeStrict(data)
+	if err != nil {
+		return nil, errAnswer
 	}
-	return s.filterOne(data, dropped)
+	msgs := []*node{root}
+	if root.kind == kindArray {
+		msgs = root.elems
+	}
+	for _, m := range msgs {
+		if err := s.filterOne(m, dropped); err != nil {
+			return nil, err
+		}
+	}
+	return root.bytes(), nil
 }
 
-// filterOne drops from a result listing tools the tools outside the
-// scope. Every result with a tools list is filtered, whatever its id: the
-// daemon echoes an id re-serialized (1.0 as 1, "\u0061" as "a"), so
-// matching answers to requests by id would let a client pick an id the
-// filter does not recognize. Only answers to a body that asked for
+// filterOne drops, in place, from a result listing tools the tools
+// outside the scope. Every result with a tools list is filtered, whatever
+// its id: the daemon echoes an id re-serialized (1.0 as 1, "\u0061" as
+// "a"), so matching answers to requests by id would let a client pick an
+// id the filter does not recognize. Only answers to a body that asked for
 // tools/list are filtered at all (Proxy.New).
-func (s scope) filterOne(raw []byte, dropped *atomic.Int64) ([]byte, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, errAnswer
+func (s Scope) filterOne(m *node, dropped *atomic.Int64) error {
+	if m.kind != kindObject {
+		return errAnswer
 	}
-	res, ok := m["result"]
+	res, ok := m.get("result")
+	switch {
+	case !ok || res.kind == kindNull:
+		return nil // an error answer, a notification or a request
+	case res.kind != kindObject:
+		return errAnswer
+	}
+	tools, ok := res.get("tools")
 	if !ok {
-		return raw, nil // an error answer, a notification or a request
+		return nil // lists nothing: nothing to narrow
 	}
-	var err error
-	var result map[string]json.RawMessage
-	var tools []json.RawMessage
-	if json.Unmarshal(res, &result) != nil {
-		return nil, errAnswer
+	if tools.kind != kindArray {
+		return errAnswer
 	}
-	if _, ok := result["tools"]; !ok {
-		return raw, nil // lists nothing: nothing to narrow
-	}
-	if json.Unmarshal(result["tools"], &tools) != nil {
-		return nil, errAnswer
-	}
-	kept := []json.RawMessage{}
-	for _, tool := range tools {
-		var named struct {
-			Name string `json:"name"`
-		}
-		if json.Unmarshal(tool, &named) == nil && slices.Contains(s.tools, named.Name) {
+	kept := []*node{}
+	for _, tool := range tools.elems {
+		if name, ok := tool.get("name"); ok && name.kind == kindString && slices.Contains(s.Tools, name.str) {
 			kept = append(kept, tool)
 		}
 	}
-	dropped.Add(int64(len(tools) - len(kept)))
+	dropped.Add(int64(len(tools.elems) - len(kept)))
+	tools.elems = kept
 	// A cursor would lead the client to the daemon's next page, unfiltered
 	// the same way; the scope is small, so one page is the whole answer.
-	delete(result, "nextCursor")
-	if result["tools"], err = json.Marshal(kept); err != nil {
-		return nil, err
-	}
-	if m["result"], err = json.Marshal(result); err != nil {
-		return nil, err
-	}
-	return json.Marshal(m)
+	res.members = slices.DeleteFunc(res.members, func(mb member) bool { return mb.key == "nextCursor" })
+	return nil
 }
 
 // filterStream copies an event stream, rewriting the data of each event
 // that carries a tools/list answer. Events are separated by a blank line;
 // an event's data lines are joined with newlines (the SSE rules) and
 // written back as one data line.
-func (s scope) filterStream(in io.Reader, out io.Writer, dropped *atomic.Int64) error {
+func (s Scope) filterStream(in io.Reader, out io.Writer, dropped *atomic.Int64) error {
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), MaxAnswer)
 	var other []string
@@ -156,11 +145,7 @@ func (s scope) filterStream(in io.Reader, out io.Writer, dropped *atomic.Int64) 
 				if err != nil {
 					return err
 				}
-				var c bytes.Buffer
-				if err := json.Compact(&c, f); err != nil {
-					return fmt.Errorf("%w: %v", errAnswer, err)
-				}
-				joined = c.String()
+				joined = string(f) // compact: one data line
 			}
 			b.WriteString("data: " + joined + "\n")
 		}

@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,10 +76,13 @@ func (l Limits) withDefaults() Limits {
 	return d
 }
 
-// forwarded are the request headers that reach the daemon; the rest
-// (cookies, forwarding headers, anything the agent invents) are dropped.
-// Authorization is the proxy's own (the daemon's current token).
-var forwarded = []string{"Content-Type", "Accept", "Mcp-Session-Id", "Mcp-Protocol-Version", "Last-Event-Id"}
+// forwarded are the request headers of the agent's that reach the daemon;
+// the rest (cookies, forwarding headers, a Content-Encoding, anything the
+// agent invents) are dropped. Authorization and Content-Type are the
+// proxy's own: the daemon's current token, and application/json without
+// parameters, since the body is the proxy's UTF-8 encoding of what it
+// checked (body-parser would otherwise decode it by the agent's charset).
+var forwarded = []string{"Accept", "Mcp-Session-Id", "Mcp-Protocol-Version", "Last-Event-Id"}
 
 // Stats counts what the proxy did, for the launch result and tests.
 type Stats struct {
@@ -102,7 +106,7 @@ type Stats struct {
 // Proxy serves one route.
 type Proxy struct {
 	route    bundle.Route
-	scope    scope
+	scope    Scope
 	token    *Token
 	limits   Limits
 	upstream *url.URL
@@ -170,7 +174,7 @@ func New(r bundle.Route, l Limits, tok *Token) (*Proxy, error) {
 	if tok == nil {
 		return nil, fmt.Errorf("route %s: no token holder for the daemon's bearer", r.Purpose)
 	}
-	p := &Proxy{route: r, scope: scope{methods: r.Methods, tools: r.Tools}, token: tok, upstream: u,
+	p := &Proxy{route: r, scope: Scope{Methods: r.Methods, Tools: r.Tools}, token: tok, upstream: u,
 		limits: l.withDefaults(), reached: map[net.Conn]bool{}}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -186,6 +190,7 @@ func New(r bundle.Route, l Limits, tok *Token) (*Proxy, error) {
 			}
 			f, _ := pr.In.Context().Value(forwardKey{}).(*forward)
 			pr.Out.Header.Set("Authorization", "Bearer "+f.token)
+			pr.Out.Header.Set("Content-Type", "application/json")
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			f, _ := resp.Request.Context().Value(forwardKey{}).(*forward)
@@ -257,30 +262,53 @@ func (p *Proxy) guard(next http.Handler) http.Handler {
 				}
 				return
 			}
-			if mt, _, _ := mime.ParseMediaType(req.Header.Get("Content-Type")); mt != "application/json" {
+			if why := plainJSON(req.Header); why != "" {
 				p.Stats.OutOfScope.Add(1)
-				refuse(http.StatusUnsupportedMediaType, "JSON-RPC bodies are application/json")
+				refuse(http.StatusUnsupportedMediaType, why)
 				return
 			}
-			c, rerr := p.scope.check(body)
-			if rerr != nil {
+			c, err := p.scope.Check(body)
+			if err != nil {
+				rerr, _ := errors.AsType[*RPCError](err)
 				p.Stats.Refused.Add(1)
 				p.Stats.OutOfScope.Add(1)
 				status := http.StatusOK // a JSON-RPC error answers each request
-				if c == nil || len(c.ids) == 0 {
+				if len(rerr.IDs) == 0 {
 					status = http.StatusBadRequest // nothing the client can match it to
 				}
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(status)
-				_, _ = w.Write(refusal(c, rerr))
+				_, _ = w.Write(refusal(rerr))
 				return
 			}
-			req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-			req = req.WithContext(context.WithValue(req.Context(), forwardKey{}, &forward{token: tok, listsTools: c.listsTools}))
+			// The checked value, re-encoded, is the body from here on.
+			req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(c.Body)), int64(len(c.Body))
+			req = req.WithContext(context.WithValue(req.Context(), forwardKey{}, &forward{token: tok, listsTools: c.ListsTools}))
 			p.Stats.Forwarded.Add(1)
 			next.ServeHTTP(w, req)
 		}
 	})
+}
+
+// plainJSON says why a request's headers do not declare a body the proxy
+// reads as the daemon would ("" if they do): application/json, in UTF-8
+// (the only charset parameter accepted, and no other), not compressed.
+// A body declared in another charset would be judged as UTF-8 here while
+// its sender meant something else; refusing it keeps the two the same.
+func plainJSON(h http.Header) string {
+	mt, params, err := mime.ParseMediaType(h.Get("Content-Type"))
+	if err != nil || mt != "application/json" || len(h.Values("Content-Type")) != 1 {
+		return "JSON-RPC bodies are application/json"
+	}
+	for k, v := range params {
+		if k != "charset" || !strings.EqualFold(v, "utf-8") {
+			return "JSON-RPC bodies are application/json in UTF-8, with no other parameter"
+		}
+	}
+	if ce := h.Values("Content-Encoding"); len(ce) > 0 && (len(ce) != 1 || !strings.EqualFold(ce[0], "identity")) {
+		return "JSON-RPC bodies are sent uncompressed"
+	}
+	return ""
 }
 
 // Serve runs the proxy on l until Close.
