@@ -34,7 +34,7 @@ const (
 	PathLayout       Code = "PP-PATH-LAYOUT"       // paths that must nest (session in sessionDir) do not
 	// State a sandbox writes and a later Pi reads.
 	StateShared       Code = "PP-STATE-SHARED"          // a per-agent state dir not named for the agent
-	StateSettings     Code = "PP-STATE-SETTINGS"        // the daemon's settings.json would load what a sandbox can write
+	StateSettings     Code = "PP-STATE-SETTINGS"        // the daemon's settings.json says what its allowlist does not (code a sandbox can write, a command)
 	CredentialContent Code = "PP-CRED-AUTHFILE-CONTENT" // an oauth-file auth.json holding more than OAuth credentials
 
 	// Git metadata checked against the repository on disk.

@@ -61,6 +61,7 @@ var execImporters = map[string]string{
 	"internal/testkit/testnet":       "test support: starts test hosts' processes inside the namespaces it made",
 	"internal/testkit/testcontainer": "test support: re-execs the test binary into the container's namespaces",
 	"test/cmd/fake-pi":               "test support: spawns copies of itself for the process-tree tests",
+	"internal/testkit/gitplant":      "test support: builds repositories with real git and runs the daemon's host git commands on them",
 }
 
 // TestSupport are the fakes, test worlds and probes. The product never
@@ -75,6 +76,7 @@ var TestSupport = []string{
 	"internal/testkit/piproto",
 	"internal/testkit/localexec",
 	"internal/testkit/chunks",
+	"internal/testkit/gitplant",
 	"internal/testkit/probe",
 	"test/cmd/paseo-probe",
 	"test/cmd/paseo-flood",

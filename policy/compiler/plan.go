@@ -52,7 +52,7 @@ type compilation struct {
 	erofsDirs []string
 	// set when a Git fact was refused: its config and hooks are not looked for
 	gitRefused bool
-	// the projected settings.json, checked once every bind is known
+	// the projected settings.json, checked once every mount is known
 	settings *source
 }
 
@@ -258,6 +258,8 @@ func (c *compilation) mounts(p *grant.Plan) {
 	for _, b := range binds {
 		c.checkDestination(b)
 	}
+	// Last: a shell settings.json names must lie outside every mount.
+	c.checkSettings(p)
 }
 
 // reservedDest are sandbox paths a fact-driven bind may not cover or sit in.
@@ -364,7 +366,6 @@ func (c *compilation) binds() []grant.Mount {
 		out = append(out, c.cacheBind(out)...)
 	}
 	c.agentDirApart(out)
-	c.checkSettings(out)
 	return out
 }
 

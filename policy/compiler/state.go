@@ -6,7 +6,6 @@ import (
 	"path"
 	"slices"
 	"strconv"
-	"strings"
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/pathform"
@@ -18,7 +17,8 @@ import (
 // state"). Pi loads code from its agent dir at start (extensions/*.ts, the
 // packages and extensions settings.json names, api_key values starting with
 // "!" in auth.json and models.json, which it runs as shell commands), so a
-// sandbox must never write a file a later Pi reads as configuration:
+// sandbox must never write a file a later Pi reads as configuration (and
+// the daemon's settings.json may say only what settings.go allows):
 //
 //   - the agent dir is a projection: a private tmpfs per sandbox, with the
 //     profile's agentFiles bound read-only from the host agent dir. Whatever
@@ -148,67 +148,6 @@ func (c *compilation) agentDirApart(binds []grant.Mount) {
 		if pathform.Beneath(dir, g.Destination) || pathform.Beneath(g.Destination, dir) {
 			c.diags.Addf(diag.PathLayout, "state.agentDir", "the agent dir must lie apart from every read-write bind; it overlaps %s", g.Fact)
 			return
-		}
-	}
-}
-
-// settingsBytes bounds the settings.json the compiler reads.
-const settingsBytes = 64 << 10
-
-// settingsCode are the settings.json keys whose entries Pi loads as code or
-// instructions at start: paths, or packages given as a path or {source}.
-var settingsCode = []string{"packages", "extensions", "skills", "prompts", "themes"}
-
-// checkSettings refuses a projected settings.json that would load what a
-// sandbox can write: project resources of a workspace other agents share
-// (defaultProjectTrust "always"), or code from a path in a read-write bind,
-// where this or another agent could have planted it. Relative, ~ and
-// npm:/git: entries resolve in the sandbox's private projection and home.
-func (c *compilation) checkSettings(binds []grant.Mount) {
-	if c.settings == nil {
-		return
-	}
-	const fact = "state.agentDir/settings.json"
-	data, err := c.res.ReadSmall(rootOf(c.dep.Roots.State, c.settings.host), c.settings.host, settingsBytes)
-	var set map[string]json.RawMessage
-	if err == nil {
-		err = json.Unmarshal(data, &set)
-	}
-	if err != nil || set == nil {
-		c.diags.Addf(diag.StateSettings, fact, "settings.json must be a JSON object of at most %d bytes", settingsBytes)
-		return
-	}
-	var trust string
-	if json.Unmarshal(set["defaultProjectTrust"], &trust) == nil && trust == "always" {
-		c.diags.Addf(diag.StateSettings, fact, "defaultProjectTrust \"always\" would load the workspace's .pi extensions, which other agents sharing it can write")
-	}
-	var rw []grant.Mount
-	for _, g := range binds {
-		if g.IsBind() && !g.ReadOnly() {
-			rw = append(rw, g)
-		}
-	}
-	for _, key := range settingsCode {
-		var entries []json.RawMessage
-		if raw, ok := set[key]; ok && json.Unmarshal(raw, &entries) != nil {
-			c.diags.Addf(diag.StateSettings, fact, "%s must be a list", key)
-			continue
-		}
-		for _, e := range entries {
-			var p string
-			var obj struct {
-				Source string `json:"source"`
-			}
-			if json.Unmarshal(e, &p) != nil && json.Unmarshal(e, &obj) == nil {
-				p = obj.Source
-			}
-			p = strings.TrimLeft(p, "!+-")
-			for _, g := range rw {
-				if strings.HasPrefix(p, "/") && (pathform.Beneath(g.Destination, path.Clean(p)) || pathform.Beneath(path.Clean(p), g.Destination)) {
-					c.diags.Addf(diag.StateSettings, fact, "%s names a path in %s, which the sandbox can write: planted code would load in a later Pi", key, g.Fact)
-					break
-				}
-			}
 		}
 	}
 }

@@ -64,6 +64,17 @@ func writeMarker(t *testing.T, dir, marker string) {
 // edit applied to its config.json first, and returns the agent's stdout.
 func bareRunsc(t *testing.T, s *sandbox, edit func(*rspec.Spec), swap func()) string {
 	t.Helper()
+	out, stderr, err := bareRunscErr(t, s, edit, swap)
+	if err != nil {
+		t.Fatalf("runsc run: %v\nstderr: %s", err, stderr)
+	}
+	return out
+}
+
+// bareRunscErr is bareRunsc for a run that may fail: runsc's error and
+// stderr are returned, not fatal.
+func bareRunscErr(t *testing.T, s *sandbox, edit func(*rspec.Spec), swap func()) (string, string, error) {
+	t.Helper()
 	plan, err := launchplan.Load(s.bundle)
 	if err != nil {
 		t.Fatal(err)
@@ -103,10 +114,8 @@ func bareRunsc(t *testing.T, s *sandbox, edit func(*rspec.Spec), swap func()) st
 	cmd := rs.command(id, run.dir)
 	var out, errb bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(""), &out, &errb
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("runsc run: %v\nstderr: %s", err, errb.String())
-	}
-	return out.String()
+	err = cmd.Run()
+	return out.String(), errb.String(), err
 }
 
 func mustReadFile(t *testing.T, p string) []byte {

@@ -1,0 +1,83 @@
+package gitplant
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// The controls: every surface, planted on the host as a sandbox would,
+// runs its payload under the daemon commands it lists, and those only; a
+// surface that runs nothing says why. A protection is then tested by
+// planting from inside the sandbox and finding no marker.
+func TestPlantsRunOnHost(t *testing.T) {
+	out, err := exec.Command("git", "version").Output()
+	if err != nil {
+		t.Fatalf("git: %v", err)
+	}
+	// Which surfaces execute depends on git's version; the table was found
+	// with this one, and another may differ in either direction.
+	if v := strings.TrimSpace(string(out)); v != "git version 2.39.5" {
+		t.Logf("host %s; the catalogue was verified with git 2.39.5", v)
+	}
+	names := map[string]bool{}
+	for _, s := range Surfaces {
+		if names[s.Name] {
+			t.Fatalf("surface %q twice", s.Name)
+		}
+		names[s.Name] = true
+		t.Run(s.Name, func(t *testing.T) {
+			l := New(t)
+			res := l.Trigger(t, s)
+			var ran []string
+			for _, c := range Commands {
+				r := res[c.Name]
+				if len(r.Markers) > 0 {
+					ran = append(ran, c.Name)
+					t.Logf("%s ran %v", c.Name, r.Markers)
+				}
+				if want, ok := s.Shows[c.Name]; ok && !strings.Contains(r.Out, want) {
+					t.Errorf("%s printed %q, want it to hold %q (err %v)", c.Name, r.Out, want, r.Err)
+				}
+			}
+			if diff := cmp.Diff(s.Runs, ran); diff != "" {
+				t.Errorf("commands that ran the payload (-want +got):\n%s", diff)
+			}
+			if len(s.Runs) == 0 && s.Why == "" {
+				t.Error("a surface that runs nothing must say why")
+			}
+		})
+	}
+}
+
+// Of all hooks, the daemon's commands run only post-index-change (status
+// and diff write a refreshed index); git 2.39 has no other hook there.
+func TestOnlyPostIndexChangeHook(t *testing.T) {
+	l := New(t)
+	i := slices.IndexFunc(Surfaces, func(s Surface) bool { return strings.HasPrefix(s.Name, "hooks/") })
+	for cmd, r := range l.Trigger(t, Surfaces[i]) {
+		if len(r.Markers) > 0 && !slices.Equal(r.Markers, []string{"post-index-change"}) {
+			t.Errorf("%s ran hooks %v", cmd, r.Markers)
+		}
+	}
+}
+
+// Without a plant no layout runs anything and every command works: the
+// markers above come from the plants, not from the builders.
+func TestLayoutsAloneRunNothing(t *testing.T) {
+	l := New(t)
+	for _, spec := range []Spec{{}, {EmptyTemplate: true}, {WorktreeConfig: true, Fsmonitor: true, Linked: []string{"wt1", "wt2"}}, {Submodule: "sub"}} {
+		r := l.Build(t, spec)
+		wts := append([]string{""}, spec.Linked...)
+		for _, wt := range wts {
+			for _, c := range Commands {
+				if res := l.Run(t, c, r.Worktree(wt)); res.Err != nil || len(res.Markers) > 0 {
+					t.Errorf("layout %+v, worktree %q, %s: err %v, markers %v\n%s", spec, wt, c.Name, res.Err, res.Markers, res.Out)
+				}
+			}
+		}
+	}
+}
