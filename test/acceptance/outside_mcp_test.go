@@ -35,7 +35,7 @@ import (
 func init() { registerOutside("mcp", mcpAttacks) }
 
 func mcpAttacks(t *testing.T, s *scene) []OutsideAttack {
-	return []OutsideAttack{s.createAgentThroughRoute(t)}
+	return append([]OutsideAttack{s.createAgentThroughRoute(t)}, s.respellThroughRoute(t)...)
 }
 
 var mcpRoutePool = netip.MustParsePrefix("10.213.81.0/30")

@@ -20,8 +20,8 @@ import (
 
 // The families share the scene's uplink, and a sandbox link lingers until
 // its test's cleanup, so each family's address pools are its own:
-// scene 10.213.77.0/30, floods 10.213.78-80.0/30, mcp 10.213.81.0/30,
-// neighbour 10.213.82.0/29.
+// scene 10.213.77.0/30, floods 10.213.78-80.0/30, mcp 10.213.81.0/30 and
+// 10.213.81.4/30 (respelled calls), neighbour 10.213.82.0/29.
 
 // OutsideAttack is one attack's tally.
 type OutsideAttack struct {
