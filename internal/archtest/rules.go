@@ -62,6 +62,7 @@ var execImporters = map[string]string{
 	"internal/testkit/testcontainer": "test support: re-execs the test binary into the container's namespaces",
 	"test/cmd/fake-pi":               "test support: spawns copies of itself for the process-tree tests",
 	"internal/testkit/gitplant":      "test support: builds repositories with real git and runs the daemon's host git commands on them",
+	"internal/testkit/mcpstandin":    "test support: npm ci of test/mcpstandin's lock, and node running the stand-in of Paseo's MCP endpoint",
 }
 
 // TestSupport are the fakes, test worlds and probes. The product never
@@ -77,6 +78,9 @@ var TestSupport = []string{
 	"internal/testkit/localexec",
 	"internal/testkit/chunks",
 	"internal/testkit/gitplant",
+	"internal/testkit/mcpstandin",
+	"internal/testkit/rawroute",
+	"internal/testkit/respell",
 	"internal/testkit/probe",
 	"test/cmd/paseo-probe",
 	"test/cmd/paseo-flood",
