@@ -10,8 +10,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 
@@ -262,7 +264,9 @@ func (f Files) Verify() error {
 // f's manifest.json): a caller that holds the decoded manifest does not
 // decode it again.
 func (f Files) VerifyAgainst(m *Manifest) error {
-	for name, want := range m.Outputs {
+	// In name order: the first mismatch reported is the same every run.
+	for _, name := range slices.Sorted(maps.Keys(m.Outputs)) {
+		want := m.Outputs[name]
 		data, ok := f[name]
 		if !ok {
 			return fmt.Errorf("bundle lacks %s listed in the manifest", name)
