@@ -43,6 +43,7 @@ func (c *compilation) checkGitLayout(gitdir source, common *source, alts []sourc
 	if !ok {
 		return
 	}
+	c.gitDot = dotgit
 	target, from := dotgit.path, "the cwd's .git directory (a main worktree)"
 	if !dotgit.dir {
 		var err error
