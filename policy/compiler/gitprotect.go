@@ -73,13 +73,16 @@ func (c *compilation) gitBinds(granted []grant.Mount) []grant.Mount {
 	if !slices.ContainsFunc(granted, func(g grant.Mount) bool { return g.Fact == "workspace.cwd" }) {
 		return nil
 	}
+	var out []grant.Mount
+	if m, ok := c.dotGitPlaceholder(); ok {
+		out = append(out, m)
+	}
 	l, ok := c.gitLayoutOf()
 	if !ok {
-		return nil
+		return out
 	}
-	var out []grant.Mount
 	if l.write {
-		out = c.repoView(l)
+		out = append(out, c.repoView(l)...)
 	} else {
 		out = append(out, bind(l.gitdir.dest, l.gitdir.host, grant.RO, "the worktree's Git dir, read-only: facts grant Git inspection only", l.gitdir.fact))
 		if l.linked {
@@ -106,7 +109,7 @@ func (c *compilation) gitLayoutOf() (gitLayout, bool) {
 		return gitLayout{}, false
 	}
 	p := f.Workspace.Cwd + "/.git"
-	if !c.src.exists(p, "workspace", roots) {
+	if !c.src.exists(p, "workspace", roots) || c.isPlaceholder(p) {
 		return gitLayout{}, false
 	}
 	id, err := c.gitResolve(p)
@@ -143,6 +146,35 @@ func (c *compilation) gitLayoutOf() (gitLayout, bool) {
 		return gitLayout{}, false
 	}
 	return gitLayout{gitdir: s, repo: s, worktree: f.Workspace.Cwd, dotgit: dg, write: true, fact: "workspace.cwd/.git"}, true
+}
+
+// dotGitPlaceholder covers a cwd without a .git of its own (a workspace
+// that is no repository, or a subdirectory of a worktree) with an empty,
+// read-only tmpfs at <cwd>/.git. Otherwise the agent could make one, with a
+// config naming its payload, and the daemon's next git in the cwd would
+// find it before any repository above. runsc makes the mount point on the
+// host, an empty directory of root's, which Git passes over as it passes
+// over any .git without HEAD (and so does the compiler: isPlaceholder).
+func (c *compilation) dotGitPlaceholder() (grant.Mount, bool) {
+	cwd := c.facts.Workspace.Cwd
+	if code, _ := pathform.Check(cwd); code != "" {
+		return grant.Mount{}, false
+	}
+	p := cwd + "/.git"
+	if c.src.exists(p, "workspace", c.dep.Roots.Workspace) && !c.isPlaceholder(p) {
+		return grant.Mount{}, false
+	}
+	// The sandbox user's, so that read-only is what refuses its writes.
+	uid, gid := c.ownerOptions()
+	return grant.Mount{Destination: p, Type: "tmpfs", Source: "tmpfs", Options: []string{"ro", "nosuid", "nodev", "noexec", "mode=0755", uid, gid, "size=4096"},
+		Provenance: why("an empty .git the sandbox cannot write: a .git made here would be the repository the daemon's git finds in the cwd", "workspace.cwd")}, true
+}
+
+// isPlaceholder reports a .git directory without HEAD: not a Git dir to
+// Git's discovery, which goes on to the parent (setup.c is_git_directory).
+func (c *compilation) isPlaceholder(p string) bool {
+	id, err := c.gitResolve(p)
+	return err == nil && id.Kind == pathsafe.Dir && !c.gitExists(p+"/HEAD")
 }
 
 // repoView binds the repository read-only with its data read-write

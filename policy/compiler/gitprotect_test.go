@@ -145,6 +145,32 @@ func TestGitControlDataProtected(t *testing.T) {
 		})
 	}
 
+	// From a subdirectory of the worktree the cwd has no .git of its own:
+	// an empty read-only one, so the agent cannot make the repository the
+	// daemon's git would find first.
+	t.Run("from a subdirectory", func(t *testing.T) {
+		if err := os.MkdirAll(s.path(feature+"/sub"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		res, diags := s.compileResult(t, feature+"/sub", map[string]any{"gitdir": common + "/worktrees/proj-feature", "commondir": common, "write": true})
+		if len(diags) > 0 {
+			t.Fatalf("refused: %v", diags)
+		}
+		ms := mountsOf(res)
+		if m := mountAt(ms, s.path(feature+"/sub/.git")); m == nil || m.Type != "tmpfs" || !slices.Contains(m.Options, "ro") {
+			t.Errorf("no read-only placeholder at the cwd's .git: %+v", m)
+		}
+		checkRepoProtected(t, s, ms, s.path(common), common, common+"/worktrees/proj-feature")
+		// The placeholder runsc leaves on the host (an empty directory)
+		// is passed over next time, as Git passes over it.
+		if err := os.Mkdir(s.path(feature+"/sub/.git"), 0o555); err != nil {
+			t.Fatal(err)
+		}
+		if _, diags := s.compileResult(t, feature+"/sub", map[string]any{"gitdir": common + "/worktrees/proj-feature", "commondir": common, "write": true}); len(diags) > 0 {
+			t.Fatalf("refused with the placeholder left: %v", diags)
+		}
+	})
+
 	// Read-only Git facts: nothing of the repository is writable, and the
 	// pointer and submodule are pinned all the same.
 	t.Run("read-only facts", func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
 
+	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/compiler/pathsafe"
 )
@@ -355,4 +356,40 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// A workspace that is no repository gets an empty read-only .git: the
+// agent can neither make a repository there nor remove the mount point,
+// and what runsc leaves on the host is an empty directory Git passes over.
+func TestGitPlaceholderInRunsc(t *testing.T) {
+	script := `W=$PASEO_AGENT_CWD
+try() { l=$1; shift; if o=$("$@" 2>&1); then echo "$l=ok"; else echo "$l=$o"; fi; }
+try config-create /bin/busybox sh -c "echo '[core]' > $W/.git/config"
+try dir-create /bin/busybox mkdir $W/.git/objects
+try rename /bin/busybox mv $W/.git $W/.git.old
+try rmdir /bin/busybox rmdir $W/.git
+`
+	sc := testbundle.New(t, testbundle.Options{Argv: testbundle.Script(script), FactsPatch: `{"workspace":{"git":null}}`,
+		Prepare: func(t testing.TB, host string) {
+			if err := os.Remove(filepath.Join(host, "srv/paseo/workspace/proj-feature/.git")); err != nil {
+				t.Fatal(err)
+			}
+		}})
+	s := &sandbox{host: sc.Host, bundle: sc.Bundle, state: sc.State, runsc: sc.Runsc}
+	res, out, stderr, err := s.launch(t, staticSecret("sk"))
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("launch: %v %+v\n%s\n%s", err, res, out, stderr)
+	}
+	got := outcomes(out)
+	for label, want := range map[string]string{"config-create": "Read-only file system", "dir-create": "Read-only file system", "rename": "Device or resource busy", "rmdir": "Device or resource busy"} {
+		if !strings.Contains(got[label], want) {
+			t.Errorf("%s: got %q, want %q", label, got[label], want)
+		}
+	}
+	dotgit := filepath.Join(sc.Workspace(), ".git")
+	entries, err := os.ReadDir(dotgit)
+	if err != nil || len(entries) != 0 {
+		t.Errorf("host %s: %v %v, want the empty mount point runsc made", dotgit, entries, err)
+	}
+	s.assertClean(t)
 }
