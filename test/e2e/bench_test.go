@@ -13,8 +13,12 @@ package e2e
 //
 //   - BenchmarkPiSandboxedFirstResponse: launcher.Launch → response, network
 //     mode sandbox, exactly as the e2e tests launch Pi.
-//   - BenchmarkPiHostFirstResponse (bench_host_test.go): the same Pi as a
-//     plain host process, exec → response, the baseline of the target.
+//   - BenchmarkPiHostFirstResponse (bench_host_test.go): the same Pi (the
+//     image's bundle) as a plain host process, exec → response: gVisor's
+//     own share.
+//   - BenchmarkPiStockHostFirstResponse: the same host process running
+//     Pi's unbundled entry (dist/cli.js, as npm installs it on a user's
+//     host): the baseline of the target.
 //
 // Knobs (environment; scripts/bench-pi.sh sets them):
 //
@@ -67,9 +71,14 @@ func BenchmarkPiSandboxedFirstResponse(b *testing.B) {
 	b.ReportMetric(float64(total.Nanoseconds())/float64(n), "first-response-ns")
 }
 
-func BenchmarkPiHostFirstResponse(b *testing.B) {
+func BenchmarkPiHostFirstResponse(b *testing.B) { benchHost(b, false) }
+
+func BenchmarkPiStockHostFirstResponse(b *testing.B) { benchHost(b, true) }
+
+func benchHost(b *testing.B, stock bool) {
 	e := newBenchEnv(b)
 	o := benchOptionsFromEnv(b)
+	o.stock = stock
 	sc := e.benchScene(b)
 	for range o.warmup {
 		hostStart(b, e, sc, o, "")
@@ -89,6 +98,7 @@ type benchOptions struct {
 	warmup int
 	clear  []string
 	seed   bool
+	stock  bool // host only: Pi's unbundled entry instead of the bundle
 }
 
 func benchOptionsFromEnv(tb testing.TB) benchOptions {

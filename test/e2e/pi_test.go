@@ -46,6 +46,11 @@ type imageInfo struct {
 	Version string `json:"version"`
 	Digest  string `json:"digest"`
 	Rootfs  string `json:"rootfs"`
+	// Pi as one file in the image (docs/image.md, "The Pi bundle").
+	Bundle struct {
+		File   string `json:"file"`
+		Digest string `json:"digest"`
+	} `json:"bundle"`
 	// The image's EROFS files, as the registry's image.erofs names them.
 	Erofs []struct {
 		Dir    string `json:"dir"`

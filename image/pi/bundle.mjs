@@ -1,0 +1,116 @@
+// node image/pi/bundle.mjs ESBUILD PKGDIR
+//
+// Bundles Pi (PKGDIR: the installed @earendil-works/pi-coding-agent) into
+// PKGDIR/dist/pi.bundle.js with esbuild (ESBUILD: the path of the pinned
+// esbuild package), so a start reads one file instead of ~2,000 modules
+// (docs/image.md, "The Pi bundle"). The bundle sits in Pi's own dist/
+// directory because Pi finds its assets (package.json, themes, the HTML
+// export templates, docs) by walking up from its own file; the installed
+// tree stays as it is beside it (extensions' own dependencies, assets, the
+// stock dist/cli.js).
+//
+// Three changes to what esbuild reads, each found exactly where expected or
+// the build fails (a new Pi must be looked at again):
+//
+//  1. Pi's extension loader gives jiti `alias` paths to Pi's packages on
+//     disk (dist/index.js, pi-ai's compat.js, ...). From the bundle those
+//     files would be second copies of Pi's modules, so the loader instead
+//     passes the module namespaces it already imports (VIRTUAL_MODULES, the
+//     table Pi builds for its Bun binary, with the same specifiers as the
+//     aliases): an extension gets the very instances the bundle runs.
+//  2. pi-ai loads its Bedrock provider and  OAuth flows through a
+//     variable specifier relative to its own file, which from the bundle
+//     would name files that do not exist; they become literal imports that
+//     esbuild bundles, still evaluated only when first used.
+//  3. photon-node stays external: it reads its wasm relative to its own
+//     file (__dirname), so Node loads it from node_modules.
+//
+// Also written: PKGDIR/dist/image-resize-worker.js, the image-resize worker
+// Pi starts from its own directory (new URL("./image-resize-worker.js")).
+//
+// The output depends only on the inputs (esbuild is deterministic, paths in
+// it are relative to PKGDIR's node_modules tree).
+import { createRequire } from "node:module";
+import * as fs from "node:fs";
+import * as path from "node:path";
+
+const [esbuildDir, pkgDir] = process.argv.slice(2);
+if (!esbuildDir || !pkgDir) {
+	console.error("usage: bundle.mjs ESBUILD_PACKAGE_DIR PI_PACKAGE_DIR");
+	process.exit(2);
+}
+const esbuild = createRequire(path.join(esbuildDir, "package.json"))(esbuildDir);
+const pkg = path.resolve(pkgDir);
+const modules = path.dirname(path.dirname(pkg)); // .../node_modules
+
+// [file under node_modules, from, to, expected count (-1: at least one),
+// a call that must be gone afterwards]
+const patches = [
+	[
+		"@earendil-works/pi-coding-agent/dist/core/extensions/loader.js",
+		/: \{ alias: getAliases\(\) \}\),/g,
+		": { virtualModules: VIRTUAL_MODULES }),",
+		1,
+		/alias: getAliases/g,
+	],
+	[
+		"@earendil-works/pi-ai/dist/api/bedrock-converse-stream.lazy.js",
+		/importNodeOnlyApi\("(\.\/[A-Za-z0-9_.-]+)\.ts"\)/g,
+		'import("$1.js")',
+		1,
+		/importNodeOnlyApi\(/g,
+	],
+	[
+		"@earendil-works/pi-ai/dist/auth/oauth/load.js",
+		/importOAuthModule\("(\.\/[A-Za-z0-9_.-]+)\.ts"\)/g,
+		'import("$1.js")',
+		-1,
+		/importOAuthModule\(/g,
+	],
+];
+const patchFiles = new Map(patches.map((p) => [path.join(modules, p[0]), p]));
+const seen = new Set();
+const patch = {
+	name: "paseo-pi-patches",
+	setup(build) {
+		build.onLoad({ filter: /\.js$/ }, (args) => {
+			const p = patchFiles.get(args.path);
+			if (!p) return undefined;
+			const [name, from, to, want, gone] = p;
+			const src = fs.readFileSync(args.path, "utf8");
+			const n = (src.match(from) || []).length;
+			const out = src.replace(from, to);
+			const left = (out.match(gone) || []).length;
+			if ((want > 0 && n !== want) || (want < 0 && n < 1) || left !== 0) {
+				throw new Error(`${name}: expected ${want < 0 ? "at least 1" : want} match(es) of ${from}, found ${n} (${left} left over): a new Pi needs this patch looked at again`);
+			}
+			seen.add(name);
+			return { contents: out, loader: "js" };
+		});
+	},
+};
+
+const result = await esbuild.build({
+	absWorkingDir: pkg,
+	entryPoints: { "pi.bundle": "dist/cli.js", "image-resize-worker": "dist/utils/image-resize-worker.js" },
+	outdir: "dist",
+	bundle: true,
+	platform: "node",
+	format: "esm",
+	target: "node22",
+	external: ["@silvia-odwyer/photon-node"],
+	// CommonJS modules in the bundle require Node's built-ins; an ESM file
+	// has no require of its own.
+	banner: {
+		js: 'import { createRequire as __paseoCreateRequire } from "node:module";\nconst require = __paseoCreateRequire(import.meta.url);',
+	},
+	legalComments: "eof",
+	logLevel: "warning",
+	metafile: true,
+	plugins: [patch],
+});
+for (const p of patches) {
+	if (!seen.has(p[0])) throw new Error(`${p[0]} was not part of the bundle: a new Pi needs the patches looked at again`);
+}
+const out = Object.entries(result.metafile.outputs).map(([f, o]) => `${f} ${o.bytes} bytes`);
+console.log(`bundled ${Object.keys(result.metafile.inputs).length} modules: ${out.join(", ")}`);
