@@ -7,6 +7,7 @@ import (
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/pathform"
+	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/compiler/gitindex"
 	"paseo.dev/paseo-policy/policy/compiler/pathsafe"
 	"paseo.dev/paseo-policy/policy/grant"
@@ -216,6 +217,10 @@ func (c *compilation) repoView(l gitLayout) []grant.Mount {
 		Options:    []string{"nosuid", "nodev", "noexec", "mode=0755", uid, gid, "size=" + strconv.FormatInt(c.limits.TmpfsBytes, 10)},
 		Provenance: why("the worktree's Git dir, private to this sandbox and seeded by the start script: the agent's HEAD, index and per-worktree state never reach the host's, which host git reads", l.gitdir.fact)})
 	seed := gitRepoView
+	if !l.linked {
+		out = append(out, grant.Mount{Destination: gitRepoView + "/HEAD", Type: "bind", Source: bundle.GitHeadFile, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
+			Provenance: why("generated: the repository's view is the sandbox's commondir, whose HEAD Git takes for another worktree's; one naming no branch leaves the agent's own branch free to check out", l.fact)})
+	}
 	if l.linked {
 		seed = gitSeed
 		out = append(out, bind(gitSeed, l.gitdir.host, grant.RO, "the worktree's real Git dir, read-only: what the start script copies into the private one", l.gitdir.fact))
