@@ -31,6 +31,14 @@
 #      and the same wake as the daemon sees it (bench_wake_supervisor_test.go):
 #      attach (which wakes it) -> write get_state -> its response, through
 #      the supervisor and the holder.
+#   5. A/B of the image: the sandboxed start on the image as built (A)
+#      against a variant of it made here (B), ROUNDS rounds, the order
+#      alternating: "stock", the image's pi.bundle.js replaced by a module
+#      that imports Pi's own dist/cli.js (the stock Pi under gVisor). A
+#      variant is a copy of .image/ under the temp dir with its own digest
+#      and the EROFS files of the directories it changed rebuilt
+#      (PI_BENCH_IMAGE, test/e2e/bench_test.go). VARIANTS (default "stock")
+#      picks them.
 #
 # Exits 0 whether or not the target is met (it is a benchmark); the target
 # is printed as MET or MISSED. Knobs (environment): ROUNDS (samples of every
@@ -49,7 +57,8 @@ skip=" ${SKIP:-} "
 ((rounds >= 5)) || echo "bench-pi: note: ROUNDS=$rounds; the target asks for a median of at least 5"
 
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'rm -rf --one-file-system "$tmp"' EXIT
+ab_lines=()
 
 # shellcheck source=scripts/benchlib.sh
 . scripts/benchlib.sh
@@ -182,6 +191,64 @@ if [[ $skip != *" 4 "* ]]; then
   echo "   through the supervisor (attach -> first reply) s: $(samples "$tmp/wake.m" BenchmarkPiWakeThroughSupervisor first-response-ns)"
 fi
 
+# --- 5. A/B of image variants ---------------------------------------------------------
+# variant NAME DIRS FN: a copy of the image at $tmp/img-NAME, FN applied to
+# its rootfs (FN ROOTFS), the EROFS files of DIRS (of /usr, /opt) rebuilt as
+# image/build.sh writes them and the others linked, image.json rewritten.
+variant() {
+  local name=$1 dirs=$2 fn=$3 d=$tmp/img-$1 dir sum old digest
+  mkdir -p "$d/erofs"
+  cp -a .image/rootfs "$d/rootfs"
+  "$fn" "$d/rootfs"
+  digest=$(image/digest.sh "$d/rootfs")
+  sed -e "s|^  \"digest\": \"sha256:[0-9a-f]*\",\$|  \"digest\": \"$digest\",|" -e "s|^  \"rootfs\": \"[^\"]*\",|  \"rootfs\": \"$d/rootfs\",|" .image/image.json >"$d/image.json"
+  for dir in usr opt; do
+    if [[ " $dirs " == *" $dir "* ]]; then
+      mkfs.erofs --quiet -E noinline_data -T "$(sed -n 's/^  "epoch": \([0-9]*\),$/\1/p' .image/image.json)" -x -1 "$d/erofs/$dir.erofs" "$d/rootfs/$dir" >&2
+      chmod 0444 "$d/erofs/$dir.erofs"
+    else
+      ln .image/erofs/$dir.erofs "$d/erofs/$dir.erofs"
+    fi
+    sum=sha256:$(sha256sum "$d/erofs/$dir.erofs" | cut -d' ' -f1)
+    old=$(grep -o "\"dir\": \"/$dir\", \"file\": \"[^\"]*\", \"digest\": \"[^\"]*\"" "$d/image.json")
+    sed -i "s|$old|\"dir\": \"/$dir\", \"file\": \"$d/erofs/$dir.erofs\", \"digest\": \"$sum\"|" "$d/image.json"
+  done
+}
+# stock: the wrapper's pi.bundle.js runs Pi's own entry, unbundled.
+variant_stock() {
+  printf 'import "./cli.js";\n' >"$1/opt/pi/node_modules/@earendil-works/pi-coding-agent/dist/pi.bundle.js"
+}
+variants=${VARIANTS-stock}
+if [[ $skip != *" 5 "* && -n $variants ]]; then
+  echo
+  echo "== 5. A/B of the image: the sandboxed start on the image (A) and on a variant (B), $rounds rounds, order alternating"
+  chmod 0755 "$tmp"
+  for v in $variants; do
+    case $v in
+    stock) variant stock opt variant_stock ;;
+    *) echo "   unknown variant $v" >&2; continue ;;
+    esac
+    for ((r = 0; r < rounds; r++)); do
+      if ((r % 2 == 0)); then
+        bench "$tmp/ab-$v-A.txt" "$sandboxed" 1x
+        bench "$tmp/ab-$v-B.txt" "$sandboxed" 1x PI_BENCH_IMAGE="$tmp/img-$v"
+      else
+        bench "$tmp/ab-$v-B.txt" "$sandboxed" 1x PI_BENCH_IMAGE="$tmp/img-$v"
+        bench "$tmp/ab-$v-A.txt" "$sandboxed" 1x
+      fi
+    done
+    metrics "$tmp/ab-$v-A.txt" >"$tmp/ab-$v-A.m"
+    metrics "$tmp/ab-$v-B.txt" >"$tmp/ab-$v-B.m"
+    a=$(metric "$tmp/ab-$v-A.m" $S first-response-ns)
+    b=$(metric "$tmp/ab-$v-B.m" $S first-response-ns)
+    pr=$(paste <(awk -v n=$S '$1 == n { print $3 }' "$tmp/ab-$v-B.m") <(awk -v n=$S '$1 == n { print $3 }' "$tmp/ab-$v-A.m") |
+      awk '{ printf "%.4f\n", $1 / $2 }' | median | awk '{ if ($1 == "NaN") print "n/a"; else printf "%.2f", $1 }')
+    echo "   $v: A (image) s: $(samples "$tmp/ab-$v-A.m" $S first-response-ns)"
+    echo "   $v: B (variant) s: $(samples "$tmp/ab-$v-B.m" $S first-response-ns)"
+    ab_lines+=("A/B $v: sandboxed image $(s "$a") s, variant $(s "$b") s, variant/image $(ratio "$b" "$a") (per round $pr)")
+  done
+fi
+
 # --- summary -----------------------------------------------------------------------
 echo
 echo "== summary (medians; load average now: $(cut -d' ' -f1-3 /proc/loadavg))"
@@ -206,4 +273,5 @@ if [[ $skip != *" 4 "* ]]; then
   ws=$(metric "$tmp/wake.m" BenchmarkPiWakeThroughSupervisor first-response-ns)
   echo "wake through the supervisor (attach -> first reply): $(s "$ws") s; vs stock host start: $(ratio "$ws" "$stock_ns"); vs launcher.Wake alone: $(ratio "$ws" "$wk")"
 fi
+for l in "${ab_lines[@]}"; do echo "$l"; done
 exit 0

@@ -32,6 +32,9 @@ package e2e
 //	PI_BENCH_SEED     1: after PI_BENCH_CLEAR, copy the image's jiti seed
 //	                  (/opt/pi-jiti-seed) into the agent's cache dir, as a
 //	                  daemon would for a new agent
+//	PI_BENCH_IMAGE    a directory laid out as .image/ (image.json, rootfs,
+//	                  erofs/): the image to run instead, one of the
+//	                  script's variants for an A/B
 //	PI_BENCH_STRACE   host benchmark only: a file; Pi runs under
 //	                  `strace -f` writing to it; PI_BENCH_STRACE_SET is
 //	                  its -e trace= set (default: file syscalls, reads,

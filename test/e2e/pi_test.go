@@ -62,6 +62,10 @@ type imageInfo struct {
 func image(t testing.TB) imageInfo {
 	t.Helper()
 	p := testbundle.Repo(t, ".image/image.json")
+	if v := os.Getenv("PI_BENCH_IMAGE"); v != "" {
+		// make bench-pi's variants of the image (scripts/bench-pi.sh).
+		p = filepath.Join(v, "image.json")
+	}
 	data, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatalf("the Pi image is missing (%v): run `make image` (make e2e-pi does)", err)
