@@ -287,10 +287,13 @@ ESBUILD_BINARY_PATH=$esb/node_modules/@esbuild/linux-x64/bin/esbuild PATH=$rootf
 	node "$here/pi/bundle.mjs" "$esb/node_modules/esbuild" "$pi_pkg" >&2 || die "bundling Pi failed"
 for f in "$bundle" "$pi_dist/image-resize-worker.js"; do
 	[[ -f $rootfs$f ]] || die "the bundler did not write $f"
-	chown 0:0 "$rootfs$f"
-	chmod 0644 "$rootfs$f"
 done
-bundle_digest=sha256:$(sha256sum "$rootfs$bundle" | cut -d' ' -f1)
+# The bundle's files: the two entries and their chunks. Their digest is the
+# sha256 of their sha256sum listing by name (image/verify.sh recomputes it).
+bundle_files() { (cd "$1" && find . -maxdepth 1 -type f \( -name pi.bundle.js -o -name 'pi.chunk-*.js' -o -name image-resize-worker.js \) -printf '%f\n' | sort); }
+mapfile -t bfiles < <(bundle_files "$rootfs$pi_dist")
+(cd "$rootfs$pi_dist" && chown 0:0 "${bfiles[@]}" && chmod 0644 "${bfiles[@]}")
+bundle_digest=sha256:$(cd "$rootfs$pi_dist" && sha256sum "${bfiles[@]}" | sha256sum | cut -d' ' -f1)
 cat >"$rootfs/usr/local/bin/pi" <<EOF
 #!/bin/sh
 # Pi $PI_VERSION, bundled (docs/image.md), run by the image's node (not
@@ -414,7 +417,7 @@ cat >"$outdir/image.json.tmp" <<EOF
   "node": "$NODE_VERSION",
   "pi": "$PI_VERSION",
   "adapter": "$ADAPTER_VERSION",
-  "bundle": {"file": "$bundle", "digest": "$bundle_digest", "esbuild": "$ESBUILD_VERSION"},
+  "bundle": {"file": "$bundle", "digest": "$bundle_digest", "files": ${#bfiles[@]}, "esbuild": "$ESBUILD_VERSION"},
   "debian": {"suite": "$DEBIAN_SUITE", "arch": "$DEBIAN_ARCH", "packages": $(wc -l <"$outdir/packages.txt"), "packagesDigest": "$pkgdigest"},
   "epoch": $epoch,
   "erofs": [$erofs_json],

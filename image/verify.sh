@@ -60,7 +60,16 @@ while read -r file want; do
 	got=sha256:$(sha256sum "$file" | cut -d' ' -f1)
 	[[ $got == "$want" ]] || die "EROFS file $file is $got, image.json says $want"
 	ok "EROFS $file $want"
-done < <(grep -o '"file": "[^"]*", "digest": "[^"]*"' "$json" | sed 's/"file": "\([^"]*\)", "digest": "\([^"]*\)"/\1 \2/')
+done < <(grep -o '"dir": "[^"]*", "file": "[^"]*", "digest": "[^"]*"' "$json" | sed 's/"dir": "[^"]*", "file": "\([^"]*\)", "digest": "\([^"]*\)"/\1 \2/')
+# The Pi bundle (image.json "bundle": {"file", "digest", …}), which
+# /usr/local/bin/pi runs.
+read -r bfile bwant < <(grep -o '"bundle": {"file": "[^"]*", "digest": "[^"]*"' "$json" | sed 's/"bundle": {"file": "\([^"]*\)", "digest": "\([^"]*\)"/\1 \2/') ||
+	die "$json names no Pi bundle"
+# Its digest covers the entries and chunks beside it (image/build.sh).
+got=sha256:$(cd "$rootfs$(dirname "$bfile")" && find . -maxdepth 1 -type f \( -name pi.bundle.js -o -name 'pi.chunk-*.js' -o -name image-resize-worker.js \) -printf '%f\n' | sort | xargs sha256sum | sha256sum | cut -d' ' -f1)
+[[ $got == "$bwant" ]] || die "the Pi bundle $bfile (with its chunks) is $got, image.json says $bwant"
+grep -q "exec /usr/local/bin/node $bfile " "$rootfs/usr/local/bin/pi" || die "/usr/local/bin/pi does not run the bundle $bfile"
+ok "Pi bundle $bfile $bwant"
 
 # ---------------------------------------------------------------- 2. chroot
 mkdir -p "$tmp/mnt"

@@ -43,7 +43,8 @@
 # Exits 0 whether or not the target is met (it is a benchmark); the target
 # is printed as MET or MISSED. Knobs (environment): ROUNDS (samples of every
 # figure, default 5, at least 5 for the target), GO (default go), SKIP
-# (space-separated section numbers to skip, e.g. "2 3").
+# (space-separated section numbers to skip, e.g. "2 3"; skipping 1 leaves
+# the ratios against it n/a), VARIANTS (section 5).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -116,6 +117,9 @@ per_round() {
 }
 
 # --- 1. the target -----------------------------------------------------------
+stock_ns=NaN host_ns=NaN sbx_ns=NaN main_ratio=n/a
+: >"$tmp/main.txt.m"
+if [[ $skip != *" 1 "* ]]; then
 echo
 echo "== 1. first response: $rounds rounds of one stock host, one host (bundle) and one sandboxed start (order rotating)"
 pair "$tmp/main.txt"
@@ -126,6 +130,7 @@ main_ratio=$(ratio "$sbx_ns" "$stock_ns")
 echo "   stock host s: $(samples "$tmp/main.txt.m" $K first-response-ns)"
 echo "   host s:       $(samples "$tmp/main.txt.m" $H first-response-ns)"
 echo "   sandboxed s:  $(samples "$tmp/main.txt.m" $S first-response-ns)"
+fi
 
 # --- 2. file access ------------------------------------------------------------
 if [[ $skip != *" 2 "* ]]; then
@@ -245,7 +250,26 @@ if [[ $skip != *" 5 "* && -n $variants ]]; then
       awk '{ printf "%.4f\n", $1 / $2 }' | median | awk '{ if ($1 == "NaN") print "n/a"; else printf "%.2f", $1 }')
     echo "   $v: A (image) s: $(samples "$tmp/ab-$v-A.m" $S first-response-ns)"
     echo "   $v: B (variant) s: $(samples "$tmp/ab-$v-B.m" $S first-response-ns)"
-    ab_lines+=("A/B $v: sandboxed image $(s "$a") s, variant $(s "$b") s, variant/image $(ratio "$b" "$a") (per round $pr)")
+    ab_lines+=("A/B $v: sandboxed start: image $(s "$a") s, variant $(s "$b") s, variant/image $(ratio "$b" "$a") (per round $pr)")
+    # The same for a wake of a hibernated warm Pi (section 4's benchmark).
+    for ((r = 0; r < rounds; r++)); do
+      if ((r % 2 == 0)); then
+        bench "$tmp/abw-$v-A.txt" '^BenchmarkPiWakeFirstResponse$' 1x
+        bench "$tmp/abw-$v-B.txt" '^BenchmarkPiWakeFirstResponse$' 1x PI_BENCH_IMAGE="$tmp/img-$v"
+      else
+        bench "$tmp/abw-$v-B.txt" '^BenchmarkPiWakeFirstResponse$' 1x PI_BENCH_IMAGE="$tmp/img-$v"
+        bench "$tmp/abw-$v-A.txt" '^BenchmarkPiWakeFirstResponse$' 1x
+      fi
+    done
+    W=BenchmarkPiWakeFirstResponse
+    metrics "$tmp/abw-$v-A.txt" >"$tmp/abw-$v-A.m"
+    metrics "$tmp/abw-$v-B.txt" >"$tmp/abw-$v-B.m"
+    a=$(metric "$tmp/abw-$v-A.m" $W first-response-ns)
+    b=$(metric "$tmp/abw-$v-B.m" $W first-response-ns)
+    echo "   $v: wake A (image) s: $(samples "$tmp/abw-$v-A.m" $W first-response-ns)"
+    echo "   $v: wake B (variant) s: $(samples "$tmp/abw-$v-B.m" $W first-response-ns)"
+    { grep -h 'checkpoint of a warm Pi' "$tmp/abw-$v-A.txt" | head -1 | sed 's/^ */   A: /'; grep -h 'checkpoint of a warm Pi' "$tmp/abw-$v-B.txt" | head -1 | sed 's/^ */   B: /'; } || true
+    ab_lines+=("A/B $v: wake: image $(s "$a") s, variant $(s "$b") s, variant/image $(ratio "$b" "$a")")
   done
 fi
 

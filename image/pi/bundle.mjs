@@ -1,9 +1,13 @@
 // node image/pi/bundle.mjs ESBUILD PKGDIR
 //
 // Bundles Pi (PKGDIR: the installed @earendil-works/pi-coding-agent) into
-// PKGDIR/dist/pi.bundle.js with esbuild (ESBUILD: the path of the pinned
-// esbuild package), so a start reads one file instead of ~2,000 modules
-// (docs/image.md, "The Pi bundle"). The bundle sits in Pi's own dist/
+// PKGDIR/dist/pi.bundle.js and its chunks, PKGDIR/dist/pi.chunk-<hash>.js,
+// with esbuild (ESBUILD: the path of the pinned esbuild package), so a
+// start reads a few files instead of ~2,000 modules (docs/image.md, "The Pi
+// bundle"). What Pi imports only when it first needs it (a provider's SDK,
+// an OAuth flow, a panel) goes to chunks of its own, so a start neither
+// parses nor keeps it, as the stock Pi does not; shared code is in chunks
+// every entry imports, so there is one instance of every module. The bundle sits in Pi's own dist/
 // directory because Pi finds its assets (package.json, themes, the HTML
 // export templates, docs) by walking up from its own file; the installed
 // tree stays as it is beside it (extensions' own dependencies, assets, the
@@ -107,10 +111,14 @@ const result = await esbuild.build({
 	legalComments: "eof",
 	logLevel: "warning",
 	metafile: true,
+	splitting: true,
+	chunkNames: "pi.chunk-[hash]",
 	plugins: [patch],
 });
 for (const p of patches) {
 	if (!seen.has(p[0])) throw new Error(`${p[0]} was not part of the bundle: a new Pi needs the patches looked at again`);
 }
-const out = Object.entries(result.metafile.outputs).map(([f, o]) => `${f} ${o.bytes} bytes`);
-console.log(`bundled ${Object.keys(result.metafile.inputs).length} modules: ${out.join(", ")}`);
+const outs = Object.entries(result.metafile.outputs);
+const bytes = outs.reduce((n, [, o]) => n + o.bytes, 0);
+const main = result.metafile.outputs["dist/pi.bundle.js"];
+console.log(`bundled ${Object.keys(result.metafile.inputs).length} modules into ${outs.length} files, ${bytes} bytes (dist/pi.bundle.js ${main.bytes})`);

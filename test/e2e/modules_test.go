@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,8 +42,8 @@ var probedSpecifiers = []string{
 // in the same sandbox and scene as every other test) finds Pi's own
 // SessionManager and ModelRegistry to be instances of the classes it
 // imported, links the other namespaces to those, and finds every function
-// each namespace exports compiled from the bundle's script, the script
-// Pi's SessionManager comes from. The control, the package's unbundled
+// each namespace exports compiled from the bundle's files (pi.bundle.js and
+// its chunks), where Pi's SessionManager comes from too. The control, the package's unbundled
 // index.js imported by its path, must come out as a second copy, so a
 // probe that could not tell would fail here. pi-mcp-adapter, loaded by the
 // same loader, still lists its commands.
@@ -86,8 +87,14 @@ func TestPiExtensionSharesPiModules(t *testing.T) {
 	t.Logf("probe report: %s", data)
 
 	bundle := "file://" + e.image.Bundle.File
-	if r.Anchor != bundle {
-		t.Errorf("Pi's SessionManager comes from %s, want the bundle %s", r.Anchor, bundle)
+	// The bundle's own files: the entry and its chunks beside it.
+	ofBundle := func(script string) bool {
+		dir, name := path.Split(strings.TrimPrefix(script, "file://"))
+		return "file://"+dir+name == script && dir == path.Dir(e.image.Bundle.File)+"/" &&
+			(name == path.Base(e.image.Bundle.File) || strings.HasPrefix(name, "pi.chunk-") && strings.HasSuffix(name, ".js"))
+	}
+	if !ofBundle(r.Anchor) {
+		t.Errorf("Pi's SessionManager comes from %s, not the bundle %s or its chunks", r.Anchor, bundle)
 	}
 	if len(r.Links) < 8 {
 		t.Errorf("the probe checked %d links, want at least 8", len(r.Links))
@@ -106,7 +113,7 @@ func TestPiExtensionSharesPiModules(t *testing.T) {
 		}
 		total += s.Functions
 		for script, n := range s.From {
-			if script != bundle {
+			if !ofBundle(script) {
 				t.Errorf("second copy: %d of %s's functions come from %s, not the bundle", n, spec, script)
 			}
 		}
@@ -114,7 +121,7 @@ func TestPiExtensionSharesPiModules(t *testing.T) {
 	if total < 100 {
 		t.Errorf("the probe located %d functions in all, too few to tell", total)
 	}
-	if r.Control.Script == "" || r.Control.Script == bundle || r.Control.InstanceOf {
+	if r.Control.Script == "" || ofBundle(r.Control.Script) || r.Control.InstanceOf {
 		t.Errorf("the control (%s, a second copy on purpose) was not seen as one: script %q, instanceof %v",
 			r.Control.File, r.Control.Script, r.Control.InstanceOf)
 	}
