@@ -91,3 +91,34 @@ func (p Plot) AllHooks(t testing.TB, dir string) {
 		writeExec(t, filepath.Join(dir, h), p.script())
 	}
 }
+
+// Paths is a Plot as plain paths, for a planter in another process: the
+// host topology shows the host's paths at the same paths in a sandbox.
+type Paths struct {
+	Lab, Home, Markers string
+	Root, Main, Common string
+	WT, GitDir         string
+}
+
+// Paths is the plot's paths.
+func (p Plot) Paths() Paths {
+	return Paths{Lab: p.Lab.Dir, Home: p.Lab.Home, Markers: p.Lab.Markers,
+		Root: p.Repo.Root, Main: p.Repo.Main, Common: p.Repo.Common, WT: p.WT, GitDir: p.GitDir}
+}
+
+// Plot is the plot these paths describe.
+func (ps Paths) Plot() Plot {
+	return Plot{Lab: &Lab{Dir: ps.Lab, Home: ps.Home, Markers: ps.Markers},
+		Repo: &Repo{Root: ps.Root, Main: ps.Main, Common: ps.Common},
+		WT:   ps.WT, GitDir: ps.GitDir, Common: ps.Common}
+}
+
+// SurfaceNamed is the catalogue's surface of that name.
+func SurfaceNamed(name string) (Surface, bool) {
+	for _, s := range Surfaces {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Surface{}, false
+}
