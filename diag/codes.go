@@ -38,8 +38,10 @@ const (
 	CredentialContent Code = "PP-CRED-AUTHFILE-CONTENT" // an oauth-file auth.json holding more than OAuth credentials
 
 	// Git metadata checked against the repository on disk.
-	GitMismatch Code = "PP-GIT-MISMATCH"   // the cwd's .git, the gitdir's commondir or objects/info/alternates lead elsewhere than the facts say
-	GitNotRepo  Code = "PP-GIT-NOT-GITDIR" // a Git fact names a directory that does not look like a Git dir (HEAD, objects/, refs/) or an object store (pack/)
+	GitMismatch  Code = "PP-GIT-MISMATCH"   // the cwd's .git, the gitdir's commondir or objects/info/alternates lead elsewhere than the facts say
+	GitNotRepo   Code = "PP-GIT-NOT-GITDIR" // a Git fact names a directory that does not look like a Git dir (HEAD, objects/, refs/) or an object store (pack/)
+	GitIndex     Code = "PP-GIT-INDEX"      // the worktree's index cannot be read whole (too large, damaged, a split index), so its submodules cannot be pinned
+	GitSubmodule Code = "PP-GIT-SUBMODULE"  // the index lists a submodule (gitlink) whose path the worktree lacks
 
 	// Credentials.
 	CredentialShape   Code = "PP-CRED-SHAPE"            // fields that do not fit the credential mode

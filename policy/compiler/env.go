@@ -27,6 +27,9 @@ func (c *compilation) env(p *grant.Plan) {
 	}
 	add("PASEO_AGENT_ID", f.Agent.ID, "Paseo's agent id for the integration extension", "agent.id")
 	add("PASEO_AGENT_CWD", f.Workspace.Cwd, "Paseo's agent cwd for the integration extension", "workspace.cwd")
+	for _, e := range c.gitEnv {
+		p.Add(e)
+	}
 	if f.Credential.Mode == "api-key" && f.Credential.Env != "" {
 		add(f.Credential.Env, SecretPlaceholder(f.Credential.SecretRef),
 			"provider API key; a placeholder the launcher replaces in its private copy", "credential.secretRef")

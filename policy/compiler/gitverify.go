@@ -43,6 +43,7 @@ func (c *compilation) checkGitLayout(gitdir source, common *source, alts []sourc
 	if !ok {
 		return
 	}
+	c.gitDot = dotgit
 	target, from := dotgit.path, "the cwd's .git directory (a main worktree)"
 	if !dotgit.dir {
 		var err error
@@ -143,6 +144,9 @@ func (c *compilation) findDotGit() (dotGit, bool) {
 		case err != nil:
 			c.src.addResolveError("workspace.cwd/.git", err)
 			return dotGit{}, false
+		case id.Kind == pathsafe.Dir && c.isPlaceholder(p):
+			// Passed over, as Git does: the empty .git a sandbox's
+			// placeholder left (gitprotect.go dotGitPlaceholder).
 		case id.Kind == pathsafe.Dir || id.Kind == pathsafe.File:
 			return dotGit{path: p, dir: id.Kind == pathsafe.Dir, id: id}, true
 		default:

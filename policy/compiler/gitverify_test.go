@@ -12,7 +12,6 @@ import (
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/testkit/testtree"
 	"paseo.dev/paseo-policy/policy/compiler/pathsafe"
-	"paseo.dev/paseo-policy/policy/grant"
 	"paseo.dev/paseo-policy/policy/schema"
 )
 
@@ -124,38 +123,6 @@ func (s *gitScene) compileResult(t *testing.T, cwd string, git map[string]any) (
 	facts := mergePatch(t, s.facts, p)
 	return Compile(Inputs{Facts: schema.Input{Name: "facts.json", Data: facts}, Registry: schema.Input{Name: "registry.json", Data: s.reg}},
 		Options{Resolver: pathsafe.Resolver{}})
-}
-
-// A repository's alternates file is bound read-only over its writable Git
-// dir when it has one (a clone --shared), so that an agent cannot add an
-// object store the next launch's facts would be checked against; a
-// repository without one gets no bind (a mount point would create it).
-func TestGitAlternatesReadOnly(t *testing.T) {
-	s := newGitScene(t)
-	const common = "/srv/paseo/repos/proj/.git"
-	alternatesBind := func(res *Result, gitdir string) *grant.Mount {
-		for _, g := range res.Manifest.Grants {
-			if m, ok := g.(grant.Mount); ok && m.Destination == s.path(gitdir)+"/objects/info/alternates" {
-				return &m
-			}
-		}
-		return nil
-	}
-	res, diags := s.compileResult(t, "/srv/paseo/repos/clone", map[string]any{"gitdir": "/srv/paseo/repos/clone/.git", "alternates": []string{common + "/objects"}, "write": true})
-	if len(diags) > 0 {
-		t.Fatalf("shared clone refused: %v", diags)
-	}
-	m := alternatesBind(res, "/srv/paseo/repos/clone/.git")
-	if m == nil || !slices.Contains(m.Options, "ro") || m.Type != "bind" {
-		t.Fatalf("shared clone: alternates bind %+v, want a read-only bind", m)
-	}
-	res, diags = s.compileResult(t, "/srv/paseo/workspace/proj-feature", map[string]any{"gitdir": common + "/worktrees/proj-feature", "commondir": common, "write": true})
-	if len(diags) > 0 {
-		t.Fatalf("linked worktree refused: %v", diags)
-	}
-	if m := alternatesBind(res, common); m != nil {
-		t.Fatalf("a repository without alternates got a bind: %+v", m)
-	}
 }
 
 func mergePatch(t *testing.T, doc, patch []byte) []byte {

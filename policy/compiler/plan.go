@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"sort"
 	"strconv"
@@ -50,8 +51,13 @@ type compilation struct {
 	limits schema.Limits
 	// image directories mounted from EROFS files; no bind may go inside
 	erofsDirs []string
-	// set when a Git fact was refused: its config and hooks are not looked for
+	// set when a Git fact was refused: its control data is not looked for
 	gitRefused bool
+	// the verified repository (gitprotect.go), the .git that led to it,
+	// and the start script's environment for its private Git dir
+	git    *gitLayout
+	gitDot dotGit
+	gitEnv []grant.Env
 	// the projected settings.json, checked once every mount is known
 	settings *source
 }
@@ -309,17 +315,12 @@ func (c *compilation) binds() []grant.Mount {
 	add(cwd, cwdOK, grant.RW, "the agent's workspace, read-write at the path the daemon uses")
 
 	if g := f.Workspace.Git; g != nil {
-		a := grant.RO
-		why := "read-only: facts grant Git inspection only"
-		if g.Write {
-			a, why = grant.RW, "read-write: branch, index, object and ref updates"
-		}
+		// The Git dirs are not bound here: gitBinds (gitprotect.go) shows
+		// them as rule 1 and 2 say, once they are verified.
 		gitdir, allOK := c.src.resolve("workspace.git.gitdir", g.Gitdir, "workspace", roots.Workspace, pathsafe.Dir)
-		add(gitdir, allOK, a, "linked worktree's Git dir, "+why)
 		var common *source
 		if g.Commondir != "" {
 			s, ok := c.src.resolve("workspace.git.commondir", g.Commondir, "workspace", roots.Workspace, pathsafe.Dir)
-			add(s, ok, a, "the repository's common Git dir, "+why)
 			common, allOK = &s, allOK && ok
 		}
 		var alts []source
@@ -333,9 +334,16 @@ func (c *compilation) binds() []grant.Mount {
 			allOK = c.verifyGit(gitdir, common, alts)
 		}
 		c.gitRefused = !allOK
+		if allOK {
+			l := gitLayout{gitdir: gitdir, repo: gitdir, worktree: path.Dir(c.gitDot.path), dotgit: c.gitDot, write: g.Write, fact: "workspace.git.gitdir"}
+			if common != nil {
+				l.repo, l.linked, l.fact = *common, true, "workspace.git.commondir"
+			}
+			c.git = &l
+		}
 	}
 
-	out = append(out, c.gitControlBinds(out)...)
+	out = append(out, c.gitBinds(out)...)
 	out = append(out, c.agentDirProjection()...)
 	if c.prof.State.SessionDir != "none" {
 		// Pi replays a session log on resume, so whoever can write the

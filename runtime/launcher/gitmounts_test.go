@@ -10,44 +10,38 @@ import (
 
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
 
+	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/compiler/pathsafe"
 )
 
-// How the pinned runsc treats binds nested in binds, which a protection of
-// Git control data (issue 19) builds on, so that an upgrade that changes it
-// fails here. The reference facts already grant a linked worktree: the
-// common dir read-write, its config and hooks read-only over it, the
-// gitdir (common/worktrees/proj-feature) read-write inside it. The test
-// adds D (read-write) with D/a/b read-only inside and two read-only binds
-// whose destinations D lacks, and R (read-only) with R/x read-write inside.
+// How the pinned runsc treats binds nested in binds, which the protection
+// of Git control data (issue 19, policy/compiler/gitprotect.go) builds on,
+// so that an upgrade that changes it fails here. The test adds D
+// (read-write) with D/a/b and D/h read-only and D/w read-write inside it
+// and three read-only binds whose destinations D lacks, and R (read-only)
+// with R/x read-write inside.
 //
 // The script prints one "label=outcome" line per operation: "ok" or the
 // error busybox reports.
 const gitMountScript = `b=/bin/busybox
 H=${PASEO_AGENT_CWD%/srv/paseo/workspace/proj-feature}
-C=$H/srv/paseo/repos/proj/.git
 D=$H/gitlab/D
 R=$H/gitlab/R
 try() { l=$1; shift; if o=$("$@" 2>&1); then echo "$l=ok"; else echo "$l=$o"; fi; }
-$b echo planted > $C/config.new
-try q5-rename-over-ro-file $b mv -f $C/config.new $C/config
-try q6-hardlink-ro-file $b ln $C/config $C/config.hard
-try q1-rename-ro-file $b mv $C/config $C/config.moved
-try q1-unlink-ro-file $b rm -f $C/config
-try q1-rename-ro-dir $b mv $C/hooks $C/hooks.moved
-try q1-rmdir-ro-dir $b rmdir $C/hooks
-try q1-rename-rw-dir $b mv $C/worktrees/proj-feature $C/worktrees/moved
-try q1-rename-mount-root $b mv $C $C.moved
+$b echo planted > $D/a/b.new
+try q5-rename-over-ro-file $b mv -f $D/a/b.new $D/a/b
+try q6-hardlink-ro-file $b ln $D/a/b $D/a/b.hard
+try q1-rename-ro-file $b mv $D/a/b $D/a/b.moved
+try q1-unlink-ro-file $b rm -f $D/a/b
+try q1-rename-ro-dir $b mv $D/h $D/h.moved
+try q1-rmdir-ro-dir $b rmdir $D/h
+try q1-rename-rw-dir $b mv $D/w $D/w.moved
+try q1-rename-mount-root $b mv $D $D.moved
 try q2-rename-parent $b mv $D/a $D/a2
 try q2-old-path $b ls $D/a
 try q2-moved-still-ro $b sh -c "echo x > $D/a2/b"
 try q2-remake $b sh -c "$b mkdir $D/a && $b echo planted > $D/a/b"
-try q2-rename-gitdir-parent $b mv $C/worktrees $C/worktrees.moved
-try q2-remake-gitdir $b sh -c "$b mkdir -p $C/worktrees/proj-feature && $b echo /fake > $C/worktrees/proj-feature/commondir"
-try q2-moved-gitdir-write $b sh -c "$b echo w > $C/worktrees.moved/proj-feature/written"
-try q2-rename-dotgit $b mv $PASEO_AGENT_CWD/.git $PASEO_AGENT_CWD/.git.old
-try q2-remake-dotgit $b sh -c "$b mkdir -p $PASEO_AGENT_CWD/.git/hooks && $b echo planted > $PASEO_AGENT_CWD/.git/config"
 try q3-create-in-ro $b sh -c "$b echo x > $R/new"
 try q3-lock-rename-in-rw $b sh -c "$b echo v > $R/x/f.lock && $b mv $R/x/f.lock $R/x/f"
 try q4-dir-seen $b ls -d $D/missing-dir
@@ -57,39 +51,23 @@ try q4-deep-seen $b ls -d $D/m1/m2/missing-deep
 
 func TestRunscGitMountSemantics(t *testing.T) {
 	s := compileScript(t, gitMountScript, "")
-	repo := filepath.Join(s.host, "srv/paseo/repos")
-	C := filepath.Join(repo, "proj/.git")
 	D, R, src := filepath.Join(s.host, "gitlab/D"), filepath.Join(s.host, "gitlab/R"), filepath.Join(s.host, "gitlab/src")
-	for _, dir := range []string{filepath.Join(D, "a"), filepath.Join(R, "x"), filepath.Join(src, "dir")} {
+	for _, dir := range []string{filepath.Join(D, "a"), filepath.Join(D, "h"), filepath.Join(D, "w"), filepath.Join(R, "x"), filepath.Join(src, "dir")} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	writeFileT(t, filepath.Join(D, "a/b"), "orig\n")
-	// A repository inside the workspace (.git a directory, no Git facts),
-	// as golden host-workspace-dotgit binds it: config and hooks read-only.
-	ws := filepath.Join(s.host, "srv/paseo/workspace/proj-feature")
-	dotgit := filepath.Join(ws, ".git")
-	if err := os.Remove(dotgit); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(dotgit, "hooks"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeFileT(t, filepath.Join(dotgit, "config"), "[core]\n")
-	chownTree(t, dotgit)
 	writeFileT(t, filepath.Join(src, "file"), "src-file\n")
-	// Owned by the sandbox user, as the daemon's repositories are: only the
-	// mounts stand in the way, not permissions.
-	chownTree(t, repo)
+	// Owned by the sandbox user: only the mounts stand in the way.
 	chownTree(t, filepath.Join(s.host, "gitlab"))
 
 	extra := newExtraBinds(t, s)
 	out := bareRunsc(t, s, func(spec *rspec.Spec) {
-		extra.add(t, spec, filepath.Join(dotgit, "config"), filepath.Join(dotgit, "config"), true)
-		extra.add(t, spec, filepath.Join(dotgit, "hooks"), filepath.Join(dotgit, "hooks"), true)
 		extra.add(t, spec, D, D, false)
 		extra.add(t, spec, filepath.Join(D, "a/b"), filepath.Join(D, "a/b"), true)
+		extra.add(t, spec, filepath.Join(D, "h"), filepath.Join(D, "h"), true)
+		extra.add(t, spec, filepath.Join(D, "w"), filepath.Join(D, "w"), false)
 		extra.add(t, spec, filepath.Join(src, "dir"), filepath.Join(D, "missing-dir"), true)
 		extra.add(t, spec, filepath.Join(src, "file"), filepath.Join(D, "missing-file"), true)
 		extra.add(t, spec, filepath.Join(src, "dir"), filepath.Join(D, "m1/m2/missing-deep"), true)
@@ -109,23 +87,19 @@ func TestRunscGitMountSemantics(t *testing.T) {
 		"q5-rename-over-ro-file": busy,
 		// Nor linked to from the read-write bind around it.
 		"q6-hardlink-ro-file": xdev,
-		// (1) a read-only bind's mount point, file or dir, can be neither
-		// renamed nor removed, nor can a read-write bind's; the common dir
-		// itself sits in a directory runsc made in the rootfs, root's.
+		// (1) a mount point, file or dir, read-only or read-write, can be
+		// neither renamed nor removed; D itself sits in a directory runsc
+		// made in the rootfs, root's.
 		"q1-rename-ro-file": busy, "q1-unlink-ro-file": busy, "q1-rename-ro-dir": busy, "q1-rmdir-ro-dir": busy,
 		"q1-rename-rw-dir": busy, "q1-rename-mount-root": "Permission denied",
 		// (2) the parent of a nested mount point can be renamed: the mount
-		// moves with it, and the old name is free to remake unprotected.
+		// moves with it, and the old name is free to remake unprotected
+		// (why gitprotect.go binds every directory above a pinned
+		// submodule to itself).
 		"q2-rename-parent": ok, "q2-old-path": noent, "q2-moved-still-ro": rofs, "q2-remake": ok,
-		// The gitdir's bind moves with worktrees/, and the agent remakes
-		// worktrees/<name> with a commondir of its own (gitplant's
-		// "worktrees/ renamed away" plant, which host git runs).
-		"q2-rename-gitdir-parent": ok, "q2-remake-gitdir": ok, "q2-moved-gitdir-write": ok,
-		// So a workspace's .git dir, whose config and hooks are read-only
-		// binds, is renamed away and remade with the agent's config.
-		"q2-rename-dotgit": ok, "q2-remake-dotgit": ok,
 		// (3) nothing is created in a read-only bind; lock file and rename
-		// work in a read-write bind nested in it.
+		// work in a read-write bind nested in it (objects/ and refs/ in
+		// the read-only repository).
 		"q3-create-in-ro": rofs, "q3-lock-rename-in-rw": ok,
 		// (4) binds whose destinations D lacks are mounted.
 		"q4-dir-seen": ok, "q4-file-seen": ok, "q4-deep-seen": ok,
@@ -136,19 +110,10 @@ func TestRunscGitMountSemantics(t *testing.T) {
 	}
 	t.Logf("sandbox:\n%s", out)
 
-	// What the host sees afterwards.
-	if b := readFileT(t, filepath.Join(C, "config")); strings.Contains(b, "planted") {
-		t.Errorf("the repository's config was replaced: %q", b)
-	}
 	// (2) the renames reached the host: the protected file under its new
 	// name, the agent's file under the old one.
 	wantFile(t, filepath.Join(D, "a2/b"), "orig\n")
 	wantFile(t, filepath.Join(D, "a/b"), "planted\n")
-	wantFile(t, filepath.Join(C, "worktrees.moved/proj-feature/HEAD"), "ref: refs/heads/feature\n")
-	wantFile(t, filepath.Join(C, "worktrees.moved/proj-feature/written"), "w\n")
-	wantFile(t, filepath.Join(C, "worktrees/proj-feature/commondir"), "/fake\n")
-	wantFile(t, filepath.Join(ws, ".git.old/config"), "[core]\n")
-	wantFile(t, filepath.Join(ws, ".git/config"), "planted\n")
 	// (3) the lock-file rename landed on the host.
 	wantFile(t, filepath.Join(R, "x/f"), "v\n")
 	// (4) runsc made the missing mount points on the host, in the
@@ -167,6 +132,96 @@ func TestRunscGitMountSemantics(t *testing.T) {
 		t.Logf("host %s: %v", p, fi.Mode())
 	}
 	extra.remove(t)
+	s.assertClean(t)
+}
+
+// The compiled layout of the reference linked worktree, in the pinned
+// runsc: every write to the repository's control data fails, the private
+// Git dir takes writes that never reach the host, and objects and refs do.
+const gitLayoutScript = `b=/bin/busybox
+H=${PASEO_AGENT_CWD%/srv/paseo/workspace/proj-feature}
+C=$H/srv/paseo/repos/proj/.git
+G=$C/worktrees/proj-feature
+W=$PASEO_AGENT_CWD
+try() { l=$1; shift; if o=$("$@" 2>&1); then echo "$l=ok"; else echo "$l=$o"; fi; }
+try config-append $b sh -c "echo '[core]fsmonitor=x' >> $C/config"
+try config-create $b sh -c "echo x > $C/config.new"
+try hooks-create $b sh -c "echo x > $C/hooks/post-index-change"
+try commondir-create $b sh -c "echo /fake > $C/commondir"
+try config-worktree-create $b sh -c "echo x > $C/config.worktree"
+try sibling-create $b mkdir $C/worktrees/other
+try worktrees-rename $b mv $C/worktrees $C/worktrees.moved
+try modules-create $b mkdir $C/modules
+try info-create $b sh -c "$b mkdir -p $C/info && echo x > $C/info/attributes"
+try alternates-create $b sh -c "echo /x > $C/objects/info/alternates"
+try objects-rename $b mv $C/objects $C/objects.moved
+try refs-rename $b mv $C/refs $C/refs.moved
+try object-write $b sh -c "$b mkdir -p $C/objects/ab && echo obj > $C/objects/ab/cd"
+try ref-write $b sh -c "echo 0123 > $C/refs/heads/agent"
+try log-write $b sh -c "echo entry >> $C/logs/refs/heads/agent"
+try private-commondir $b sh -c "echo /fake > $G/commondir"
+try private-index $b sh -c "echo index > $G/index"
+try private-rename $b mv $G $C/worktrees/moved
+try seed-read $b cat /run/paseo/git-seed/HEAD
+try seed-write $b sh -c "echo x > /run/paseo/git-seed/HEAD"
+try dotgit-rewrite $b sh -c "echo 'gitdir: /fake' > $W/.git"
+try dotgit-rename $b mv $W/.git $W/.git.old
+try dotgit-unlink $b rm -f $W/.git
+`
+
+func TestGitLayoutInRunsc(t *testing.T) {
+	s := compileScript(t, gitLayoutScript, "")
+	C := filepath.Join(s.host, "srv/paseo/repos/proj/.git")
+	G := filepath.Join(C, "worktrees/proj-feature")
+	W := filepath.Join(s.host, "srv/paseo/workspace/proj-feature")
+	// Owned by the sandbox user, as the daemon's are: only the mounts
+	// stand in the way, not permissions.
+	chownTree(t, filepath.Join(s.host, "srv/paseo/repos"))
+	chownTree(t, W)
+	before := map[string]string{}
+	for _, p := range []string{filepath.Join(C, "config"), filepath.Join(G, "HEAD"), filepath.Join(G, "commondir"), filepath.Join(W, ".git")} {
+		before[p] = readFileT(t, p)
+	}
+	res, out, stderr, err := s.launch(t, staticSecret("sk"))
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("launch: %v %+v\n%s\n%s", err, res, out, stderr)
+	}
+	got := outcomes(out)
+	const (
+		ok   = "ok"
+		rofs = "Read-only file system"
+		busy = "Device or resource busy"
+	)
+	for label, want := range map[string]string{
+		"config-append": rofs, "config-create": rofs, "hooks-create": rofs, "commondir-create": rofs,
+		"config-worktree-create": rofs, "sibling-create": rofs, "worktrees-rename": "", "modules-create": rofs,
+		"info-create": rofs, "alternates-create": rofs, "objects-rename": "", "refs-rename": "",
+		"object-write": ok, "ref-write": ok, "log-write": ok,
+		"private-commondir": ok, "private-index": ok, "private-rename": "",
+		"seed-read": ok, "seed-write": rofs,
+		"dotgit-rewrite": rofs, "dotgit-rename": busy, "dotgit-unlink": busy,
+	} {
+		g, found := got[label]
+		switch {
+		case !found:
+			t.Errorf("%s: no outcome", label)
+		case want == "" && g == ok: // a rename the mount or the read-only parent refuses, either way
+			t.Errorf("%s: succeeded", label)
+		case want != "" && !strings.Contains(g, want):
+			t.Errorf("%s: got %q, want %q", label, g, want)
+		}
+	}
+	t.Logf("sandbox:\n%s", out)
+	for p, want := range before {
+		wantFile(t, p, want)
+	}
+	for _, p := range []string{filepath.Join(G, "index"), filepath.Join(C, "commondir"), filepath.Join(C, "config.new"), filepath.Join(C, "worktrees/other"), filepath.Join(C, "objects/info/alternates")} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s exists on the host (%v)", p, err)
+		}
+	}
+	wantFile(t, filepath.Join(C, "objects/ab/cd"), "obj\n")
+	wantFile(t, filepath.Join(C, "refs/heads/agent"), "0123\n")
 	s.assertClean(t)
 }
 
@@ -301,4 +356,40 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// A workspace that is no repository gets an empty read-only .git: the
+// agent can neither make a repository there nor remove the mount point,
+// and what runsc leaves on the host is an empty directory Git passes over.
+func TestGitPlaceholderInRunsc(t *testing.T) {
+	script := `W=$PASEO_AGENT_CWD
+try() { l=$1; shift; if o=$("$@" 2>&1); then echo "$l=ok"; else echo "$l=$o"; fi; }
+try config-create /bin/busybox sh -c "echo '[core]' > $W/.git/config"
+try dir-create /bin/busybox mkdir $W/.git/objects
+try rename /bin/busybox mv $W/.git $W/.git.old
+try rmdir /bin/busybox rmdir $W/.git
+`
+	sc := testbundle.New(t, testbundle.Options{Argv: testbundle.Script(script), FactsPatch: `{"workspace":{"git":null}}`,
+		Prepare: func(t testing.TB, host string) {
+			if err := os.Remove(filepath.Join(host, "srv/paseo/workspace/proj-feature/.git")); err != nil {
+				t.Fatal(err)
+			}
+		}})
+	s := &sandbox{host: sc.Host, bundle: sc.Bundle, state: sc.State, runsc: sc.Runsc}
+	res, out, stderr, err := s.launch(t, staticSecret("sk"))
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("launch: %v %+v\n%s\n%s", err, res, out, stderr)
+	}
+	got := outcomes(out)
+	for label, want := range map[string]string{"config-create": "Read-only file system", "dir-create": "Read-only file system", "rename": "Device or resource busy", "rmdir": "Device or resource busy"} {
+		if !strings.Contains(got[label], want) {
+			t.Errorf("%s: got %q, want %q", label, got[label], want)
+		}
+	}
+	dotgit := filepath.Join(sc.Workspace(), ".git")
+	entries, err := os.ReadDir(dotgit)
+	if err != nil || len(entries) != 0 {
+		t.Errorf("host %s: %v %v, want the empty mount point runsc made", dotgit, entries, err)
+	}
+	s.assertClean(t)
 }

@@ -62,6 +62,9 @@ type Options struct {
 	// Profile is the embedded profile compiled (default pi-session); with
 	// no Argv it is used exactly as reviewed.
 	Profile string
+	// Prepare, when set, changes the host tree (rooted at host) after it
+	// is built and before the compile, which sees what it leaves.
+	Prepare func(t testing.TB, host string)
 }
 
 // Repo returns the absolute path of a file in the repository.
@@ -150,6 +153,10 @@ func New(t testing.TB, o Options) *Scene {
 	// The workspace belongs to the sandbox user, as Paseo's does to the daemon user.
 	if err := os.Chown(s.Workspace(), 1000, 1000); err != nil {
 		t.Fatal(err)
+	}
+
+	if o.Prepare != nil {
+		o.Prepare(t, s.Host)
 	}
 
 	name := o.Profile

@@ -1,0 +1,124 @@
+package gitindex
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func git(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@example.test"}, args...)...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "GIT_CONFIG_NOSYSTEM=1"}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// lsGitlinks is git's own answer: the stage entries of mode 160000.
+func lsGitlinks(t *testing.T, dir string) []Gitlink {
+	var out []Gitlink
+	for _, rec := range strings.Split(git(t, dir, "ls-files", "-s", "-z"), "\x00") {
+		meta, p, ok := strings.Cut(rec, "\t")
+		if !ok || !strings.HasPrefix(meta, "160000 ") {
+			continue
+		}
+		f := strings.Fields(meta)
+		out = append(out, Gitlink{Path: p, Stage: int(f[2][0] - '0')})
+	}
+	return out
+}
+
+// Real indexes of every version and both object formats, with gitlinks
+// among files, an intent-to-add entry (extended flags) and long paths.
+func TestGitlinksMatchGit(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		init    []string
+		version string
+	}{
+		{"v2", nil, "2"},
+		{"v3", nil, "3"},
+		{"v4", nil, "4"},
+		{"sha256-v2", []string{"--object-format=sha256"}, "2"},
+		{"sha256-v4", []string{"--object-format=sha256"}, "4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			git(t, dir, append([]string{"init", "-q"}, tc.init...)...)
+			long := strings.Repeat("d", 200) + "/" + strings.Repeat("e", 120)
+			for _, f := range []string{"a.txt", "vendor/lib/x.go", long, "zz"} {
+				os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755)
+				os.WriteFile(filepath.Join(dir, f), []byte(f), 0o644)
+			}
+			git(t, dir, "add", "a.txt", "vendor", long)
+			git(t, dir, "add", "-N", "zz")
+			id := strings.TrimSpace(git(t, dir, "hash-object", "-w", "a.txt"))
+			for _, p := range []string{"sub/one", "vendor/lib/two", "zzz/" + strings.Repeat("x", 300)} {
+				git(t, dir, "update-index", "--add", "--cacheinfo", "160000,"+id+","+p)
+			}
+			git(t, dir, "update-index", "--index-version", tc.version)
+			data, err := os.ReadFile(filepath.Join(dir, ".git", "index"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := Gitlinks(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := lsGitlinks(t, dir); !slices.Equal(got, want) || len(want) != 3 {
+				t.Fatalf("gitlinks %v, git says %v", got, want)
+			}
+		})
+	}
+}
+
+// Unmerged gitlinks keep their stage; a split index and damaged bytes are
+// refused, never read as "no gitlinks".
+func TestRefusals(t *testing.T) {
+	dir := t.TempDir()
+	git(t, dir, "init", "-q")
+	os.WriteFile(filepath.Join(dir, "f"), []byte("f"), 0o644)
+	id := strings.TrimSpace(git(t, dir, "hash-object", "-w", "f"))
+	git(t, dir, "update-index", "--add", "--cacheinfo", "160000,"+id+",sub")
+	index := filepath.Join(dir, ".git", "index")
+	data, _ := os.ReadFile(index)
+	if links, err := Gitlinks(data); err != nil || len(links) != 1 {
+		t.Fatalf("plain index: %v %v", links, err)
+	}
+	for i := range data[:len(data)-20] {
+		bad := slices.Clone(data)
+		bad[i] ^= 0x40
+		if _, err := Gitlinks(bad); err == nil {
+			t.Fatalf("flipping byte %d still parsed", i)
+		}
+	}
+	if _, err := Gitlinks(data[:len(data)-1]); err == nil {
+		t.Fatal("a truncated index parsed")
+	}
+	git(t, dir, "update-index", "--split-index")
+	data, _ = os.ReadFile(index)
+	if _, err := Gitlinks(data); err == nil || !strings.Contains(err.Error(), "split index") {
+		t.Fatalf("split index: %v", err)
+	}
+}
+
+func FuzzGitlinks(f *testing.F) {
+	f.Add([]byte("DIRC\x00\x00\x00\x02\x00\x00\x00\x00"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		links, err := Gitlinks(data)
+		if err != nil {
+			return
+		}
+		for _, l := range links {
+			if !clean(l.Path) || l.Stage < 0 || l.Stage > 3 {
+				t.Fatalf("accepted %+v", l)
+			}
+		}
+	})
+}
