@@ -46,9 +46,11 @@ func init() { registerOutside("gitplant", gitPlantAttacks) }
 const gitPlantUID = 1000
 
 // gitPlantDesignRefusals are the compile refusals that are the design's
-// answer to a layout (none of the catalogue's layouts calls for one yet:
-// they are compiled clean, before the plant); any other refusal fails.
-var gitPlantDesignRefusals = map[diag.Code]string{}
+// answer to a layout; any other refusal fails. The catalogue's layouts are
+// compiled clean, before the plant, so none is expected.
+var gitPlantDesignRefusals = map[diag.Code]string{
+	diag.GitSubmodule: "a gitlink whose path the worktree lacks: its mount point would be made on the host",
+}
 
 // GitPlantRow is one surface's record in out/acceptance.json.
 type GitPlantRow struct {
@@ -69,17 +71,18 @@ type GitPlantCommand struct {
 	Command string `json:"command"`
 	// Refused is the compiler's refusal of the layout (no sandbox ran).
 	Refused []diag.Code `json:"compile_refused,omitempty"`
-	// Plant is how the plant went in the sandbox: which step failed, with
-	// which errno.
-	Plant     gitplant.Outcome `json:"plant"`
-	HostError string           `json:"host_error,omitempty"`
-	Markers   []string         `json:"markers"`
-	Shown     bool             `json:"shown,omitempty"`
+	// Plants are how the plant went in the sandbox: which step failed,
+	// with which errno; a second one where the agent's Git finds the
+	// repository at a path of the sandbox's own (gitplant.PlantAsAgent).
+	Plants    []gitplant.Outcome `json:"plants"`
+	HostError string             `json:"host_error,omitempty"`
+	Markers   []string           `json:"markers"`
+	Shown     bool               `json:"shown,omitempty"`
 
-	ControlPlant   gitplant.Outcome `json:"control_plant"`
-	ControlError   string           `json:"control_host_error,omitempty"`
-	ControlMarkers []string         `json:"control_markers"`
-	ControlShown   bool             `json:"control_shown,omitempty"`
+	ControlPlants  []gitplant.Outcome `json:"control_plants"`
+	ControlError   string             `json:"control_host_error,omitempty"`
+	ControlMarkers []string           `json:"control_markers"`
+	ControlShown   bool               `json:"control_shown,omitempty"`
 }
 
 // TestOutsideGitPlant runs this family on its own and judges it as the
@@ -113,14 +116,14 @@ func gitPlantAttacks(t *testing.T, _ *scene) []OutsideAttack {
 	var ranIn, ranCtl, claimed, commands int
 	for _, s := range gitplant.Surfaces {
 		t.Run(subtestName(s.Name), func(t *testing.T) {
-			row := plantSurface(t, planter, hostPlanter, s)
+			row, lab := plantSurface(t, planter, hostPlanter, s)
 			rows = append(rows, row)
-			t.Log(row.summary())
+			t.Log(row.summary(lab))
 			won, refused, shown, ctlWon, ctlShown := false, true, false, false, false
 			for _, c := range row.Commands {
 				commands++
 				won = won || len(c.Markers) > 0
-				refused = refused && (c.Refused != nil || !c.Plant.Planted)
+				refused = refused && (c.Refused != nil || !anyPlanted(c.Plants))
 				shown, ctlShown = shown || c.Shown, ctlShown || c.ControlShown
 				ctlWon = ctlWon || len(c.ControlMarkers) > 0
 				if len(c.Markers) > 0 {
@@ -166,7 +169,7 @@ func gitPlantAttacks(t *testing.T, _ *scene) []OutsideAttack {
 
 // plantSurface runs every daemon command on s after a fresh plant from the
 // sandbox and after one from the host.
-func plantSurface(t *testing.T, planter, hostPlanter string, s gitplant.Surface) GitPlantRow {
+func plantSurface(t *testing.T, planter, hostPlanter string, s gitplant.Surface) (GitPlantRow, string) {
 	lab := gitplant.New(t)
 	lab.RunAs(t, gitPlantUID, gitPlantUID)
 	row := GitPlantRow{Surface: s.Name, Agent: s.Agent, Host: s.Host, Runs: s.Runs, Shows: s.Shows}
@@ -181,26 +184,32 @@ func plantSurface(t *testing.T, planter, hostPlanter string, s gitplant.Surface)
 		sb, refused := gitPlantCompile(t, planter, s, p)
 		rec.Refused = refused
 		if sb != nil {
-			rec.Plant = gitPlantInSandbox(t, sb)
+			rec.Plants = gitPlantInSandbox(t, sb)
 		}
 		res := gitPlantHostRun(t, lab, c, r.Worktree(s.Host))
 		rec.HostError, rec.Markers, rec.Shown = errText(res.Err), res.Markers, shownIn(s, c, res)
 
 		r, p = lab.Prepared(t, s)
-		rec.ControlPlant = gitPlantOnHost(t, hostPlanter, s, p)
-		if !rec.ControlPlant.Planted {
-			t.Errorf("%s: the control's plant on the host failed: %+v", c.Name, rec.ControlPlant)
+		rec.ControlPlants = gitPlantOnHost(t, hostPlanter, s, p)
+		if len(rec.ControlPlants) != 1 || !rec.ControlPlants[0].Planted {
+			t.Errorf("%s: the control's plant on the host: %+v", c.Name, rec.ControlPlants)
 		}
 		res = gitPlantHostRun(t, lab, c, r.Worktree(s.Host))
 		rec.ControlError, rec.ControlMarkers, rec.ControlShown = errText(res.Err), res.Markers, shownIn(s, c, res)
 
+		// A plant from the sandbox that leaves the repository broken where
+		// the control's does not would stop host git before any payload
+		// could run, and pass for contained.
+		if rec.HostError != "" && rec.ControlError == "" {
+			t.Errorf("%s failed on the host after the sandbox's plant (%s) but not after the control's", c.Name, rec.HostError)
+		}
 		if rec.Markers == nil {
 			rec.Markers = []string{}
 		}
 		if rec.ControlMarkers == nil {
 			rec.ControlMarkers = []string{}
 		}
-		t.Logf("%s: sandbox plant %s; markers %v (control %v)", c.Name, outcomeText(rec.Plant, rec.Refused), rec.Markers, rec.ControlMarkers)
+		t.Logf("%s: sandbox plant %s; markers %v (control %v); host git error %q (control %q)", c.Name, outcomeText(rec.Plants, rec.Refused), rec.Markers, rec.ControlMarkers, rec.HostError, rec.ControlError)
 		row.Commands = append(row.Commands, rec)
 	}
 	// The control must be the catalogue's: the payload runs under exactly
@@ -218,7 +227,7 @@ func plantSurface(t *testing.T, planter, hostPlanter string, s gitplant.Surface)
 	if !slices.Equal(ran, s.Runs) {
 		t.Errorf("control: the payload ran under %v, the catalogue says %v", ran, s.Runs)
 	}
-	return row
+	return row, lab.Dir
 }
 
 // gitPlantBaseline runs every daemon command as the deployment user on an
@@ -252,24 +261,27 @@ func gitPlantHostRun(t *testing.T, lab *gitplant.Lab, c gitplant.Command, wt str
 
 // gitPlantCompile compiles the product bundle for the agent's worktree:
 // its Git facts as the daemon would give them, the lab as the workspace
-// root, the planter as the agent. refused holds the compiler's codes when
-// it refused the layout, as the design means it to.
+// root, and the reviewed pi-session profile as it is, whose start script
+// seeds the private Git dir and then runs "pi": the planter, with its job
+// in the image. refused holds the compiler's codes when it refused the
+// layout, as the design means it to.
 func gitPlantCompile(t *testing.T, planter string, s gitplant.Surface, p gitplant.Plot) (sb *testbundle.Scene, refused []diag.Code) {
-	paths, _ := json.Marshal(p.Paths())
+	job, _ := json.Marshal(map[string]any{"surface": s.Name, "paths": p.Paths()})
+	jobFile := filepath.Join(t.TempDir(), "job.json")
+	if err := os.WriteFile(jobFile, job, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	git := map[string]any{"gitdir": p.GitDir, "commondir": nil, "write": true}
 	if s.Agent != "" {
 		git["commondir"] = p.Common
 	}
 	facts, _ := json.Marshal(map[string]any{"workspace": map[string]any{"cwd": p.WT, "git": git}})
 	reg, _ := json.Marshal(map[string]any{"deployments": map[string]any{"host-alice": map[string]any{"roots": map[string]any{"workspace": []string{p.Lab.Dir}}}}})
-	o := testbundle.Options{Argv: []string{"/bin/paseo-gitplanter", s.Name, string(paths)}, FactsPatch: string(facts), RegistryPatch: string(reg),
-		RootfsFiles: map[string]string{"/bin/paseo-gitplanter": planter}}
+	o := testbundle.Options{FactsPatch: string(facts), RegistryPatch: string(reg),
+		RootfsFiles: map[string]string{"/bin/pi": planter, "/etc/paseo-gitplanter.json": jobFile}}
 	sb, codes, msg := compileCatching(t, o)
 	if sb != nil {
-		// The agent has no git: only busybox and the planter are in its image.
-		if _, err := os.Lstat(filepath.Join(sb.Rootfs, "bin/git")); err == nil {
-			t.Fatal("the sandbox's image has git")
-		}
+		noGitIn(t, sb.Rootfs)
 		return sb, nil
 	}
 	for _, c := range codes {
@@ -327,8 +339,22 @@ func (c *fatalCatcher) stop(msg string, args []any) {
 	runtime.Goexit()
 }
 
+// noGitIn fails unless the image is git-free: the agent plants with plain
+// file operations, as one with busybox alone could.
+func noGitIn(t *testing.T, rootfs string) {
+	err := filepath.WalkDir(rootfs, func(p string, d os.DirEntry, err error) error {
+		if err == nil && strings.HasPrefix(d.Name(), "git") {
+			t.Fatalf("the sandbox's image has %s", p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // gitPlantInSandbox launches the bundle: the planter plants and reports.
-func gitPlantInSandbox(t *testing.T, sb *testbundle.Scene) gitplant.Outcome {
+func gitPlantInSandbox(t *testing.T, sb *testbundle.Scene) []gitplant.Outcome {
 	var out, errb bytes.Buffer
 	res, err := launcher.Launch(context.Background(), launcher.Options{
 		BundleDir: sb.Bundle, StateRoot: sb.State, RunscPath: sb.Runsc,
@@ -341,7 +367,7 @@ func gitPlantInSandbox(t *testing.T, sb *testbundle.Scene) gitplant.Outcome {
 	if res.ExitCode != 0 {
 		t.Fatalf("the planter in the sandbox exited %d (%s): %s%s", res.ExitCode, res.Reason, out.String(), errb.String())
 	}
-	return parseOutcome(t, out.Bytes())
+	return parseOutcomes(t, out.Bytes())
 }
 
 // gitPlanterForUser copies the planter where the deployment user can run
@@ -368,7 +394,7 @@ func gitPlanterForUser(t *testing.T, planter string) string {
 
 // gitPlantOnHost is the control's plant: the same program on the host as
 // the deployment user, with no environment (no PATH: it could find no git).
-func gitPlantOnHost(t *testing.T, planter string, s gitplant.Surface, p gitplant.Plot) gitplant.Outcome {
+func gitPlantOnHost(t *testing.T, planter string, s gitplant.Surface, p gitplant.Plot) []gitplant.Outcome {
 	paths, _ := json.Marshal(p.Paths())
 	cmd := exec.Command(planter, s.Name, string(paths))
 	cmd.Dir, cmd.Env = p.WT, []string{}
@@ -379,27 +405,42 @@ func gitPlantOnHost(t *testing.T, planter string, s gitplant.Surface, p gitplant
 	if err != nil {
 		t.Fatalf("the planter on the host: %v\n%s", err, errb.String())
 	}
-	return parseOutcome(t, out)
+	return parseOutcomes(t, out)
 }
 
-func parseOutcome(t *testing.T, out []byte) gitplant.Outcome {
-	var o gitplant.Outcome
-	if err := json.Unmarshal(bytes.TrimSpace(out), &o); err != nil || o.Surface == "" {
-		t.Fatalf("the planter's report: %v\n%s", err, out)
+// parseOutcomes reads the planter's lines: one outcome per plant, at
+// least one, none crashed.
+func parseOutcomes(t *testing.T, out []byte) []gitplant.Outcome {
+	var outs []gitplant.Outcome
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var o gitplant.Outcome
+		if err := json.Unmarshal([]byte(line), &o); err != nil || o.Surface == "" {
+			t.Fatalf("the planter's report: %v\n%s", err, out)
+		}
+		if o.Panic != "" {
+			t.Fatalf("the plant crashed: %s", o.Panic)
+		}
+		if !o.WorktreeWritable {
+			t.Fatalf("the planter could not write in the agent's worktree: %+v", o)
+		}
+		outs = append(outs, o)
 	}
-	if o.Panic != "" {
-		t.Fatalf("the plant crashed: %s", o.Panic)
-	}
-	return o
+	return outs
+}
+
+func anyPlanted(outs []gitplant.Outcome) bool {
+	return slices.ContainsFunc(outs, func(o gitplant.Outcome) bool { return o.Planted })
 }
 
 // summary is the row in a line: where the sandbox's plant stopped, and
 // which commands ran a payload after it and after the control's.
-func (r GitPlantRow) summary() string {
+func (r GitPlantRow) summary(lab string) string {
+	// Each command had a layout of its own: $WS stands for its root.
+	ws := regexp.MustCompile(regexp.QuoteMeta(lab) + `/ws[0-9]+`)
 	plants := map[string]bool{}
 	var in, ctl []string
 	for _, c := range r.Commands {
-		plants[outcomeText(c.Plant, c.Refused)] = true
+		plants[ws.ReplaceAllString(outcomeText(c.Plants, c.Refused), "$$WS")] = true
 		if len(c.Markers) > 0 {
 			in = append(in, fmt.Sprintf("%s%v", c.Command, c.Markers))
 		}
@@ -436,13 +477,21 @@ func errText(err error) string {
 	return err.Error()
 }
 
-func outcomeText(o gitplant.Outcome, refused []diag.Code) string {
-	switch {
-	case refused != nil:
+func outcomeText(outs []gitplant.Outcome, refused []diag.Code) string {
+	if refused != nil {
 		return fmt.Sprintf("not made: the compiler refused the layout %v", refused)
-	case o.Planted:
-		return "made in full"
-	default:
-		return fmt.Sprintf("stopped at %s (%s)", o.Step, o.Errno)
 	}
+	var parts []string
+	for _, o := range outs {
+		at := ""
+		if len(outs) > 1 {
+			at = " with the repository at " + o.Common
+		}
+		if o.Planted {
+			parts = append(parts, "made in full"+at)
+		} else {
+			parts = append(parts, fmt.Sprintf("stopped at %s (%s)%s", o.Step, o.Errno, at))
+		}
+	}
+	return strings.Join(parts, "; ")
 }

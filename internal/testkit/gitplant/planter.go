@@ -16,6 +16,8 @@ import (
 // or the same program on the host for the control).
 type Outcome struct {
 	Surface string `json:"surface"`
+	// Common is the common dir the plant took as the repository's.
+	Common string `json:"common"`
 	// Planted: every step of the plant succeeded.
 	Planted bool `json:"planted"`
 	// Step is the first operation that failed ("open /path", "rename /a
@@ -26,6 +28,10 @@ type Outcome struct {
 	Error string `json:"error,omitempty"`
 	// Panic is a plant that crashed (a bug of the harness, not a refusal).
 	Panic string `json:"panic,omitempty"`
+	// WorktreeWritable: a file could be made (and removed) in the agent's
+	// worktree before the plant, as the agent's own work needs; a plant
+	// refused everywhere for want of that would prove no protection.
+	WorktreeWritable bool `json:"worktree_writable"`
 }
 
 // PlantOutside runs s's plant on p outside any test: a failing step stops
@@ -33,6 +39,11 @@ type Outcome struct {
 // refused part way (a read-only file system, a busy mount point) is what
 // a protected sandbox should see.
 func PlantOutside(s Surface, p Plot) Outcome {
+	writable := false
+	if f, err := os.CreateTemp(p.WT, ".planter-probe-"); err == nil {
+		f.Close()
+		writable = os.Remove(f.Name()) == nil
+	}
 	rec := &recorder{}
 	done := make(chan struct{})
 	var crashed any
@@ -45,11 +56,24 @@ func PlantOutside(s Surface, p Plot) Outcome {
 	for i := len(rec.cleanups) - 1; i >= 0; i-- {
 		rec.cleanups[i]()
 	}
-	o := Outcome{Surface: s.Name, Planted: !rec.failed && crashed == nil, Step: rec.step, Errno: rec.errno, Error: rec.msg}
+	o := Outcome{Surface: s.Name, Common: p.Common, Planted: !rec.failed && crashed == nil, Step: rec.step, Errno: rec.errno, Error: rec.msg,
+		WorktreeWritable: writable}
 	if crashed != nil {
 		o.Panic = fmt.Sprint(crashed)
 	}
 	return o
+}
+
+// PlantAsAgent plants s on p and then, where the agent's Git finds the
+// repository elsewhere than p has it (AsGitFinds, read before the first
+// plant changes anything), again there: the host then sees both plants.
+func PlantAsAgent(s Surface, p Plot) []Outcome {
+	found, elsewhere := p.AsGitFinds()
+	out := []Outcome{PlantOutside(s, p)}
+	if elsewhere {
+		out = append(out, PlantOutside(s, found))
+	}
+	return out
 }
 
 // recorder is the testing.TB a plant gets in a planter. testing.TB can

@@ -2,7 +2,9 @@ package gitplant
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -121,4 +123,26 @@ func SurfaceNamed(name string) (Surface, bool) {
 		}
 	}
 	return Surface{}, false
+}
+
+// AsGitFinds is the plot with the common dir where Git finds it from the
+// Git dir (its commondir file), when that is not where the plot has it: a
+// sandbox may show a main worktree's repository at a path of its own, and
+// an agent plants where its Git says the repository is.
+func (p Plot) AsGitFinds() (Plot, bool) {
+	b, err := os.ReadFile(filepath.Join(p.GitDir, "commondir"))
+	if err != nil {
+		return p, false
+	}
+	c := strings.TrimRight(string(b), "\n")
+	if !filepath.IsAbs(c) {
+		c = filepath.Join(p.GitDir, c)
+	}
+	if c = filepath.Clean(c); c == filepath.Clean(p.Common) {
+		return p, false
+	}
+	r := *p.Repo
+	r.Common = c
+	p.Repo, p.Common = &r, c
+	return p, true
 }
