@@ -86,8 +86,9 @@ E2E_CONTINUITY := ContinuityThroughSupervisor|OfficialContainer
 
 # The real Pi (the pinned image) in gVisor: turns, tool calls, denied
 # escapes, session resume, the probes, the MCP route and its token across a
-# daemon restart, planted code and settings, OAuth files, Git control files,
-# a deployment's own uid. Root.
+# daemon restart, planted code and settings, OAuth files, Git work and
+# control files (a linked and a main worktree), a deployment's own uid.
+# Root.
 e2e-pi: runsc image
 	$(GO) test $(RACE) -count=1 -v -run '^TestPi' -skip '^TestPi($(E2E_CONTINUITY))$$' ./test/e2e
 
@@ -127,6 +128,7 @@ fuzz:
 	$(GO) test -run=^$$ -fuzz=^FuzzCheck$$ -fuzztime=$(FUZZ_FAST) ./internal/pathform
 	$(GO) test -run=^$$ -fuzz=^FuzzDecodeList$$ -fuzztime=$(FUZZ_FAST) ./policy/grant
 	$(GO) test -run=^$$ -fuzz=^FuzzResolve$$ -fuzztime=$(FUZZ_FAST) ./policy/compiler/pathsafe
+	$(GO) test -run=^$$ -fuzz=^FuzzGitlinks$$ -fuzztime=$(FUZZ_FAST) ./policy/compiler/gitindex
 	$(GO) test -run=^$$ -fuzz=^FuzzHost$$ -fuzztime=$(FUZZ_FAST) ./internal/netdest
 	$(GO) test -run=^$$ -fuzz=^FuzzIndentCompact$$ -fuzztime=$(FUZZ_FAST) ./policy/bundle
 	$(GO) test -run=^$$ -fuzz=^FuzzRouteAgainstStandIn$$ -fuzztime=$(FUZZ_STANDIN) ./runtime/launcher/routeproxy

@@ -43,6 +43,13 @@ const (
 	GitIndex     Code = "PP-GIT-INDEX"      // the worktree's index cannot be read whole (too large, damaged, a split index), so its submodules cannot be pinned
 	GitSubmodule Code = "PP-GIT-SUBMODULE"  // the index lists a submodule (gitlink) whose path the worktree lacks
 
+	// Host git adopting an agent's commit into the host index (paseo-policy git adopt).
+	GitAdoptRepo     Code = "PP-GIT-ADOPT-REPO"     // the directory is not a worktree's top level, its .git leads to another gitdir than expected, or the repository is a partial clone (a missing object would be fetched)
+	GitAdoptHead     Code = "PP-GIT-ADOPT-HEAD"     // HEAD does not name a commit: an unborn branch, a missing object, a tree, a blob or a tag
+	GitAdoptUnmerged Code = "PP-GIT-ADOPT-UNMERGED" // the index has unmerged entries (a merge, rebase or cherry-pick in progress): a person resolves it
+	GitAdoptGitlinks Code = "PP-GIT-ADOPT-GITLINKS" // HEAD's tree adds, removes or changes a gitlink (mode 160000) the index has; each differing path is named
+	GitAdoptTree     Code = "PP-GIT-ADOPT-TREE"     // HEAD's tree cannot be adopted as it is: unreadable, paths out of order or twice, over the entry bound, or read-tree made another index than the tree checked (the old index is put back)
+
 	// Credentials.
 	CredentialShape   Code = "PP-CRED-SHAPE"            // fields that do not fit the credential mode
 	CredentialExposed Code = "PP-CRED-AUTHFILE-PRESENT" // an auth.json would be visible in a mode that must not see it

@@ -110,7 +110,7 @@ func (s *session) until(ctx context.Context, want string) {
 			}
 			s.t.check(s.tr.Add(e), "transcript")
 		case <-ctx.Done():
-			s.t.fail("waiting for %s: %v; Pi's output ends: %q", want, ctx.Err(), tail(s.tr.Stdout.String(), 600))
+			s.t.fail("waiting for %s: %v; Pi's output ends: %q; its stderr ends: %q", want, ctx.Err(), tail(s.tr.Stdout.String(), 600), tail(s.tr.Stderr.String(), 600))
 		}
 	}
 	_ = s.cl.Call(ctx, supervisor.Request{Op: "ack", Sandbox: s.id, Cursor: s.tr.Cursor}, nil)

@@ -116,7 +116,9 @@ func (s *scene) daemonState(modelURL, marker string) error {
 	if err := os.MkdirAll(filepath.Dir(s.outside), 0o755); err != nil {
 		return err
 	}
-	for _, d := range []string{s.workspace(), agent, filepath.Join(s.host, "srv/paseo/state/pi-sessions/agent-7f3c"), filepath.Join(s.host, "srv/paseo/state/pi-cache/agent-7f3c")} {
+	// The repository is the daemon user's, as the workspace is: the
+	// sandbox's start script seeds its private Git dir from it.
+	for _, d := range []string{s.workspace(), filepath.Join(s.host, "srv/paseo/repos"), agent, filepath.Join(s.host, "srv/paseo/state/pi-sessions/agent-7f3c"), filepath.Join(s.host, "srv/paseo/state/pi-cache/agent-7f3c")} {
 		if err := chownTree(d, 1000, 1000); err != nil {
 			return err
 		}

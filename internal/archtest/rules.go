@@ -57,6 +57,7 @@ var execImporters = map[string]string{
 	"internal/childproc":             "starts the *exec.Cmd the launcher built from a thread that lives until it is reaped; builds no command",
 	"internal/testkit/localexec":     "test support: the contract test's second execution backend runs a plain host process",
 	"runtime/supervisor/holder":      "re-execs its own binary (/proc/self/exe) as a sandbox's holder process (Spawn, client.go); the holder runs runsc through launcher",
+	"runtime/gitadopt":               "runs host git in an agent's worktree (rev-parse, config, cat-file, ls-files, ls-tree, read-tree) with a clean environment and no hooks, fsmonitor or filters; never runsc",
 	"internal/testkit/testbundle":    "test support: builds static probe binaries with go build",
 	"internal/testkit/testnet":       "test support: starts test hosts' processes inside the namespaces it made",
 	"internal/testkit/testcontainer": "test support: re-execs the test binary into the container's namespaces",

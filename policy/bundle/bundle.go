@@ -43,7 +43,16 @@ const (
 	// MCPConfigFile is the MCP config Pi reads, generated when the launch
 	// has a private MCP route; it holds no bearer (the route proxy adds it).
 	MCPConfigFile = "files/mcp.json"
+	// GitHeadFile is the HEAD a main worktree's repository shows in the
+	// sandbox (GitHostWorktreeHead): the repository is the sandbox's
+	// commondir there, so Git takes its HEAD for another worktree's, and
+	// the real one would make the agent's own branch "already checked out".
+	GitHeadFile = "files/git-HEAD"
 )
+
+// GitHostWorktreeHead is GitHeadFile's content: a ref no branch is, so no
+// branch counts as checked out elsewhere.
+const GitHostWorktreeHead = "ref: refs/paseo/host-worktree\n"
 
 // SecretFiles are the bundle files the launcher writes into its private
 // copy through its secret check: config.json with its credential slot

@@ -11,11 +11,13 @@ import (
 )
 
 // fileNames are the files a bundle is made of, in the order Read opens them.
-var fileNames = []string{ConfigFile, EgressFile, ManifestFile, PinsFile, HostsFile, ResolvFile, MCPConfigFile}
+var fileNames = []string{ConfigFile, EgressFile, ManifestFile, PinsFile, HostsFile, ResolvFile, MCPConfigFile, GitHeadFile}
 
 // optional files may be absent: pins.json (a bundle not yet bound to a
 // host) and the MCP config (no private MCP route).
-func optional(name string) bool { return name == PinsFile || name == MCPConfigFile }
+func optional(name string) bool {
+	return name == PinsFile || name == MCPConfigFile || name == GitHeadFile
+}
 
 // Read loads the files a bundle is made of from dir. Each file is opened
 // once, beneath a descriptor of dir and without following symlinks, must

@@ -7,6 +7,7 @@ import (
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/pathform"
+	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/compiler/gitindex"
 	"paseo.dev/paseo-policy/policy/compiler/pathsafe"
 	"paseo.dev/paseo-policy/policy/grant"
@@ -45,8 +46,8 @@ import (
 //     create the mount point on the host.
 
 const (
-	// gitSeed shows a linked worktree's real Git dir read-only, for the
-	// start script to copy from; its own path holds the private tmpfs.
+	// gitSeed shows the worktree's real Git dir read-only, for the start
+	// script to copy from: its own path holds the private tmpfs.
 	gitSeed = "/run/paseo/git-seed"
 	// gitRepoView shows a main worktree's (or a submodule's) repository,
 	// whose own path holds the private tmpfs.
@@ -215,10 +216,14 @@ func (c *compilation) repoView(l gitLayout) []grant.Mount {
 	out = append(out, grant.Mount{Destination: l.gitdir.dest, Type: "tmpfs", Source: "tmpfs",
 		Options:    []string{"nosuid", "nodev", "noexec", "mode=0755", uid, gid, "size=" + strconv.FormatInt(c.limits.TmpfsBytes, 10)},
 		Provenance: why("the worktree's Git dir, private to this sandbox and seeded by the start script: the agent's HEAD, index and per-worktree state never reach the host's, which host git reads", l.gitdir.fact)})
-	seed := gitRepoView
+	// The seed is the real Git dir, apart from the view: a main
+	// worktree's view shows the generated HEAD below, not the real one.
+	out = append(out, bind(gitSeed, l.gitdir.host, grant.RO, "the worktree's real Git dir, read-only: what the start script copies into the private one", l.gitdir.fact))
+	if !l.linked {
+		out = append(out, grant.Mount{Destination: gitRepoView + "/HEAD", Type: "bind", Source: bundle.GitHeadFile, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
+			Provenance: why("generated: the repository's view is the sandbox's commondir, whose HEAD Git takes for another worktree's; one naming no branch leaves the agent's own branch free to check out", l.fact)})
+	}
 	if l.linked {
-		seed = gitSeed
-		out = append(out, bind(gitSeed, l.gitdir.host, grant.RO, "the worktree's real Git dir, read-only: what the start script copies into the private one", l.gitdir.fact))
 		// A linked worktree's submodules keep their Git dirs in its own
 		// Git dir, which the tmpfs covers.
 		if p := l.gitdir.dest + "/modules"; c.src.exists(p, "workspace", roots) {
@@ -229,7 +234,7 @@ func (c *compilation) repoView(l gitLayout) []grant.Mount {
 	}
 	c.gitEnv = []grant.Env{
 		{Name: "PASEO_GIT_DIR", Value: l.gitdir.dest, Provenance: why("the private Git dir the start script seeds", l.gitdir.fact)},
-		{Name: "PASEO_GIT_SEED", Value: seed, Provenance: why("the real Git dir, read-only, that the start script seeds from", l.gitdir.fact)},
+		{Name: "PASEO_GIT_SEED", Value: gitSeed, Provenance: why("the real Git dir, read-only, that the start script seeds from", l.gitdir.fact)},
 	}
 	if !l.linked {
 		c.gitEnv = append(c.gitEnv, grant.Env{Name: "PASEO_GIT_COMMONDIR", Value: gitRepoView,

@@ -36,6 +36,11 @@ func Render(plan *Plan) (bundle.Files, *bundle.Manifest, error) {
 	} else if ok {
 		files[bundle.MCPConfigFile] = mcp
 	}
+	for _, g := range plan.Grants {
+		if m, ok := g.(grant.Mount); ok && m.Source == bundle.GitHeadFile {
+			files[bundle.GitHeadFile] = []byte(bundle.GitHostWorktreeHead)
+		}
+	}
 	m := renderManifest(plan, files)
 	if files[bundle.ManifestFile], err = bundle.MarshalManifest(m); err != nil {
 		return nil, nil, err

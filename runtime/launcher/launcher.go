@@ -655,7 +655,10 @@ func (r *runDir) materialize(plan *launchplan.Plan, secrets SecretSource) error 
 			return err
 		}
 	}
-	for _, name := range []string{bundle.HostsFile, bundle.ResolvFile} {
+	for _, name := range []string{bundle.HostsFile, bundle.ResolvFile, bundle.GitHeadFile} {
+		if _, ok := files[name]; !ok && name == bundle.GitHeadFile {
+			continue // only a main worktree's layout has one
+		}
 		// Readable by the sandbox user through the gofer.
 		if err := r.writeFile(name, files[name], 0o644); err != nil {
 			return err

@@ -6,12 +6,13 @@ import (
 )
 
 // Transcript is what a client keeps of a sandbox's output across
-// attachments: the cursor to reattach from and the stdout bytes. Add
+// attachments: the cursor to reattach from and the stdout and stderr bytes. Add
 // refuses a record that is not the next one, so a gap or a duplicate in
 // the bridge's replay is an error rather than a corrupt transcript.
 type Transcript struct {
 	Cursor uint64
 	Stdout bytes.Buffer
+	Stderr bytes.Buffer
 }
 
 // Add takes an event; events other than output are ignored.
@@ -23,8 +24,11 @@ func (tr *Transcript) Add(e Event) error {
 		return fmt.Errorf("record %d after %d: gap or duplicate", e.Seq, tr.Cursor)
 	}
 	tr.Cursor = e.Seq
-	if e.Stream == "stdout" {
+	switch e.Stream {
+	case "stdout":
 		tr.Stdout.Write(e.Data)
+	case "stderr":
+		tr.Stderr.Write(e.Data)
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -187,57 +186,5 @@ func TestPiOAuthFile(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(agentDir, "auth.json.lock")); !os.IsNotExist(err) {
 		t.Errorf("the lock reached the host agent dir (%v)", err)
-	}
-}
-
-// The repository a worktree shares with other agents' worktrees keeps its
-// config and hooks read-only in the sandbox: a commit still works (objects,
-// refs, the index), while a planted hook or a config command that Git would
-// run in every sandbox sharing the repository is refused.
-func TestPiGitControl(t *testing.T) {
-	e := newEnv(t)
-	repo := filepath.Join(e.host, "srv/paseo/repos/proj")
-	ws := filepath.Join(e.host, "srv/paseo/workspace/proj-feature")
-	// A real repository with a linked worktree at the workspace, as Paseo
-	// makes one per agent; the scene's tree then adds what it lacks.
-	for _, args := range [][]string{
-		{"init", "-q", "-b", "main", repo},
-		{"-C", repo, "-c", "user.name=t", "-c", "user.email=t@example.test", "commit", "-q", "--allow-empty", "-m", "init"},
-		{"-C", repo, "worktree", "add", "-q", "-b", "feature", ws},
-	} {
-		if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	sc := e.scene(t, "pi-session", "")
-	chownTree(t, repo, 1000, 1000)
-	chownTree(t, ws, 1000, 1000)
-	config := readFile(t, filepath.Join(repo, ".git/config"))
-	e.setScript(t,
-		fakemodel.Bash(strings.Join([]string{
-			`cd ` + ws,
-			`git -c user.name=a -c user.email=a@example.test commit -q --allow-empty -m by-agent && echo commit-ok || echo commit-failed`,
-			`echo 'touch ` + ws + `/HOOK-RAN' > ` + repo + `/.git/hooks/post-commit && echo hook-written || echo hook-refused`,
-			`git config core.fsmonitor 'touch ` + ws + `/FSMONITOR-RAN' && echo config-written || echo config-refused`,
-		}, "; ")),
-		fakemodel.Text("done"),
-	)
-	p := e.launch(t, sc)
-	p.turn(t, ctx(t), "commit and plant")
-	out := e.lastToolResult(t)
-	p.stop(t)
-	for _, want := range []string{"commit-ok", "hook-refused", "config-refused"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("want %s in %q", want, out)
-		}
-	}
-	if log, err := exec.Command("git", "-c", "safe.directory=*", "-C", repo, "log", "--format=%s", "feature").CombinedOutput(); err != nil || !strings.Contains(string(log), "by-agent") {
-		t.Errorf("the agent's commit is not on the host: %v %s", err, log)
-	}
-	if _, err := os.Stat(filepath.Join(repo, ".git/hooks/post-commit")); !os.IsNotExist(err) {
-		t.Errorf("the hook reached the host (%v)", err)
-	}
-	if got := readFile(t, filepath.Join(repo, ".git/config")); got != config {
-		t.Errorf("the repository's config changed: %q", got)
 	}
 }
