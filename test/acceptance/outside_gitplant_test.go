@@ -72,8 +72,9 @@ type GitPlantCommand struct {
 	// Refused is the compiler's refusal of the layout (no sandbox ran).
 	Refused []diag.Code `json:"compile_refused,omitempty"`
 	// Plants are how the plant went in the sandbox: which step failed,
-	// with which errno; a second one where the agent's Git finds the
-	// repository at a path of the sandbox's own (gitplant.PlantAsAgent).
+	// with which errno; then again wherever else the agent sees its
+	// repository (where its Git finds it, the read-only view of the real
+	// Git dir: gitplant.PlantAsAgent).
 	Plants    []gitplant.Outcome `json:"plants"`
 	HostError string             `json:"host_error,omitempty"`
 	Markers   []string           `json:"markers"`
@@ -485,7 +486,7 @@ func outcomeText(outs []gitplant.Outcome, refused []diag.Code) string {
 	for _, o := range outs {
 		at := ""
 		if len(outs) > 1 {
-			at = " with the repository at " + o.Common
+			at = fmt.Sprintf(" (Git dir %s, repository %s)", o.GitDir, o.Common)
 		}
 		if o.Planted {
 			parts = append(parts, "made in full"+at)

@@ -16,7 +16,9 @@ import (
 // or the same program on the host for the control).
 type Outcome struct {
 	Surface string `json:"surface"`
-	// Common is the common dir the plant took as the repository's.
+	// GitDir and Common are the Git dir and the common dir the plant took
+	// as the worktree's and the repository's.
+	GitDir string `json:"gitdir"`
 	Common string `json:"common"`
 	// Planted: every step of the plant succeeded.
 	Planted bool `json:"planted"`
@@ -56,7 +58,7 @@ func PlantOutside(s Surface, p Plot) Outcome {
 	for i := len(rec.cleanups) - 1; i >= 0; i-- {
 		rec.cleanups[i]()
 	}
-	o := Outcome{Surface: s.Name, Common: p.Common, Planted: !rec.failed && crashed == nil, Step: rec.step, Errno: rec.errno, Error: rec.msg,
+	o := Outcome{Surface: s.Name, GitDir: p.GitDir, Common: p.Common, Planted: !rec.failed && crashed == nil, Step: rec.step, Errno: rec.errno, Error: rec.msg,
 		WorktreeWritable: writable}
 	if crashed != nil {
 		o.Panic = fmt.Sprint(crashed)
@@ -64,14 +66,19 @@ func PlantOutside(s Surface, p Plot) Outcome {
 	return o
 }
 
-// PlantAsAgent plants s on p and then, where the agent's Git finds the
-// repository elsewhere than p has it (AsGitFinds, read before the first
-// plant changes anything), again there: the host then sees both plants.
-func PlantAsAgent(s Surface, p Plot) []Outcome {
+// PlantAsAgent plants s on p and then wherever else the agent sees its
+// repository: where its Git finds it, when that is elsewhere than p has
+// it (AsGitFinds, read before the first plant changes anything), and, when
+// realGitDir is set, with the worktree's real Git dir at that path (a
+// sandbox's read-only view of it). The host then sees every plant.
+func PlantAsAgent(s Surface, p Plot, realGitDir string) []Outcome {
 	found, elsewhere := p.AsGitFinds()
 	out := []Outcome{PlantOutside(s, p)}
 	if elsewhere {
 		out = append(out, PlantOutside(s, found))
+	}
+	if realGitDir != "" && realGitDir != p.GitDir {
+		out = append(out, PlantOutside(s, p.AtGitDir(realGitDir)))
 	}
 	return out
 }

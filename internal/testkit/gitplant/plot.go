@@ -146,3 +146,15 @@ func (p Plot) AsGitFinds() (Plot, bool) {
 	p.Repo, p.Common = &r, c
 	return p, true
 }
+
+// AtGitDir is the plot with the worktree's Git dir at dir and, for a main
+// worktree (whose Git dir is the repository), the common dir too.
+func (p Plot) AtGitDir(dir string) Plot {
+	if filepath.Clean(p.GitDir) == filepath.Clean(p.Common) {
+		r := *p.Repo
+		r.Common = dir
+		p.Repo, p.Common = &r, dir
+	}
+	p.GitDir = dir
+	return p
+}

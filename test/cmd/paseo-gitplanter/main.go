@@ -2,9 +2,9 @@
 // (internal/testkit/gitplant) and prints how it went, one JSON line
 // (gitplant.Outcome) per plant: run in a sandbox, it is the agent planting
 // Git control data; run on the host as the deployment user, the
-// catalogue's control. It plants where the plot says and, where the
-// agent's Git finds the repository elsewhere, there too
-// (gitplant.PlantAsAgent).
+// catalogue's control. It plants where the plot says and wherever else
+// the agent sees its repository: where its Git finds it, and where the
+// sandbox shows the real Git dir (gitplant.PlantAsAgent).
 //
 // It takes the surface's name and the plot's paths as JSON (gitplant.Paths)
 // as its two arguments or, run as "pi" (by the reviewed profile's own
@@ -52,7 +52,9 @@ func main() {
 		fmt.Fprintf(os.Stderr, "paseo-gitplanter: surface %q known %t, job: %v\n", job.Surface, ok, err)
 		os.Exit(2)
 	}
-	for _, o := range gitplant.PlantAsAgent(s, job.Paths.Plot()) {
+	// PASEO_GIT_SEED is where a protected sandbox shows the worktree's real
+	// Git dir (read-only); the host control runs with no environment.
+	for _, o := range gitplant.PlantAsAgent(s, job.Paths.Plot(), os.Getenv("PASEO_GIT_SEED")) {
 		line, _ := json.Marshal(o)
 		fmt.Println(string(line))
 	}
