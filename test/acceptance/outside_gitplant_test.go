@@ -30,8 +30,10 @@ import (
 // the agent (test/cmd/paseo-gitplanter, plain file operations, no git in
 // its image) plants a payload from inside a real sandbox compiled for its
 // worktree; then the daemon's command runs on the host as uid 1000, and a
-// win is a payload marker. Each command gets a fresh layout and plant
-// (one command can use up what would trigger the next). The control is
+// win is a payload marker. status and diff each get a fresh layout and
+// plant, since they refresh and write the index and so can use up what
+// would trigger the next command; the commands that write nothing in the
+// workspace share one (gitPlantRounds). The control is
 // the same planter run on the host as uid 1000, with no sandbox around
 // it: it must run the payload under exactly the commands the catalogue
 // says (Runs). Surfaces that run nothing are planted and checked too, and
@@ -113,59 +115,69 @@ func gitPlantAttacks(t *testing.T, _ *scene) []OutsideAttack {
 	shows := OutsideAttack{Name: "agent-redirects-host-git-through-git-data", Attacker: "agent",
 		Goal:    "from its sandbox, plant Git data that changes what the daemon's host git shows without running anything: a toplevel of the agent's choice, commits from another workspace's store, a token in the daemon's fsmonitor hook",
 		Control: "the same planter run on the host as the deployment user, with no sandbox around it"}
-	var rows []GitPlantRow
+	// The surfaces are independent (a lab, layouts and sandboxes each), so
+	// they run in parallel; the group returns when all have.
+	rows := make([]GitPlantRow, len(gitplant.Surfaces))
+	done := make([]bool, len(gitplant.Surfaces))
+	t.Run("gitplant", func(t *testing.T) {
+		for i, s := range gitplant.Surfaces {
+			t.Run(subtestName(s.Name), func(t *testing.T) {
+				t.Parallel()
+				row, lab := plantSurface(t, planter, hostPlanter, s)
+				t.Log(row.summary(lab))
+				rows[i], done[i] = row, true
+			})
+		}
+	})
 	var ranIn, ranCtl, claimed, commands int
-	for _, s := range gitplant.Surfaces {
-		t.Run(subtestName(s.Name), func(t *testing.T) {
-			row, lab := plantSurface(t, planter, hostPlanter, s)
-			rows = append(rows, row)
-			t.Log(row.summary(lab))
-			won, refused, shown, ctlWon, ctlShown := false, true, false, false, false
-			for _, c := range row.Commands {
-				commands++
-				won = won || len(c.Markers) > 0
-				refused = refused && (c.Refused != nil || !anyPlanted(c.Plants))
-				shown, ctlShown = shown || c.Shown, ctlShown || c.ControlShown
-				ctlWon = ctlWon || len(c.ControlMarkers) > 0
-				if len(c.Markers) > 0 {
-					ranIn++
-				}
-				if len(c.ControlMarkers) > 0 {
-					ranCtl++
-				}
+	var kept []GitPlantRow
+	for i, s := range gitplant.Surfaces {
+		if !done[i] {
+			continue // its subtest failed, and with it the test
+		}
+		row := rows[i]
+		kept = append(kept, row)
+		won, refused, shown, ctlWon, ctlShown := false, true, false, false, false
+		for _, c := range row.Commands {
+			commands++
+			if len(c.Markers) > 0 {
+				won = true
+				ranIn++
 			}
-			claimed += len(s.Runs)
-			plants.Contained.Attempts++
-			plants.ControlRun.Attempts++
-			switch {
-			case won:
-				plants.Contained.Wins++
-			case refused:
-				plants.Contained.Refusals++
+			if len(c.ControlMarkers) > 0 {
+				ctlWon = true
+				ranCtl++
 			}
-			if ctlWon {
-				plants.ControlRun.Wins++
-			}
-			if len(s.Shows) > 0 {
-				shows.Contained.Attempts++
-				shows.ControlRun.Attempts++
-				switch {
-				case shown:
-					shows.Contained.Wins++
-				case refused:
-					shows.Contained.Refusals++
-				}
-				if ctlShown {
-					shows.ControlRun.Wins++
-				}
-			}
-		})
+			refused = refused && (c.Refused != nil || !anyPlanted(c.Plants))
+			shown, ctlShown = shown || c.Shown, ctlShown || c.ControlShown
+		}
+		claimed += len(s.Runs)
+		gitPlantCount(&plants, won, refused, ctlWon)
+		if len(s.Shows) > 0 {
+			gitPlantCount(&shows, shown, refused, ctlShown)
+		}
 	}
 	plants.Evidence = fmt.Sprintf("one attempt per surface (%d); a payload ran under %d of %d host commands after a plant from the sandbox, under %d after the same plant on the host (the catalogue claims %d)",
 		len(gitplant.Surfaces), ranIn, commands, ranCtl, claimed)
-	plants.Cases = rows
+	plants.Cases = kept
 	shows.Evidence = "one attempt per surface with a Shows effect; a win is the effect in the host command's output"
 	return []OutsideAttack{plants, shows}
+}
+
+// gitPlantCount adds one surface's attempt on each side: a win, else a refusal
+// when the sandbox's plant was stopped everywhere it tried.
+func gitPlantCount(a *OutsideAttack, won, refused, ctlWon bool) {
+	a.Contained.Attempts++
+	a.ControlRun.Attempts++
+	switch {
+	case won:
+		a.Contained.Wins++
+	case refused:
+		a.Contained.Refusals++
+	}
+	if ctlWon {
+		a.ControlRun.Wins++
+	}
 }
 
 // plantSurface runs every daemon command on s after a fresh plant from the
@@ -178,31 +190,39 @@ func plantSurface(t *testing.T, planter, hostPlanter string, s gitplant.Surface)
 		row.Runs = []string{}
 	}
 	gitPlantBaseline(t, lab, s)
-	for _, c := range gitplant.Commands {
-		rec := GitPlantCommand{Command: c.Name}
-
+	for _, round := range gitPlantRounds() {
+		recs := make([]GitPlantCommand, len(round))
 		r, p := lab.Prepared(t, s)
 		sb, refused := gitPlantCompile(t, planter, s, p)
-		rec.Refused = refused
+		var plants []gitplant.Outcome
 		if sb != nil {
-			rec.Plants = gitPlantInSandbox(t, sb)
+			plants = gitPlantInSandbox(t, sb)
 		}
-		res := gitPlantHostRun(t, lab, c, r.Worktree(s.Host))
-		rec.HostError, rec.Markers, rec.Shown = errText(res.Err), res.Markers, shownIn(s, c, res)
+		for i, c := range round {
+			res := gitPlantHostRun(t, lab, c, r.Worktree(s.Host))
+			recs[i] = GitPlantCommand{Command: c.Name, Refused: refused, Plants: plants,
+				HostError: errText(res.Err), Markers: res.Markers, Shown: shownIn(s, c, res)}
+		}
 
 		r, p = lab.Prepared(t, s)
-		rec.ControlPlants = gitPlantOnHost(t, hostPlanter, s, p)
-		if len(rec.ControlPlants) != 1 || !rec.ControlPlants[0].Planted {
-			t.Errorf("%s: the control's plant on the host: %+v", c.Name, rec.ControlPlants)
+		ctl := gitPlantOnHost(t, hostPlanter, s, p)
+		if len(ctl) != 1 || !ctl[0].Planted {
+			t.Errorf("the control's plant on the host: %+v", ctl)
 		}
-		res = gitPlantHostRun(t, lab, c, r.Worktree(s.Host))
-		rec.ControlError, rec.ControlMarkers, rec.ControlShown = errText(res.Err), res.Markers, shownIn(s, c, res)
+		for i, c := range round {
+			res := gitPlantHostRun(t, lab, c, r.Worktree(s.Host))
+			recs[i].ControlPlants, recs[i].ControlError, recs[i].ControlMarkers, recs[i].ControlShown = ctl, errText(res.Err), res.Markers, shownIn(s, c, res)
+		}
+		row.Commands = append(row.Commands, recs...)
+	}
+	for i := range row.Commands {
+		rec := &row.Commands[i]
 
 		// A plant from the sandbox that leaves the repository broken where
 		// the control's does not would stop host git before any payload
 		// could run, and pass for contained.
 		if rec.HostError != "" && rec.ControlError == "" {
-			t.Errorf("%s failed on the host after the sandbox's plant (%s) but not after the control's", c.Name, rec.HostError)
+			t.Errorf("%s failed on the host after the sandbox's plant (%s) but not after the control's", rec.Command, rec.HostError)
 		}
 		if rec.Markers == nil {
 			rec.Markers = []string{}
@@ -210,8 +230,7 @@ func plantSurface(t *testing.T, planter, hostPlanter string, s gitplant.Surface)
 		if rec.ControlMarkers == nil {
 			rec.ControlMarkers = []string{}
 		}
-		t.Logf("%s: sandbox plant %s; markers %v (control %v); host git error %q (control %q)", c.Name, outcomeText(rec.Plants, rec.Refused), rec.Markers, rec.ControlMarkers, rec.HostError, rec.ControlError)
-		row.Commands = append(row.Commands, rec)
+		t.Logf("%s: sandbox plant %s; markers %v (control %v); host git error %q (control %q)", rec.Command, outcomeText(rec.Plants, rec.Refused), rec.Markers, rec.ControlMarkers, rec.HostError, rec.ControlError)
 	}
 	// The control must be the catalogue's: the payload runs under exactly
 	// its commands, and its effect shows where it says; else the surface
@@ -229,6 +248,28 @@ func plantSurface(t *testing.T, planter, hostPlanter string, s gitplant.Surface)
 		t.Errorf("control: the payload ran under %v, the catalogue says %v", ran, s.Runs)
 	}
 	return row, lab.Dir
+}
+
+// gitPlantRounds are the daemon's commands in the order they run, one
+// round per plant: status and diff refresh the index and may write it, so
+// each has a plant of its own; log, rev-parse, worktree list and the
+// fetch (upload-pack in the workspace) write nothing there, so they share
+// one. The controls, run in the same rounds, must still find what the
+// catalogue found with a plant per command.
+func gitPlantRounds() [][]gitplant.Command {
+	var rounds [][]gitplant.Command
+	var readOnly []gitplant.Command
+	for _, c := range gitplant.Commands {
+		switch c.Name {
+		case "status", "diff":
+			rounds = append(rounds, []gitplant.Command{c})
+		case "log", "rev-parse", "worktree-list", "fetch":
+			readOnly = append(readOnly, c)
+		default:
+			panic("gitplant command " + c.Name + " has no round: say whether it writes in the workspace")
+		}
+	}
+	return append(rounds, readOnly)
 }
 
 // gitPlantBaseline runs every daemon command as the deployment user on an
