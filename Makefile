@@ -108,7 +108,7 @@ e2e-continuity: runsc image
 # per resource limit; writes out/acceptance.json and fails unless it is a
 # pass. Root, like the launcher tests.
 acceptance: runsc
-	$(GO) test $(RACE) -count=1 -v -run '^TestAcceptance$$' ./test/acceptance
+	$(GO) test $(RACE) -count=1 -timeout 40m -v -run '^TestAcceptance$$' ./test/acceptance
 
 # Each fuzz target runs a bounded number of executions (about 5-10 s here);
 # a finding fails the build and leaves its input under testdata/fuzz for

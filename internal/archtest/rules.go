@@ -85,6 +85,7 @@ var TestSupport = []string{
 	"internal/testkit/probe",
 	"test/cmd/paseo-probe",
 	"test/cmd/paseo-flood",
+	"test/cmd/paseo-gitplanter",
 	// `make demo`'s program: it runs the real supervisor, launcher and
 	// runsc, but the model it talks to is internal/testkit/fakemodel on a
 	// test host of internal/testkit/testnet, so it is test support and no product

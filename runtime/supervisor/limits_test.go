@@ -95,7 +95,9 @@ func TestConnectionCaps(t *testing.T) {
 
 	// Over the overall cap everyone waits, until the idle timeout cuts
 	// the connections that hold the slots without asking anything.
-	f.restartWith(t, Limits{MaxConns: 2, MaxConnsPerUID: 16, IdleTimeout: time.Second})
+	// The idle timeout leaves the other user's process (a re-exec, slow to
+	// start on a loaded machine) time to meet the full cap before it cuts.
+	f.restartWith(t, Limits{MaxConns: 2, MaxConnsPerUID: 16, IdleTimeout: 5 * time.Second})
 	a, b := rawDial(t, f.socket), rawDial(t, f.socket)
 	listOn(t, a)
 	listOn(t, b)
@@ -103,7 +105,7 @@ func TestConnectionCaps(t *testing.T) {
 		t.Errorf("uid %d over the overall cap: %q, want busy", otherUID, out)
 	}
 	for _, c := range []net.Conn{a, b} {
-		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_ = c.SetReadDeadline(time.Now().Add(15 * time.Second))
 		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
 			t.Errorf("an idle connection was not cut: %v", err)
 		}

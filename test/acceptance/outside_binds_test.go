@@ -72,6 +72,13 @@ func newBindScene(t *testing.T, o testbundle.Options, cwd func(host string) stri
 	b.cwd = cwd(b.sb.Host)
 	b.outside = filepath.Join(b.sb.Host, "home/alice/outside-binds")
 	mustWrite(t, filepath.Join(b.outside, "marker"), "outside "+b.marker+"\n")
+	// A cwd's .git pointer file is a bind of its own (issue 19); a swapped
+	// cwd needs one too, or the control's runsc stops at the missing
+	// source and the swap could never show. A cwd without one gets a
+	// tmpfs there, whose mount point runsc makes itself.
+	if fi, err := os.Lstat(filepath.Join(b.cwd, ".git")); err == nil && fi.Mode().IsRegular() {
+		mustWrite(t, filepath.Join(b.outside, ".git"), "gitdir: "+b.outside+"/gitdir\n")
+	}
 	mustWrite(t, filepath.Join(b.cwd, "marker"), "inside\n")
 	return b
 }

@@ -38,6 +38,9 @@ type OutsideAttack struct {
 	ControlRun Tally `json:"control_run"`
 	// Evidence is a short note for the reviewer (no secret, no marker).
 	Evidence string `json:"evidence,omitempty"`
+	// Cases, for a family whose attempts differ in kind, is its own record
+	// of each (the Git plants: one row per surface).
+	Cases any `json:"cases,omitempty"`
 }
 
 // Tally counts one side of an attack. Refusals are attempts the product

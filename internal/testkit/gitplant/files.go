@@ -106,14 +106,19 @@ func backdate(t testing.TB, p string) {
 func writeObject(t testing.TB, objects, kind, body string) string {
 	t.Helper()
 	raw := fmt.Sprintf("%s %d\x00%s", kind, len(body), body)
-	sum := sha1.Sum([]byte(raw))
-	id := hex.EncodeToString(sum[:])
+	id := objectID(kind, body)
 	var z bytes.Buffer
 	w := zlib.NewWriter(&z)
 	w.Write([]byte(raw))
 	w.Close()
 	writeFile(t, filepath.Join(objects, id[:2], id[2:]), z.String())
 	return id
+}
+
+// objectID is the id Git gives the object, stored or not.
+func objectID(kind, body string) string {
+	sum := sha1.Sum(fmt.Appendf(nil, "%s %d\x00%s", kind, len(body), body))
+	return hex.EncodeToString(sum[:])
 }
 
 // emptyTree is Git's built-in empty tree: a commit may name it without the

@@ -2,6 +2,7 @@ package gitplant
 
 import (
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -79,5 +80,43 @@ func TestLayoutsAloneRunNothing(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A planter reports the step that stopped a plant and its errno, and a
+// plant made in full as planted; where the Git dir names a common dir
+// elsewhere, PlantAsAgent plants there too.
+func TestPlantOutside(t *testing.T) {
+	l := New(t)
+	s, _ := SurfaceNamed("commondir created in a main worktree's .git")
+	_, p := l.Prepared(t, s)
+	if got := PlantAsAgent(s, p, ""); len(got) != 1 || !got[0].Planted || got[0].Common != p.Common {
+		t.Errorf("a plot where Git finds the repository: %+v", got)
+	}
+	// As a sandbox shows a main worktree: its Git dir's commondir names
+	// the repository's view elsewhere.
+	_, p = l.Prepared(t, s)
+	view := filepath.Join(l.Dir, "view")
+	writeFile(t, filepath.Join(p.GitDir, "commondir"), view+"\n")
+	got := PlantAsAgent(s, p, "")
+	if len(got) != 2 || !got[0].Planted || got[0].Common != p.Common || !got[1].Planted || got[1].Common != view {
+		t.Errorf("a plot whose Git finds the repository elsewhere: %+v", got)
+	}
+	// And where the real Git dir is shown elsewhere: a main worktree's is
+	// its repository.
+	_, p = l.Prepared(t, s)
+	seed := filepath.Join(l.Dir, "seed")
+	got = PlantAsAgent(s, p, seed)
+	if len(got) != 2 || got[1].GitDir != seed || got[1].Common != seed || got[1].Planted {
+		t.Errorf("a plot with the real Git dir elsewhere: %+v", got)
+	}
+
+	_, p = l.Prepared(t, s)
+	file := filepath.Join(l.Dir, "a-file")
+	writeFile(t, file, "")
+	p.WT = filepath.Join(file, "wt") // a path beneath a file: ENOTDIR
+	o := PlantOutside(s, p)
+	if o.Planted || o.Errno != "ENOTDIR" || o.Step != "mkdir "+file || o.Panic != "" {
+		t.Errorf("refused plant: %+v", o)
 	}
 }

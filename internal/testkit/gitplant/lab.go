@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -27,6 +28,9 @@ type Lab struct {
 	Home    string
 	Markers string
 	n       int
+	// user, when set (RunAs), is who the daemon's host commands run as,
+	// and who owns everything the lab builds.
+	user *syscall.Credential
 }
 
 // New makes a lab with an empty global config, as the daemon user's.
@@ -47,6 +51,34 @@ func New(t testing.TB) *Lab {
 	mkdirAll(t, l.Markers)
 	writeFile(t, filepath.Join(l.Home, ".gitconfig"), "")
 	return l
+}
+
+// RunAs makes the lab the deployment user's: from now on it owns the lab
+// (every layout Build makes is chowned to it), and the daemon's host
+// commands run as it. Host git run as root in a tree the user owns would
+// refuse it as of dubious ownership and run nothing, which proves nothing.
+func (l *Lab) RunAs(t testing.TB, uid, gid uint32) {
+	t.Helper()
+	l.user = &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}
+	l.Own(t)
+}
+
+// Own gives everything in the lab to the RunAs user (a no-op without
+// one): run it after writing in the lab as root.
+func (l *Lab) Own(t testing.TB) {
+	t.Helper()
+	if l.user == nil {
+		return
+	}
+	err := filepath.WalkDir(l.Dir, func(p string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, int(l.user.Uid), int(l.user.Gid))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Env is the daemon's environment for git: nothing inherited but PATH, no
@@ -75,6 +107,9 @@ func (l *Lab) HostGit(t testing.TB, dir string, args ...string) Result {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir, cmd.Env, cmd.Stdin = dir, l.Env(), strings.NewReader("")
+	if l.user != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: l.user}
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -124,6 +159,7 @@ func (l *Lab) Run(t testing.TB, c Command, wt string) Result {
 	l.n++
 	scratch := filepath.Join(l.Dir, "scratch", strconv.Itoa(l.n))
 	l.Git(t, l.Dir, "init", "-q", "--bare", scratch)
+	l.Own(t) // the daemon's own scratch repository
 	return l.HostGit(t, scratch, "fetch", "--no-tags", wt)
 }
 

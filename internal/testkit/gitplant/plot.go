@@ -2,7 +2,9 @@ package gitplant
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -90,4 +92,69 @@ func (p Plot) AllHooks(t testing.TB, dir string) {
 	for _, h := range hooks {
 		writeExec(t, filepath.Join(dir, h), p.script())
 	}
+}
+
+// Paths is a Plot as plain paths, for a planter in another process: the
+// host topology shows the host's paths at the same paths in a sandbox.
+type Paths struct {
+	Lab, Home, Markers string
+	Root, Main, Common string
+	WT, GitDir         string
+}
+
+// Paths is the plot's paths.
+func (p Plot) Paths() Paths {
+	return Paths{Lab: p.Lab.Dir, Home: p.Lab.Home, Markers: p.Lab.Markers,
+		Root: p.Repo.Root, Main: p.Repo.Main, Common: p.Repo.Common, WT: p.WT, GitDir: p.GitDir}
+}
+
+// Plot is the plot these paths describe.
+func (ps Paths) Plot() Plot {
+	return Plot{Lab: &Lab{Dir: ps.Lab, Home: ps.Home, Markers: ps.Markers},
+		Repo: &Repo{Root: ps.Root, Main: ps.Main, Common: ps.Common},
+		WT:   ps.WT, GitDir: ps.GitDir, Common: ps.Common}
+}
+
+// SurfaceNamed is the catalogue's surface of that name.
+func SurfaceNamed(name string) (Surface, bool) {
+	for _, s := range Surfaces {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Surface{}, false
+}
+
+// AsGitFinds is the plot with the common dir where Git finds it from the
+// Git dir (its commondir file), when that is not where the plot has it: a
+// sandbox may show a main worktree's repository at a path of its own, and
+// an agent plants where its Git says the repository is.
+func (p Plot) AsGitFinds() (Plot, bool) {
+	b, err := os.ReadFile(filepath.Join(p.GitDir, "commondir"))
+	if err != nil {
+		return p, false
+	}
+	c := strings.TrimRight(string(b), "\n")
+	if !filepath.IsAbs(c) {
+		c = filepath.Join(p.GitDir, c)
+	}
+	if c = filepath.Clean(c); c == filepath.Clean(p.Common) {
+		return p, false
+	}
+	r := *p.Repo
+	r.Common = c
+	p.Repo, p.Common = &r, c
+	return p, true
+}
+
+// AtGitDir is the plot with the worktree's Git dir at dir and, for a main
+// worktree (whose Git dir is the repository), the common dir too.
+func (p Plot) AtGitDir(dir string) Plot {
+	if filepath.Clean(p.GitDir) == filepath.Clean(p.Common) {
+		r := *p.Repo
+		r.Common = dir
+		p.Repo, p.Common = &r, dir
+	}
+	p.GitDir = dir
+	return p
 }

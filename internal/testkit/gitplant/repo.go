@@ -87,5 +87,6 @@ func (l *Lab) Build(t testing.TB, s Spec) *Repo {
 	for _, name := range s.Linked {
 		l.Git(t, r.Main, "worktree", "add", "-q", "-b", name, filepath.Join(root, name))
 	}
+	l.Own(t)
 	return r
 }

@@ -12,6 +12,11 @@ type Surface struct {
 	// Agent is the worktree whose sandbox plants, Host the one whose host
 	// git is meant to run the payload ("" is the main worktree).
 	Agent, Host string
+	// Prepare, when set, makes what the plant names outside every
+	// sandbox (another workspace's object store, a directory elsewhere on
+	// the host): it exists before the agent starts, so a plant made from a
+	// sandbox, which cannot see it, can still name it.
+	Prepare func(t testing.TB, p Plot)
 	// Plant writes the payload with plain file operations only.
 	Plant func(t testing.TB, p Plot)
 	// Runs are the daemon commands that run the payload with git 2.39.5;
@@ -124,16 +129,15 @@ var Surfaces = []Surface{
 			rewriteIndex(t, filepath.Join(p.GitDir, "index"), []indexEntry{gitlink(t, "vendor/x", emptyTree)}, nil)
 		}},
 	{Name: "core.worktree in a fake gitdir's config", Layout: linked, Agent: "wt1", Host: "wt1",
-		Why:   "no payload: the fake config only sets core.worktree (honoured in a gitdir without commondir, ignored in a linked one's common config), and nothing runs; the daemon's toplevel, where status and diff look, becomes the agent's choice",
-		Shows: map[string]string{"rev-parse": "/elsewhere"},
+		Why:     "no payload: the fake config only sets core.worktree (honoured in a gitdir without commondir, ignored in a linked one's common config), and nothing runs; the daemon's toplevel, where status and diff look, becomes the agent's choice",
+		Shows:   map[string]string{"rev-parse": "/elsewhere"},
+		Prepare: func(t testing.TB, p Plot) { mkdirAll(t, elsewhere(p)) },
 		Plant: func(t testing.TB, p Plot) {
 			fake := filepath.Join(p.WT, ".plant", "gitdir")
 			mkdirAll(t, filepath.Join(fake, "objects"))
 			mkdirAll(t, filepath.Join(fake, "refs"))
 			writeFile(t, filepath.Join(fake, "HEAD"), "ref: refs/heads/main\n")
-			elsewhere := filepath.Join(p.Repo.Root, "elsewhere")
-			mkdirAll(t, elsewhere)
-			writeFile(t, filepath.Join(fake, "config"), "[core]\n\trepositoryformatversion = 0\n\tworktree = "+elsewhere+"\n")
+			writeFile(t, filepath.Join(fake, "config"), "[core]\n\trepositoryformatversion = 0\n\tworktree = "+elsewhere(p)+"\n")
 			writeFile(t, filepath.Join(p.WT, ".git"), "gitdir: "+fake+"\n")
 		}},
 	{Name: "config.worktree without extensions.worktreeConfig", Layout: linked, Agent: "wt1", Host: "wt1",
@@ -164,13 +168,13 @@ var Surfaces = []Surface{
 				"\n\tupdate = !"+payload+"\n\tignore = none\n\tfetchRecurseSubmodules = true\n")
 		}},
 	{Name: "objects/info/alternates created", Layout: Spec{}, Agent: "", Host: "",
-		Why:   "data: Git reads objects from the listed store and runs nothing; but host git then shows (and a fetch serves) objects from a store the agent named, outside its sandbox",
-		Shows: map[string]string{"log": "from another store"},
+		Why:     "data: Git reads objects from the listed store and runs nothing; but host git then shows (and a fetch serves) objects from a store the agent named, outside its sandbox",
+		Shows:   map[string]string{"log": "from another store"},
+		Prepare: func(t testing.TB, p Plot) { writeObject(t, otherObjects(p), "commit", otherCommit) },
 		Plant: func(t testing.TB, p Plot) {
-			other := filepath.Join(p.Lab.Dir, "other-objects") // another workspace's store, not in the sandbox
-			commit := writeObject(t, other, "commit", "tree "+emptyTree+"\nauthor O <o@example.invalid> 1 +0000\ncommitter O <o@example.invalid> 1 +0000\n\nfrom another store\n")
-			writeFile(t, filepath.Join(p.Common, "objects", "info", "alternates"), other+"\n")
-			moveHead(t, p.GitDir, p.Common, commit) // names the commit: 40 hex digits, no object needed in the sandbox
+			writeFile(t, filepath.Join(p.Common, "objects", "info", "alternates"), otherObjects(p)+"\n")
+			// Names the commit by its id, 40 hex digits: no object needed in the sandbox.
+			moveHead(t, p.GitDir, p.Common, objectID("commit", otherCommit))
 		}},
 	{Name: "packed-refs and loose refs", Layout: Spec{}, Agent: "", Host: "",
 		Why: "refs are names and object ids; Git parses them and runs nothing",
@@ -211,11 +215,32 @@ var Surfaces = []Surface{
 		}},
 }
 
-// Planted builds the surface's layout and plants it.
-func (l *Lab) Planted(t testing.TB, s Surface) (*Repo, Plot) {
+// otherObjects is another workspace's object store, outside the agent's
+// sandbox; otherCommit is the commit stored there.
+func otherObjects(p Plot) string { return filepath.Join(p.Lab.Dir, "other-objects") }
+
+const otherCommit = "tree " + emptyTree + "\nauthor O <o@example.invalid> 1 +0000\ncommitter O <o@example.invalid> 1 +0000\n\nfrom another store\n"
+
+// elsewhere is a host directory beside the workspace, outside the sandbox.
+func elsewhere(p Plot) string { return filepath.Join(p.Repo.Root, "elsewhere") }
+
+// Prepared builds the surface's layout and what its plant names outside
+// the sandbox, and returns the plot to plant on.
+func (l *Lab) Prepared(t testing.TB, s Surface) (*Repo, Plot) {
 	t.Helper()
 	r := l.Build(t, s.Layout)
 	p := Plot{Lab: l, Repo: r, WT: r.Worktree(s.Agent), GitDir: r.GitDir(s.Agent), Common: r.Common}
+	if s.Prepare != nil {
+		s.Prepare(t, p)
+		l.Own(t)
+	}
+	return r, p
+}
+
+// Planted builds the surface's layout and plants it.
+func (l *Lab) Planted(t testing.TB, s Surface) (*Repo, Plot) {
+	t.Helper()
+	r, p := l.Prepared(t, s)
 	s.Plant(t, p)
 	return r, p
 }
