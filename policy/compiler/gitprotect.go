@@ -64,6 +64,9 @@ type gitLayout struct {
 	worktree string // fact space: the directory holding .git
 	dotgit   dotGit
 	write    bool
+	// pinOnly: the facts grant no Git dir (a .git file in the cwd with no
+	// Git facts); only what host git follows from the cwd is pinned.
+	pinOnly bool
 	// fact names repo in provenance: workspace.git.commondir and so on.
 	fact string
 }
@@ -82,9 +85,11 @@ func (c *compilation) gitBinds(granted []grant.Mount) []grant.Mount {
 	if !ok {
 		return out
 	}
-	if l.write {
+	switch {
+	case l.pinOnly:
+	case l.write:
 		out = append(out, c.repoView(l)...)
-	} else {
+	default:
 		out = append(out, bind(l.gitdir.dest, l.gitdir.host, grant.RO, "the worktree's Git dir, read-only: facts grant Git inspection only", l.gitdir.fact))
 		if l.linked {
 			out = append(out, bind(l.repo.dest, l.repo.host, grant.RO, "the repository's common Git dir, read-only: facts grant Git inspection only", l.repo.fact))
@@ -136,7 +141,7 @@ func (c *compilation) gitLayoutOf() (gitLayout, bool) {
 		if !ok {
 			return gitLayout{}, false
 		}
-		return gitLayout{gitdir: s, worktree: f.Workspace.Cwd, dotgit: dg, fact: "workspace.cwd/.git"}, true
+		return gitLayout{gitdir: s, worktree: f.Workspace.Cwd, dotgit: dg, fact: "workspace.cwd/.git", pinOnly: true}, true
 	}
 	s, ok := c.src.resolve("workspace.cwd/.git", p, "workspace", roots, pathsafe.Dir)
 	if !ok || !c.looksLike("workspace.cwd/.git", p, gitEntry{"HEAD", pathsafe.File}, gitEntry{"objects", pathsafe.Dir}, gitEntry{"refs", pathsafe.Dir}) {

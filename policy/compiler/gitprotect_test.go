@@ -175,6 +175,26 @@ func TestGitControlDataProtected(t *testing.T) {
 		}
 	})
 
+	// A linked worktree without Git facts: its Git dirs stay out of the
+	// sandbox, and what host git follows from the cwd is pinned.
+	t.Run("no Git facts, a linked worktree", func(t *testing.T) {
+		res, diags := s.compileResult(t, feature, nil)
+		if len(diags) > 0 {
+			t.Fatalf("refused: %v", diags)
+		}
+		ms := mountsOf(res)
+		for _, m := range ms {
+			if strings.Contains(m.Source+"/", "/repos/proj/.git/") || strings.HasPrefix(m.Destination, "/run/paseo") {
+				t.Errorf("a Git dir the facts do not grant is mounted: %s <- %s", m.Destination, m.Source)
+			}
+		}
+		for _, p := range []string{feature + "/.git", feature + "/lib"} {
+			if m := mountAt(ms, s.path(p)); m == nil || !slices.Contains(m.Options, "ro") {
+				t.Errorf("%s not pinned read-only: %+v", p, m)
+			}
+		}
+	})
+
 	// Read-only Git facts: nothing of the repository is writable, and the
 	// pointer and submodule are pinned all the same.
 	t.Run("read-only facts", func(t *testing.T) {
