@@ -224,10 +224,6 @@ func (c *compilation) repoView(l gitLayout) []grant.Mount {
 	// The seed is the real Git dir, apart from the view: a main
 	// worktree's view shows the generated HEAD below, not the real one.
 	out = append(out, bind(gitSeed, l.gitdir.host, grant.RO, "the worktree's real Git dir, read-only: what the start script copies into the private one", l.gitdir.fact))
-	if !l.linked {
-		out = append(out, grant.Mount{Destination: gitRepoView + "/HEAD", Type: "bind", Source: bundle.GitHeadFile, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
-			Provenance: why("generated: the repository's view is the sandbox's commondir, whose HEAD Git takes for another worktree's; one naming no branch leaves the agent's own branch free to check out", l.fact)})
-	}
 	if l.linked {
 		// A linked worktree's submodules keep their Git dirs in its own
 		// Git dir, which the tmpfs covers.
@@ -236,6 +232,9 @@ func (c *compilation) repoView(l gitLayout) []grant.Mount {
 				out = append(out, bind(p, s.host, grant.RO, "the worktree's submodule Git dirs, read-only: their config and hooks are what host git runs in them", s.fact))
 			}
 		}
+	} else {
+		out = append(out, grant.Mount{Destination: gitRepoView + "/HEAD", Type: "bind", Source: bundle.GitHeadFile, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
+			Provenance: why("generated: the repository's view is the sandbox's commondir, whose HEAD Git takes for another worktree's; one naming no branch leaves the agent's own branch free to check out", l.fact)})
 	}
 	c.gitEnv = []grant.Env{
 		{Name: "PASEO_GIT_DIR", Value: l.gitdir.dest, Provenance: why("the private Git dir the start script seeds", l.gitdir.fact)},
