@@ -68,7 +68,9 @@ read -r bfile bwant < <(grep -o '"bundle": {"file": "[^"]*", "digest": "[^"]*"' 
 # Its digest covers the entries and chunks beside it (image/build.sh).
 got=sha256:$(cd "$rootfs$(dirname "$bfile")" && find . -maxdepth 1 -type f \( -name pi.bundle.js -o -name 'pi.chunk-*.js' -o -name image-resize-worker.js \) -printf '%f\n' | sort | xargs sha256sum | sha256sum | cut -d' ' -f1)
 [[ $got == "$bwant" ]] || die "the Pi bundle $bfile (with its chunks) is $got, image.json says $bwant"
-grep -q "exec /usr/local/bin/node $bfile " "$rootfs/usr/local/bin/pi" || die "/usr/local/bin/pi does not run the bundle $bfile"
+[[ $(readlink "$rootfs/usr/local/bin/pi") == "$bfile" ]] || die "/usr/local/bin/pi is not a link to the bundle $bfile"
+[[ $(head -n 1 "$rootfs$bfile") == "#!/usr/local/bin/node" ]] || die "the bundle $bfile does not start with #!/usr/local/bin/node"
+[[ -x $rootfs$bfile ]] || die "the bundle $bfile is not executable"
 ok "Pi bundle $bfile $bwant"
 
 # ---------------------------------------------------------------- 2. chroot

@@ -20,10 +20,9 @@
 #      stock host, target <= 1.5.
 #   2. File access: the host start under strace up to the get_state
 #      response (opens, failed lookups, stats, reads).
-#   3. An agent's first start: the jiti cache emptied before every start
-#      (timed or not), host and sandboxed, ROUNDS rounds; then the same with
-#      the emptied cache seeded from the image's /opt/pi-jiti-seed, as a
-#      daemon would seed a new agent's cache dir.
+#   (3, an agent's first start with an emptied jiti cache, is gone: the
+#      cache lives in the sandbox's /tmp, seeded from the image at every
+#      start, so every start is an agent's first start.)
 #   4. Wake (test/e2e/bench_wake_test.go): launcher.Wake of a hibernated warm Pi
 #      (image digests, secrets, binds, network, runsc restore) -> response
 #      to get_state, ROUNDS samples, against the stock host start and the
@@ -33,8 +32,8 @@
 #      the supervisor and the holder.
 #   5. A/B of the image: the sandboxed start on the image as built (A)
 #      against a variant of it made here (B), ROUNDS rounds, the order
-#      alternating: "stock", the image's pi.bundle.js replaced by a module
-#      that imports Pi's own dist/cli.js (the stock Pi under gVisor). A
+#      alternating: "stock", /usr/local/bin/pi a link to Pi's own
+#      dist/cli.js (the stock Pi under gVisor). A
 #      variant is a copy of .image/ under the temp dir with its own digest
 #      and the EROFS files of the directories it changed rebuilt
 #      (PI_BENCH_IMAGE, test/e2e/bench_test.go). VARIANTS (default "stock")
@@ -167,21 +166,6 @@ if [[ $skip != *" 2 "* ]]; then
   true
 fi
 
-# --- 3. an agent's first start -------------------------------------------------
-if [[ $skip != *" 3 "* ]]; then
-  echo
-  echo "== 3. an agent's first start (jiti cache emptied before every start): $rounds rounds"
-  pair "$tmp/cache-cold.txt" PI_BENCH_CLEAR="pi-cache/agent-7f3c"
-  echo "   stock host s: $(samples "$tmp/cache-cold.txt.m" $K first-response-ns)"
-  echo "   host s:       $(samples "$tmp/cache-cold.txt.m" $H first-response-ns)"
-  echo "   sandboxed s:  $(samples "$tmp/cache-cold.txt.m" $S first-response-ns)"
-  echo "   ... seeded from the image's jiti seed:"
-  pair "$tmp/cache-seed.txt" PI_BENCH_CLEAR="pi-cache/agent-7f3c" PI_BENCH_SEED=1
-  echo "   stock host s: $(samples "$tmp/cache-seed.txt.m" $K first-response-ns)"
-  echo "   host s:       $(samples "$tmp/cache-seed.txt.m" $H first-response-ns)"
-  echo "   sandboxed s:  $(samples "$tmp/cache-seed.txt.m" $S first-response-ns)"
-fi
-
 # --- 4. wake -------------------------------------------------------------------------
 if [[ $skip != *" 4 "* ]]; then
   echo
@@ -219,9 +203,10 @@ variant() {
     sed -i "s|$old|\"dir\": \"/$dir\", \"file\": \"$d/erofs/$dir.erofs\", \"digest\": \"$sum\"|" "$d/image.json"
   done
 }
-# stock: the wrapper's pi.bundle.js runs Pi's own entry, unbundled.
+# stock: pi links to Pi's own entry, unbundled, as npm links a package's
+# bin (its #! line is /usr/bin/env node).
 variant_stock() {
-  printf 'import "./cli.js";\n' >"$1/opt/pi/node_modules/@earendil-works/pi-coding-agent/dist/pi.bundle.js"
+  ln -sfn /opt/pi/node_modules/@earendil-works/pi-coding-agent/dist/cli.js "$1/usr/local/bin/pi"
 }
 variants=${VARIANTS-stock}
 if [[ $skip != *" 5 "* && -n $variants ]]; then
@@ -230,7 +215,7 @@ if [[ $skip != *" 5 "* && -n $variants ]]; then
   chmod 0755 "$tmp"
   for v in $variants; do
     case $v in
-    stock) variant stock opt variant_stock ;;
+    stock) variant stock usr variant_stock ;;
     *) echo "   unknown variant $v" >&2; continue ;;
     esac
     for ((r = 0; r < rounds; r++)); do
@@ -282,14 +267,6 @@ echo "sandboxed start -> first response: $(s "$sbx_ns") s ($(count "$tmp/main.tx
 echo "ratio sandboxed/stock-host: $main_ratio (median of per-round ratios: $(per_round "$tmp/main.txt.m" $S $K)); target <= 1.5: $(verdict "$main_ratio" 1.5)"
 echo "ratio sandboxed/host (the same bundle on both; gVisor's own share): $(ratio "$sbx_ns" "$host_ns") (per round: $(per_round "$tmp/main.txt.m" $S $H))"
 echo "ratio host (bundle)/stock-host: $(ratio "$host_ns" "$stock_ns") (per round: $(per_round "$tmp/main.txt.m" $H $K))"
-if [[ $skip != *" 3 "* ]]; then
-  k=$(metric "$tmp/cache-cold.txt.m" $K first-response-ns)
-  x=$(metric "$tmp/cache-cold.txt.m" $S first-response-ns)
-  echo "jiti cache cold (an agent's first start): stock host $(s "$k") s ($(gain "$k" "$stock_ns")), sandboxed $(s "$x") s ($(gain "$x" "$sbx_ns")), ratio sandboxed/stock-host $(ratio "$x" "$k")"
-  k=$(metric "$tmp/cache-seed.txt.m" $K first-response-ns)
-  x=$(metric "$tmp/cache-seed.txt.m" $S first-response-ns)
-  echo "jiti cache seeded from the image (an agent's first start): stock host $(s "$k") s ($(gain "$k" "$stock_ns")), sandboxed $(s "$x") s ($(gain "$x" "$sbx_ns")), ratio sandboxed/stock-host $(ratio "$x" "$k")"
-fi
 if [[ $skip != *" 4 "* ]]; then
   wk=$(metric "$tmp/wake.m" BenchmarkPiWakeFirstResponse first-response-ns)
   wr=$(ratio "$wk" "$stock_ns")

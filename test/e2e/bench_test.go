@@ -24,14 +24,6 @@ package e2e
 //
 //	PI_BENCH_WARMUP   untimed starts before the timed ones (default 1):
 //	                  the page cache, and an agent dir Pi has used before
-//	PI_BENCH_CLEAR    paths under the scene's state root (srv/paseo/state:
-//	                  pi-agent/…, pi-cache/agent-7f3c for the jiti cache)
-//	                  emptied before every start (timed or not): a cold
-//	                  cache. A directory keeps itself (it is a pinned bind
-//	                  source) and loses its contents.
-//	PI_BENCH_SEED     1: after PI_BENCH_CLEAR, copy the image's jiti seed
-//	                  (/opt/pi-jiti-seed) into the agent's cache dir, as a
-//	                  daemon would for a new agent
 //	PI_BENCH_IMAGE    a directory laid out as .image/ (image.json, rootfs,
 //	                  erofs/): the image to run instead, one of the
 //	                  script's variants for an A/B
@@ -48,7 +40,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -99,14 +90,11 @@ func benchHost(b *testing.B, stock bool) {
 
 type benchOptions struct {
 	warmup int
-	clear  []string
-	seed   bool
 	stock  bool // host only: Pi's unbundled entry instead of the bundle
 }
 
 func benchOptionsFromEnv(tb testing.TB) benchOptions {
-	return benchOptions{warmup: envInt(tb, "PI_BENCH_WARMUP", 1),
-		clear: strings.Fields(os.Getenv("PI_BENCH_CLEAR")), seed: os.Getenv("PI_BENCH_SEED") == "1"}
+	return benchOptions{warmup: envInt(tb, "PI_BENCH_WARMUP", 1)}
 }
 
 func envInt(tb testing.TB, name string, def int) int {
@@ -119,51 +107,6 @@ func envInt(tb testing.TB, name string, def int) int {
 		tb.Fatalf("%s=%q: want a count", name, v)
 	}
 	return n
-}
-
-// clearCaches empties the PI_BENCH_CLEAR paths under the state root and,
-// with PI_BENCH_SEED, copies the image's jiti seed into the agent's cache
-// dir, as a daemon would for a new agent.
-func (o benchOptions) clearCaches(tb testing.TB, sc *testbundle.Scene) {
-	defer func() {
-		if !o.seed {
-			return
-		}
-		seed := filepath.Join(sc.Rootfs, "opt/pi-jiti-seed")
-		ents, err := os.ReadDir(seed)
-		if err != nil || len(ents) == 0 {
-			tb.Fatalf("PI_BENCH_SEED: the image has no jiti seed at %s (%v): rebuild it with make image", seed, err)
-		}
-		cache := filepath.Join(sc.Host, "srv/paseo/state/pi-cache/agent-7f3c")
-		for _, e := range ents {
-			data, err := os.ReadFile(filepath.Join(seed, e.Name()))
-			if err != nil {
-				tb.Fatal(err)
-			}
-			p := filepath.Join(cache, e.Name())
-			if err := os.WriteFile(p, data, 0o644); err != nil {
-				tb.Fatal(err)
-			}
-			if err := os.Chown(p, 1000, 1000); err != nil {
-				tb.Fatal(err)
-			}
-		}
-	}()
-	for _, p := range o.clear {
-		p = filepath.Join(sc.Host, "srv/paseo/state", filepath.Clean("/"+p))
-		ents, err := os.ReadDir(p)
-		if err != nil {
-			if err := os.RemoveAll(p); err != nil {
-				tb.Fatal(err)
-			}
-			continue
-		}
-		for _, e := range ents {
-			if err := os.RemoveAll(filepath.Join(p, e.Name())); err != nil {
-				tb.Fatal(err)
-			}
-		}
-	}
 }
 
 // newBenchEnv is newEnv for a benchmark; it fails (never skips) without
@@ -219,7 +162,6 @@ func (e *env) benchSandboxedStart(tb testing.TB, sc *testbundle.Scene, o benchOp
 		b.StopTimer()
 		defer b.StartTimer()
 	}
-	o.clearCaches(tb, sc)
 	c, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	if b != nil {
