@@ -18,7 +18,7 @@
 # written here.
 #
 # Idempotent: when OUTDIR/image.json records the same inputs hash (this
-# script, digest.sh, versions.env, the Pi package.json, lock and bundle.mjs,
+# script, digest.sh, versions.env, the Pi package.json, lock, bundle.mjs and bundle-adapter.mjs,
 # uid, gid, epoch), nothing is rebuilt. PASEO_IMAGE_FORCE=1 rebuilds anyway.
 #
 # Environment: SANDBOX_UID, SANDBOX_GID (default 1000), SOURCE_DATE_EPOCH
@@ -67,7 +67,7 @@ outdir=$(cd "$outdir" && pwd -P)
 
 inputs=$(
 	{
-		sha256sum "$here/build.sh" "$here/digest.sh" "$here/versions.env" "$here/pi/package.json" "$here/pi/package-lock.json" "$here/pi/bundle.mjs" | cut -d' ' -f1
+		sha256sum "$here/build.sh" "$here/digest.sh" "$here/versions.env" "$here/pi/package.json" "$here/pi/package-lock.json" "$here/pi/bundle.mjs" "$here/pi/bundle-adapter.mjs" | cut -d' ' -f1
 		echo "uid=$uid gid=$gid epoch=$epoch"
 	} | sha256sum | cut -d' ' -f1
 )
@@ -300,6 +300,13 @@ bundle_digest=sha256:$(cd "$rootfs$pi_dist" && sha256sum "${bfiles[@]}" | sha256
 # #! line runs the image's node (not whatever node is on PATH): one exec,
 # as npm links a package's bin. Pi's stock entry is $pi_cli.
 ln -sfn "$bundle" "$rootfs/usr/local/bin/pi"
+adapter_bundle=/opt/pi/node_modules/pi-mcp-adapter/index.paseo.ts
+ESBUILD_BINARY_PATH=$esb/node_modules/@esbuild/linux-x64/bin/esbuild PATH=$rootfs/usr/local/bin:$PATH \
+	node "$here/pi/bundle-adapter.mjs" "$esb/node_modules/esbuild" "$rootfs/opt/pi/node_modules/pi-mcp-adapter" >&2 || die "bundling pi-mcp-adapter failed"
+[[ -f $rootfs$adapter_bundle ]] || die "the adapter bundler did not write $adapter_bundle"
+chown 0:0 "$rootfs$adapter_bundle" "$rootfs/opt/pi/node_modules/pi-mcp-adapter/package.json"
+chmod 0644 "$rootfs$adapter_bundle" "$rootfs/opt/pi/node_modules/pi-mcp-adapter/package.json"
+adapter_digest=sha256:$(sha256sum "$rootfs$adapter_bundle" | cut -d' ' -f1)
 got=$("$rootfs/usr/local/bin/node" "$rootfs$bundle" --version)
 [[ $got == "$PI_VERSION" ]] || die "the bundle says it is Pi $got, expected $PI_VERSION"
 t_bundle=$((SECONDS - t0))
@@ -417,6 +424,7 @@ cat >"$outdir/image.json.tmp" <<EOF
   "pi": "$PI_VERSION",
   "adapter": "$ADAPTER_VERSION",
   "bundle": {"file": "$bundle", "digest": "$bundle_digest", "files": ${#bfiles[@]}, "esbuild": "$ESBUILD_VERSION"},
+  "adapterBundle": {"file": "$adapter_bundle", "digest": "$adapter_digest"},
   "debian": {"suite": "$DEBIAN_SUITE", "arch": "$DEBIAN_ARCH", "packages": $(wc -l <"$outdir/packages.txt"), "packagesDigest": "$pkgdigest"},
   "epoch": $epoch,
   "erofs": [$erofs_json],

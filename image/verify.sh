@@ -72,6 +72,14 @@ got=sha256:$(cd "$rootfs$(dirname "$bfile")" && find . -maxdepth 1 -type f \( -n
 [[ $(head -n 1 "$rootfs$bfile") == "#!/usr/local/bin/node" ]] || die "the bundle $bfile does not start with #!/usr/local/bin/node"
 [[ -x $rootfs$bfile ]] || die "the bundle $bfile is not executable"
 ok "Pi bundle $bfile $bwant"
+# The adapter bundle (image.json "adapterBundle"), which the adapter's Pi
+# manifest names instead of its index.ts.
+read -r afile awant < <(grep -o '"adapterBundle": {"file": "[^"]*", "digest": "[^"]*"' "$json" | sed 's/"adapterBundle": {"file": "\([^"]*\)", "digest": "\([^"]*\)"/\1 \2/') ||
+	die "$json names no adapter bundle"
+got=sha256:$(sha256sum "$rootfs$afile" | cut -d' ' -f1)
+[[ $got == "$awant" ]] || die "the adapter bundle $afile is $got, image.json says $awant"
+grep -q "\"./$(basename "$afile")\"" "$rootfs$(dirname "$afile")/package.json" || die "pi-mcp-adapter's package.json does not name $afile"
+ok "adapter bundle $afile $awant"
 
 # ---------------------------------------------------------------- 2. chroot
 mkdir -p "$tmp/mnt"

@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -253,8 +254,10 @@ const stockCLI = "/opt/pi/node_modules/@earendil-works/pi-coding-agent/dist/cli.
 
 // hostStart runs the host Pi once in a fresh chroot (every tmpfs new, as
 // in a new sandbox): exec → get_state response, then EOF on its stdin and
-// wait. With traceFile, Pi runs under strace writing there.
-func hostStart(tb testing.TB, e *env, sc *testbundle.Scene, o benchOptions, traceFile string) time.Duration {
+// wait. With traceFile, Pi runs under strace writing there. It also
+// returns the CPU time of Pi's process (every thread, and the children the
+// start script waited for) by the response.
+func hostStart(tb testing.TB, e *env, sc *testbundle.Scene, o benchOptions, traceFile string) (time.Duration, time.Duration) {
 	tb.Helper()
 	b, _ := tb.(*testing.B)
 	if b != nil {
@@ -308,6 +311,7 @@ func hostStart(tb testing.TB, e *env, sc *testbundle.Scene, o benchOptions, trac
 	if b != nil {
 		b.StopTimer()
 	}
+	cpu := processCPU(tb, cmd.Process.Pid)
 
 	stdin.Close()
 	done := make(chan error, 1)
@@ -322,5 +326,30 @@ func hostStart(tb testing.TB, e *env, sc *testbundle.Scene, o benchOptions, trac
 		<-done
 		tb.Fatalf("host Pi did not exit after stdin closed; stderr: %s", stderr)
 	}
-	return d
+	return d, cpu
 }
+
+// processCPU is utime+stime+cutime+cstime of /proc/PID/stat: the process's
+// threads and the children it waited for (the start script's cp).
+func processCPU(tb testing.TB, pid int) time.Duration {
+	tb.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		tb.Fatalf("host Pi's CPU time: %v", err)
+	}
+	// The command name (field 2) is in parentheses and may hold spaces.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	var ticks int64
+	for _, v := range f[11:15] { // fields 14-17
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			tb.Fatalf("/proc/%d/stat: %v", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's times: 100 on every
+// Linux architecture this runs on (the kernel's ABI, not its HZ).
+const clockTicks = 100
