@@ -238,44 +238,45 @@ if [[ $skip != *" 5 "* && -n $variants ]]; then
     esac
     img=$tmp/img-$v
     [[ $v != image=* ]] || img=${v#image=}
+    k=${v//[^A-Za-z0-9._-]/_} # the variant's name in file names
     for ((r = 0; r < rounds; r++)); do
       if ((r % 2 == 0)); then
-        bench "$tmp/ab-$v-A.txt" "$sandboxed" 1x
-        bench "$tmp/ab-$v-B.txt" "$sandboxed" 1x PI_BENCH_IMAGE="$img"
+        bench "$tmp/ab-$k-A.txt" "$sandboxed" 1x
+        bench "$tmp/ab-$k-B.txt" "$sandboxed" 1x PI_BENCH_IMAGE="$img"
       else
-        bench "$tmp/ab-$v-B.txt" "$sandboxed" 1x PI_BENCH_IMAGE="$img"
-        bench "$tmp/ab-$v-A.txt" "$sandboxed" 1x
+        bench "$tmp/ab-$k-B.txt" "$sandboxed" 1x PI_BENCH_IMAGE="$img"
+        bench "$tmp/ab-$k-A.txt" "$sandboxed" 1x
       fi
     done
-    metrics "$tmp/ab-$v-A.txt" >"$tmp/ab-$v-A.m"
-    metrics "$tmp/ab-$v-B.txt" >"$tmp/ab-$v-B.m"
-    a=$(metric "$tmp/ab-$v-A.m" $S first-response-ns)
-    b=$(metric "$tmp/ab-$v-B.m" $S first-response-ns)
-    pr=$(paste <(awk -v n=$S '$1 == n { print $3 }' "$tmp/ab-$v-B.m") <(awk -v n=$S '$1 == n { print $3 }' "$tmp/ab-$v-A.m") |
+    metrics "$tmp/ab-$k-A.txt" >"$tmp/ab-$k-A.m"
+    metrics "$tmp/ab-$k-B.txt" >"$tmp/ab-$k-B.m"
+    a=$(metric "$tmp/ab-$k-A.m" $S first-response-ns)
+    b=$(metric "$tmp/ab-$k-B.m" $S first-response-ns)
+    pr=$(paste <(awk -v n=$S '$1 == n { print $3 }' "$tmp/ab-$k-B.m") <(awk -v n=$S '$1 == n { print $3 }' "$tmp/ab-$k-A.m") |
       awk '{ printf "%.4f\n", $1 / $2 }' | median | awk '{ if ($1 == "NaN") print "n/a"; else printf "%.2f", $1 }')
-    echo "   $v: A (image) s: $(samples "$tmp/ab-$v-A.m" $S first-response-ns)"
-    echo "   $v: B (variant) s: $(samples "$tmp/ab-$v-B.m" $S first-response-ns)"
-    ac=$(metric "$tmp/ab-$v-A.m" $S cpu-ns)
-    bc=$(metric "$tmp/ab-$v-B.m" $S cpu-ns)
+    echo "   $v: A (image) s: $(samples "$tmp/ab-$k-A.m" $S first-response-ns)"
+    echo "   $v: B (variant) s: $(samples "$tmp/ab-$k-B.m" $S first-response-ns)"
+    ac=$(metric "$tmp/ab-$k-A.m" $S cpu-ns)
+    bc=$(metric "$tmp/ab-$k-B.m" $S cpu-ns)
     ab_lines+=("A/B $v: sandboxed start: image $(s "$a") s, variant $(s "$b") s, variant/image $(ratio "$b" "$a") (per round $pr); CPU image $(s "$ac") s, variant $(s "$bc") s, variant/image $(ratio "$bc" "$ac")")
     # The same for a wake of a hibernated warm Pi (section 4's benchmark).
     for ((r = 0; r < rounds; r++)); do
       if ((r % 2 == 0)); then
-        bench "$tmp/abw-$v-A.txt" '^BenchmarkPiWakeFirstResponse$' 1x
-        bench "$tmp/abw-$v-B.txt" '^BenchmarkPiWakeFirstResponse$' 1x PI_BENCH_IMAGE="$img"
+        bench "$tmp/abw-$k-A.txt" '^BenchmarkPiWakeFirstResponse$' 1x
+        bench "$tmp/abw-$k-B.txt" '^BenchmarkPiWakeFirstResponse$' 1x PI_BENCH_IMAGE="$img"
       else
-        bench "$tmp/abw-$v-B.txt" '^BenchmarkPiWakeFirstResponse$' 1x PI_BENCH_IMAGE="$img"
-        bench "$tmp/abw-$v-A.txt" '^BenchmarkPiWakeFirstResponse$' 1x
+        bench "$tmp/abw-$k-B.txt" '^BenchmarkPiWakeFirstResponse$' 1x PI_BENCH_IMAGE="$img"
+        bench "$tmp/abw-$k-A.txt" '^BenchmarkPiWakeFirstResponse$' 1x
       fi
     done
     W=BenchmarkPiWakeFirstResponse
-    metrics "$tmp/abw-$v-A.txt" >"$tmp/abw-$v-A.m"
-    metrics "$tmp/abw-$v-B.txt" >"$tmp/abw-$v-B.m"
-    a=$(metric "$tmp/abw-$v-A.m" $W first-response-ns)
-    b=$(metric "$tmp/abw-$v-B.m" $W first-response-ns)
-    echo "   $v: wake A (image) s: $(samples "$tmp/abw-$v-A.m" $W first-response-ns)"
-    echo "   $v: wake B (variant) s: $(samples "$tmp/abw-$v-B.m" $W first-response-ns)"
-    { grep -h 'checkpoint of a warm Pi' "$tmp/abw-$v-A.txt" | head -1 | sed 's/^ */   A: /'; grep -h 'checkpoint of a warm Pi' "$tmp/abw-$v-B.txt" | head -1 | sed 's/^ */   B: /'; } || true
+    metrics "$tmp/abw-$k-A.txt" >"$tmp/abw-$k-A.m"
+    metrics "$tmp/abw-$k-B.txt" >"$tmp/abw-$k-B.m"
+    a=$(metric "$tmp/abw-$k-A.m" $W first-response-ns)
+    b=$(metric "$tmp/abw-$k-B.m" $W first-response-ns)
+    echo "   $v: wake A (image) s: $(samples "$tmp/abw-$k-A.m" $W first-response-ns)"
+    echo "   $v: wake B (variant) s: $(samples "$tmp/abw-$k-B.m" $W first-response-ns)"
+    { grep -h 'checkpoint of a warm Pi' "$tmp/abw-$k-A.txt" | head -1 | sed 's/^ */   A: /'; grep -h 'checkpoint of a warm Pi' "$tmp/abw-$k-B.txt" | head -1 | sed 's/^ */   B: /'; } || true
     ab_lines+=("A/B $v: wake: image $(s "$a") s, variant $(s "$b") s, variant/image $(ratio "$b" "$a")")
   done
 fi
