@@ -41,7 +41,7 @@ func typed(err error, format string, a ...any) *Error {
 // fromHolder is a holder's state as the client protocol reports it.
 func fromHolder(st holder.State) Info {
 	in := Info{Sandbox: st.Sandbox, Deployment: st.Deployment, Agent: st.Agent, Profile: st.Profile, Status: StatusRunning,
-		ExitCode: st.ExitCode, Reason: st.Reason, Epoch: st.Epoch, NextSeq: st.NextSeq, Acked: st.Acked, Paused: st.Paused,
+		ExitCode: st.ExitCode, Reason: st.Reason, Limit: st.Limit, Epoch: st.Epoch, NextSeq: st.NextSeq, Acked: st.Acked, Paused: st.Paused,
 		Packets: st.Packets, Routes: st.Routes}
 	switch {
 	case st.Exited:

@@ -86,10 +86,14 @@ type Info struct {
 	Status     string `json:"status"`
 	ExitCode   *int   `json:"exitCode,omitempty"`
 	Reason     string `json:"reason,omitempty"`
-	Epoch      uint64 `json:"epoch"`
-	NextSeq    uint64 `json:"nextSeq"`
-	Acked      uint64 `json:"acked"`
-	Paused     bool   `json:"outputPaused"`
+	// Limit is the limit the launcher ended the sandbox at, by its name in
+	// the facts (wallSeconds, outputBytes, memoryBytes): what a caller
+	// matches, never Reason.
+	Limit   string `json:"limit,omitempty"`
+	Epoch   uint64 `json:"epoch"`
+	NextSeq uint64 `json:"nextSeq"`
+	Acked   uint64 `json:"acked"`
+	Paused  bool   `json:"outputPaused"`
 	// Packets and Routes, once the sandbox exited, are what its network
 	// saw: packets per filter rule tag (allow-<purpose>, drop-egress, ...)
 	// and, per private route, requests forwarded and refused.

@@ -96,10 +96,12 @@ type State struct {
 	Exited     bool   `json:"exited"`
 	ExitCode   *int   `json:"exitCode,omitempty"`
 	Reason     string `json:"reason,omitempty"`
-	Epoch      uint64 `json:"epoch"`
-	NextSeq    uint64 `json:"nextSeq"`
-	Acked      uint64 `json:"acked"`
-	Paused     bool   `json:"outputPaused"`
+	// Limit is the limit the sandbox was ended at (launcher.Result.Limit).
+	Limit   string `json:"limit,omitempty"`
+	Epoch   uint64 `json:"epoch"`
+	NextSeq uint64 `json:"nextSeq"`
+	Acked   uint64 `json:"acked"`
+	Paused  bool   `json:"outputPaused"`
 	// Packets and Routes are the network counters of an ended sandbox
 	// (execution.Exit).
 	Packets map[string]uint64              `json:"packets,omitempty"`

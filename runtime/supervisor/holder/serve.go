@@ -190,7 +190,7 @@ func (h *holder) state() State {
 	case <-h.done:
 		st.Exited = true
 		code := h.exit.Code
-		st.ExitCode, st.Reason = &code, h.exit.Reason
+		st.ExitCode, st.Reason, st.Limit = &code, h.exit.Reason, h.exit.Limit
 		st.Packets, st.Routes = h.exit.Packets, h.exit.Routes
 		if h.exit.Err != nil {
 			st.Reason = h.exit.Err.Error()
