@@ -297,15 +297,25 @@ export class SandboxStream {
       }
       if (this.closing || this.failure || c !== this.conn) return;
       if (detached && !c.isClosed) {
-        // The attachment ended on a live connection: the sandbox ended, or a newer
-        // attachment superseded this one. Inspect says which.
+        // The attachment ended on a live connection: the sandbox ended (its output closes
+        // a moment before its holder records the exit), or a newer attachment superseded
+        // this one (the sandbox's epoch moved past ours). Inspect says which.
         try {
-          const info = await c.inspect(this.sandbox);
-          if (info.status === "exited" || info.status === "orphaned") {
-            this.finish(info);
-            return;
+          for (const deadline = Date.now() + 30_000; ; await sleep(100)) {
+            const info = await c.inspect(this.sandbox);
+            if (info.status === "exited" || info.status === "orphaned") {
+              this.finish(info);
+              return;
+            }
+            if (info.epoch > this.epochValue) {
+              this.fail(new SupersededError(`sandbox ${this.sandbox}: attachment ${info.epoch} superseded this one (${this.epochValue})`));
+              return;
+            }
+            if (Date.now() > deadline) {
+              this.fail(new ProtocolError(`sandbox ${this.sandbox}: the attachment ended, but the sandbox neither ended nor was attached again`));
+              return;
+            }
           }
-          this.fail(new SupersededError(`sandbox ${this.sandbox}: another attachment took it over`));
         } catch (e) {
           if (!(e instanceof ConnectionError)) this.fail(e instanceof Error ? e : new Error(String(e)));
           else this.reattach(true).catch(() => {});
