@@ -43,7 +43,14 @@ func TestTypeScriptClient(t *testing.T) {
 	for i := range script {
 		script[i] = fakemodel.Slow(words, 40, 3*time.Second)
 	}
-	e := newEnv(t, script...)
+	e := newEnv(t)
+	// The provider's tool-call test has a script of its own (fakemodel.Options.Scripts): a
+	// write through Pi's own tool, then a text answer.
+	const toolPrefix, toolFile, toolContent, toolText = "tool:", "PROVIDER.md", "written by the sandboxed Pi\n", "wrote it"
+	e.mu.Lock()
+	e.fm = fakemodel.New(fakemodel.Options{Script: script, APIKey: apiKey, Scripts: map[string][]fakemodel.Turn{
+		toolPrefix: {fakemodel.WriteFile(toolFile, toolContent), fakemodel.Text(toolText)}}})
+	e.mu.Unlock()
 	sc := e.tsScene(t)
 
 	// The supervisor's configuration, as an operator would install it.
@@ -90,7 +97,9 @@ func TestTypeScriptClient(t *testing.T) {
 	w, err := json.Marshal(map[string]any{
 		"socket": socket, "deployment": "host-alice", "facts": json.RawMessage(sc.Facts), "mcpToken": mcpToken,
 		"supervisorPidFile": pidFile, "turnText": words,
-		"refused": map[string]any{"facts": json.RawMessage(refusedFacts), "diagnostics": diags.Sorted(), "secret": secret},
+		"refused":   map[string]any{"facts": json.RawMessage(refusedFacts), "diagnostics": diags.Sorted(), "secret": secret},
+		"workspace": sc.Workspace(),
+		"tool":      map[string]string{"prefix": toolPrefix, "file": toolFile, "content": toolContent, "text": toolText},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -86,8 +86,12 @@ export class PiSession {
   /** Resolves with the sandbox's exit (Pi's exit code, a limit) once it ended. */
   readonly exit: Promise<SandboxExit>;
 
-  private constructor(stream: SandboxStream) {
+  private readonly ackLines: boolean;
+  private ackTimer: NodeJS.Timeout | undefined;
+
+  private constructor(stream: SandboxStream, ackLines: boolean) {
     this.stream = stream;
+    this.ackLines = ackLines;
     this.lineEnd = stream.cursor;
     this.exit = stream.ended;
     void this.pump();
@@ -95,17 +99,18 @@ export class PiSession {
 
   /** Creates a sandbox for facts and starts a session on it. */
   static async create(opts: Omit<PiSessionOptions, "sandbox" | "cursor"> & { deployment: string; facts: unknown }): Promise<{ info: SandboxInfo; session: PiSession }> {
-    const { info, stream } = await createAndAttach(opts);
-    return { info, session: new PiSession(stream) };
+    const { info, stream } = await createAndAttach({ ...opts, autoAck: false });
+    return { info, session: new PiSession(stream, opts.autoAck !== false) };
   }
 
   /**
    * Attaches to a running sandbox (a daemon after its own restart): records after cursor are
    * replayed, Pi's events among them, then live ones. Resume from `lineCursor` so the first
-   * record starts a line.
+   * record starts a line. A session acknowledges whole lines only (unless `autoAck` is
+   * false), so its `lineCursor` is never behind what the supervisor holds as acknowledged.
    */
   static async open(opts: PiSessionOptions): Promise<PiSession> {
-    return new PiSession(await SandboxStream.open(opts));
+    return new PiSession(await SandboxStream.open({ ...opts, autoAck: false }), opts.autoAck !== false);
   }
 
   get sandbox(): string {
@@ -197,11 +202,13 @@ export class PiSession {
 
   /** Drops this client's attachment; the sandbox and Pi run on. */
   close(): void {
+    clearTimeout(this.ackTimer);
     this.stream.close();
   }
 
   /** Deletes the sandbox. */
   delete(): Promise<void> {
+    clearTimeout(this.ackTimer);
     return this.stream.delete();
   }
 
@@ -220,7 +227,10 @@ export class PiSession {
           this.partial = this.partial.slice(i + 1);
           this.onLine(line);
         }
-        if (this.partial === "") this.lineEnd = r.seq;
+        if (this.partial === "") {
+          this.lineEnd = r.seq;
+          this.scheduleAck();
+        }
       }
     } catch (e) {
       err = e;
@@ -231,6 +241,14 @@ export class PiSession {
     for (const q of this.subscribers) q.end(err);
     this.ended = true;
     this.endErr = err;
+  }
+
+  private scheduleAck(): void {
+    if (!this.ackLines || this.ackTimer) return;
+    this.ackTimer = setTimeout(() => {
+      this.ackTimer = undefined;
+      this.stream.ack(this.lineEnd).catch(() => {}); // the next ack covers a failed one
+    }, 50);
   }
 
   private onLine(line: string): void {

@@ -257,7 +257,13 @@ export class SandboxStream {
           att = await c.attach(this.sandbox, this.ackedValue, { mcpToken: this.opts.mcpToken });
         } catch (e) {
           if (!(e instanceof SupervisorError && e.code === "out-of-order")) throw e;
-          att = await c.attach(this.sandbox, this.delivered, { mcpToken: this.opts.mcpToken });
+          // Acknowledged past what this client was told: by this client (an ack whose
+          // answer the drop lost: it has those records) or by an earlier client of the
+          // sandbox (it took them). Either way they are not this consumer's to get again.
+          const { acked } = await c.inspect(this.sandbox);
+          const from = Math.max(this.delivered, acked);
+          this.delivered = this.consumed = this.ackedValue = Math.max(this.ackedValue, from);
+          att = await c.attach(this.sandbox, from, { mcpToken: this.opts.mcpToken });
         }
         this.conn = c;
         this.epochValue = att.epoch;

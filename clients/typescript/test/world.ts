@@ -17,6 +17,10 @@ export interface World {
   /** The assistant text of every scripted turn of the fake model. */
   turnText: string;
   refused: { facts: unknown; diagnostics: Diagnostic[]; secret: string };
+  /** The workspace (the facts' workspace.cwd) as the host sees it. */
+  workspace: string;
+  /** A prompt beginning with tool.prefix makes the fake model call Pi's write tool on tool.file, then answer tool.text. */
+  tool: { prefix: string; file: string; content: string; text: string };
 }
 
 export function world(): World {
