@@ -37,6 +37,9 @@ export interface StreamOptions {
   onReattach?: (r: { epoch: number; cursor: number }) => void;
 }
 
+/** Records queued for the consumer before the stream stops taking more from the connection. */
+const MAX_QUEUED = 4096;
+
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A failure a retry may cure: no supervisor listening (a restart), a dropped connection, a cap. */
@@ -60,6 +63,7 @@ export class SandboxStream {
   private closing = false;
   private failure: Error | undefined;
   private ackTimer: NodeJS.Timeout | undefined;
+  private drained: (() => void) | undefined;
   private endResolve!: (e: SandboxExit) => void;
   private endReject!: (e: unknown) => void;
   /** Resolves with the sandbox's exit once it ended (and every record was delivered). */
@@ -185,6 +189,7 @@ export class SandboxStream {
   /** Drops this client's attachment; the sandbox runs on in its holder. */
   close(): void {
     this.closing = true;
+    this.drained?.();
     clearTimeout(this.ackTimer);
     this.conn?.close();
     this.records.end();
@@ -197,6 +202,11 @@ export class SandboxStream {
   }
 
   private took(): void {
+    if (this.drained && this.records.length <= MAX_QUEUED / 2) {
+      const d = this.drained;
+      this.drained = undefined;
+      d();
+    }
     // The consumer asks for the next record only after it handled the last one.
     this.consumed = Math.max(this.consumed, this.delivered - this.records.length);
     if (this.opts.autoAck === false || this.ackTimer) return;
@@ -244,7 +254,7 @@ export class SandboxStream {
     let delay = r.initialDelayMs ?? 50;
     const deadline = Date.now() + (r.giveUpAfterMs ?? 120_000);
     for (let attempt = 0; ; attempt++) {
-      if (this.closing) throw new ConnectionError("the stream was closed by this client");
+      if (this.closing) throw new ConnectionError("the stream has ended (the sandbox ended or this client closed it)");
       if (this.conn && !this.conn.isClosed) return; // another caller reattached meanwhile
       let c: SupervisorConnection | undefined;
       try {
@@ -300,6 +310,9 @@ export class SandboxStream {
         }
         this.delivered = e.seq;
         this.records.push({ seq: e.seq, stream: e.stream, data: Buffer.from(e.data ?? "", "base64") });
+        // A slow consumer holds the pump, so the connection stops reading and the records
+        // wait in the supervisor's bridge (bounded there, back-pressure on the agent).
+        if (this.records.length >= MAX_QUEUED) await new Promise<void>((r) => (this.drained = r));
       }
       if (this.closing || this.failure || c !== this.conn) return;
       if (detached && !c.isClosed) {
@@ -344,6 +357,8 @@ export class SandboxStream {
   private fail(err: Error): void {
     if (this.failure) return;
     this.failure = err;
+    this.drained?.();
+    this.conn?.close();
     this.records.end(err);
     this.endReject(err);
   }

@@ -187,6 +187,45 @@ test("hibernate and wake: the session goes on where it stopped", T, async () => 
   await session.delete();
 });
 
+test("the raw ops: attach epochs fence writes, an input id is applied once, signal, delete", T, async () => {
+  const c = await SupervisorConnection.connect(w.socket);
+  const other = await SupervisorConnection.connect(w.socket);
+  let sandbox: string | undefined;
+  try {
+    const info = await c.createSandbox(w.deployment, w.facts, { mcpToken: w.mcpToken });
+    sandbox = info.sandbox;
+    const first = await c.attach(sandbox, 0, { mcpToken: w.mcpToken });
+    const line = JSON.stringify({ id: "s1", type: "get_state" }) + "\n";
+    assert.deepEqual(await c.write(sandbox, first.epoch, "in-1", line), { applied: true });
+    assert.deepEqual(await c.write(sandbox, first.epoch, "in-1", line), { applied: false }, "a retried input id");
+    // Another attachment takes over: the first epoch is fenced.
+    const second = await other.attach(sandbox, 0);
+    assert.ok(second.epoch > first.epoch);
+    await assert.rejects(c.write(sandbox, first.epoch, "in-2", line), (e: unknown) => e instanceof SupervisorError && e.code === "fenced");
+    const events = other.events();
+    let seen = "";
+    let last = 0;
+    for await (const e of events) {
+      if (e.event !== "output") continue;
+      assert.equal(e.seq, last + 1, "gapless, in order");
+      last = e.seq;
+      if (e.stream === "stdout") seen += Buffer.from(e.data ?? "", "base64").toString();
+      if (seen.includes(`"id":"s1"`)) break;
+    }
+    assert.equal(seen.split(`"id":"s1"`).length - 1, 1, "the duplicate was not written again");
+    assert.deepEqual(await other.ack(sandbox, last), { acked: last });
+    await assert.rejects(c.attach(sandbox, 0), (e: unknown) => e instanceof SupervisorError && e.code === "out-of-order");
+    assert.deepEqual(await c.signal(sandbox, "TERM"), { signal: "SIGTERM" });
+    await until("the sandbox to end", async () => (await c.inspect(sandbox as string)).status === "exited", 30_000);
+    assert.deepEqual(await c.delete(sandbox), { deleted: sandbox });
+    sandbox = undefined;
+  } finally {
+    if (sandbox) await c.delete(sandbox).catch(() => {});
+    c.close();
+    other.close();
+  }
+});
+
 test("attaching to an unknown sandbox is not-found", T, async () => {
   await assert.rejects(SandboxStream.open({ socketPath: w.socket, sandbox: "pp-ffffffffffffffff" }), (e: unknown) => e instanceof SupervisorError && e.code === "not-found");
 });
