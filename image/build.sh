@@ -18,7 +18,7 @@
 # written here.
 #
 # Idempotent: when OUTDIR/image.json records the same inputs hash (this
-# script, digest.sh, versions.env, the Pi package.json, lock and bundle.mjs,
+# script, digest.sh, versions.env, the Pi package.json, lock, bundle.mjs and bundle-adapter.mjs,
 # uid, gid, epoch), nothing is rebuilt. PASEO_IMAGE_FORCE=1 rebuilds anyway.
 #
 # Environment: SANDBOX_UID, SANDBOX_GID (default 1000), SOURCE_DATE_EPOCH
@@ -67,7 +67,7 @@ outdir=$(cd "$outdir" && pwd -P)
 
 inputs=$(
 	{
-		sha256sum "$here/build.sh" "$here/digest.sh" "$here/versions.env" "$here/pi/package.json" "$here/pi/package-lock.json" "$here/pi/bundle.mjs" | cut -d' ' -f1
+		sha256sum "$here/build.sh" "$here/digest.sh" "$here/versions.env" "$here/pi/package.json" "$here/pi/package-lock.json" "$here/pi/bundle.mjs" "$here/pi/bundle-adapter.mjs" | cut -d' ' -f1
 		echo "uid=$uid gid=$gid epoch=$epoch"
 	} | sha256sum | cut -d' ' -f1
 )
@@ -284,7 +284,7 @@ done
 pi_dist=/opt/pi/node_modules/@earendil-works/pi-coding-agent/dist
 bundle=$pi_dist/pi.bundle.js
 ESBUILD_BINARY_PATH=$esb/node_modules/@esbuild/linux-x64/bin/esbuild PATH=$rootfs/usr/local/bin:$PATH \
-	node "$here/pi/bundle.mjs" "$esb/node_modules/esbuild" "$pi_pkg" >&2 || die "bundling Pi failed"
+	node "$here/pi/bundle.mjs" "$esb/node_modules/esbuild" "$pi_pkg" /usr/local/bin/node >&2 || die "bundling Pi failed"
 for f in "$bundle" "$pi_dist/image-resize-worker.js"; do
 	[[ -f $rootfs$f ]] || die "the bundler did not write $f"
 done
@@ -293,24 +293,30 @@ done
 bundle_files() { (cd "$1" && find . -maxdepth 1 -type f \( -name pi.bundle.js -o -name 'pi.chunk-*.js' -o -name image-resize-worker.js \) -printf '%f\n' | sort); }
 mapfile -t bfiles < <(bundle_files "$rootfs$pi_dist")
 (cd "$rootfs$pi_dist" && chown 0:0 "${bfiles[@]}" && chmod 0644 "${bfiles[@]}")
+# The entry is a program (its #! line names the image's node); pi links to it.
+chmod 0755 "$rootfs$bundle"
 bundle_digest=sha256:$(cd "$rootfs$pi_dist" && sha256sum "${bfiles[@]}" | sha256sum | cut -d' ' -f1)
-cat >"$rootfs/usr/local/bin/pi" <<EOF
-#!/bin/sh
-# Pi $PI_VERSION, bundled (docs/image.md), run by the image's node (not
-# whatever node is on PATH). Pi's stock entry is $pi_cli.
-exec /usr/local/bin/node $bundle "\$@"
-EOF
-chmod 0755 "$rootfs/usr/local/bin/pi"
+# pi is the Pi bundle (docs/image.md), or rather a link to it: its
+# #! line runs the image's node (not whatever node is on PATH): one exec,
+# as npm links a package's bin. Pi's stock entry is $pi_cli.
+ln -sfn "$bundle" "$rootfs/usr/local/bin/pi"
+adapter_bundle=/opt/pi/node_modules/pi-mcp-adapter/index.paseo.ts
+ESBUILD_BINARY_PATH=$esb/node_modules/@esbuild/linux-x64/bin/esbuild PATH=$rootfs/usr/local/bin:$PATH \
+	node "$here/pi/bundle-adapter.mjs" "$esb/node_modules/esbuild" "$rootfs/opt/pi/node_modules/pi-mcp-adapter" >&2 || die "bundling pi-mcp-adapter failed"
+[[ -f $rootfs$adapter_bundle ]] || die "the adapter bundler did not write $adapter_bundle"
+chown 0:0 "$rootfs$adapter_bundle" "$rootfs/opt/pi/node_modules/pi-mcp-adapter/package.json"
+chmod 0644 "$rootfs$adapter_bundle" "$rootfs/opt/pi/node_modules/pi-mcp-adapter/package.json"
+adapter_digest=sha256:$(sha256sum "$rootfs$adapter_bundle" | cut -d' ' -f1)
 got=$("$rootfs/usr/local/bin/node" "$rootfs$bundle" --version)
 [[ $got == "$PI_VERSION" ]] || die "the bundle says it is Pi $got, expected $PI_VERSION"
 t_bundle=$((SECONDS - t0))
 
 # ---------------------------------------------------------------- jiti seed
 # Pi loads pi-mcp-adapter's TypeScript through jiti, which keeps what it
-# transpiled in $TMPDIR/jiti; an agent whose cache dir (state.cacheDir,
-# mounted there) starts empty transpiles all of it on its first start. This
-# is that cache, made once: a daemon can copy /opt/pi-jiti-seed into a new
-# agent's cache dir (docs/image.md). jiti names each entry by a hash of the
+# transpiled in $TMPDIR/jiti; a sandbox's /tmp starts empty, so without a
+# seed every start would transpile all of it again. This is that cache, made
+# once: the profiles copy /opt/pi-jiti-seed to /tmp/jiti before Pi starts
+# (docs/image.md). jiti names each entry by a hash of the
 # source's absolute path, so Pi runs with the tree's /opt bound read-only at
 # /opt, in a private mount namespace (the host's /opt is untouched).
 progress_step "jiti cache seed (Pi started once)"
@@ -418,6 +424,7 @@ cat >"$outdir/image.json.tmp" <<EOF
   "pi": "$PI_VERSION",
   "adapter": "$ADAPTER_VERSION",
   "bundle": {"file": "$bundle", "digest": "$bundle_digest", "files": ${#bfiles[@]}, "esbuild": "$ESBUILD_VERSION"},
+  "adapterBundle": {"file": "$adapter_bundle", "digest": "$adapter_digest"},
   "debian": {"suite": "$DEBIAN_SUITE", "arch": "$DEBIAN_ARCH", "packages": $(wc -l <"$outdir/packages.txt"), "packagesDigest": "$pkgdigest"},
   "epoch": $epoch,
   "erofs": [$erofs_json],

@@ -68,8 +68,18 @@ read -r bfile bwant < <(grep -o '"bundle": {"file": "[^"]*", "digest": "[^"]*"' 
 # Its digest covers the entries and chunks beside it (image/build.sh).
 got=sha256:$(cd "$rootfs$(dirname "$bfile")" && find . -maxdepth 1 -type f \( -name pi.bundle.js -o -name 'pi.chunk-*.js' -o -name image-resize-worker.js \) -printf '%f\n' | sort | xargs sha256sum | sha256sum | cut -d' ' -f1)
 [[ $got == "$bwant" ]] || die "the Pi bundle $bfile (with its chunks) is $got, image.json says $bwant"
-grep -q "exec /usr/local/bin/node $bfile " "$rootfs/usr/local/bin/pi" || die "/usr/local/bin/pi does not run the bundle $bfile"
+[[ $(readlink "$rootfs/usr/local/bin/pi") == "$bfile" ]] || die "/usr/local/bin/pi is not a link to the bundle $bfile"
+[[ $(head -n 1 "$rootfs$bfile") == "#!/usr/local/bin/node" ]] || die "the bundle $bfile does not start with #!/usr/local/bin/node"
+[[ -x $rootfs$bfile ]] || die "the bundle $bfile is not executable"
 ok "Pi bundle $bfile $bwant"
+# The adapter bundle (image.json "adapterBundle"), which the adapter's Pi
+# manifest names instead of its index.ts.
+read -r afile awant < <(grep -o '"adapterBundle": {"file": "[^"]*", "digest": "[^"]*"' "$json" | sed 's/"adapterBundle": {"file": "\([^"]*\)", "digest": "\([^"]*\)"/\1 \2/') ||
+	die "$json names no adapter bundle"
+got=sha256:$(sha256sum "$rootfs$afile" | cut -d' ' -f1)
+[[ $got == "$awant" ]] || die "the adapter bundle $afile is $got, image.json says $awant"
+grep -q "\"./$(basename "$afile")\"" "$rootfs$(dirname "$afile")/package.json" || die "pi-mcp-adapter's package.json does not name $afile"
+ok "adapter bundle $afile $awant"
 
 # ---------------------------------------------------------------- 2. chroot
 mkdir -p "$tmp/mnt"

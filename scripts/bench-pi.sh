@@ -20,10 +20,9 @@
 #      stock host, target <= 1.5.
 #   2. File access: the host start under strace up to the get_state
 #      response (opens, failed lookups, stats, reads).
-#   3. An agent's first start: the jiti cache emptied before every start
-#      (timed or not), host and sandboxed, ROUNDS rounds; then the same with
-#      the emptied cache seeded from the image's /opt/pi-jiti-seed, as a
-#      daemon would seed a new agent's cache dir.
+#   (3, an agent's first start with an emptied jiti cache, is gone: the
+#      cache lives in the sandbox's /tmp, seeded from the image at every
+#      start, so every start is an agent's first start.)
 #   4. Wake (test/e2e/bench_wake_test.go): launcher.Wake of a hibernated warm Pi
 #      (image digests, secrets, binds, network, runsc restore) -> response
 #      to get_state, ROUNDS samples, against the stock host start and the
@@ -33,8 +32,11 @@
 #      the supervisor and the holder.
 #   5. A/B of the image: the sandboxed start on the image as built (A)
 #      against a variant of it made here (B), ROUNDS rounds, the order
-#      alternating: "stock", the image's pi.bundle.js replaced by a module
-#      that imports Pi's own dist/cli.js (the stock Pi under gVisor). A
+#      alternating: "stock", /usr/local/bin/pi a link to Pi's own
+#      dist/cli.js (the stock Pi under gVisor); "v8-single-threaded" and
+#      "v8-no-concurrent-recompilation", that V8 flag on the bundle's #!
+#      line; "image=DIR", the image built in DIR (another commit's
+#      make image, laid out as .image/), as it is. A
 #      variant is a copy of .image/ under the temp dir with its own digest
 #      and the EROFS files of the directories it changed rebuilt
 #      (PI_BENCH_IMAGE, test/e2e/bench_test.go). VARIANTS (default "stock")
@@ -130,6 +132,7 @@ main_ratio=$(ratio "$sbx_ns" "$stock_ns")
 echo "   stock host s: $(samples "$tmp/main.txt.m" $K first-response-ns)"
 echo "   host s:       $(samples "$tmp/main.txt.m" $H first-response-ns)"
 echo "   sandboxed s:  $(samples "$tmp/main.txt.m" $S first-response-ns)"
+echo "   CPU s (stock host / host / sandboxed): $(samples "$tmp/main.txt.m" $K cpu-ns)/ $(samples "$tmp/main.txt.m" $H cpu-ns)/ $(samples "$tmp/main.txt.m" $S cpu-ns)"
 fi
 
 # --- 2. file access ------------------------------------------------------------
@@ -165,21 +168,6 @@ if [[ $skip != *" 2 "* ]]; then
       printf "     statx %d (%d ENOENT) on %d distinct paths, newfstatat %d, access %d, readlink %d, read %d, pread64 %d, mmap %d\n", calls["statx"], enoent["statx"], st, calls["newfstatat"], calls["access"], calls["readlink"], calls["read"], calls["pread64"], calls["mmap"]
     }' "$tmp/trace"
   true
-fi
-
-# --- 3. an agent's first start -------------------------------------------------
-if [[ $skip != *" 3 "* ]]; then
-  echo
-  echo "== 3. an agent's first start (jiti cache emptied before every start): $rounds rounds"
-  pair "$tmp/cache-cold.txt" PI_BENCH_CLEAR="pi-cache/agent-7f3c"
-  echo "   stock host s: $(samples "$tmp/cache-cold.txt.m" $K first-response-ns)"
-  echo "   host s:       $(samples "$tmp/cache-cold.txt.m" $H first-response-ns)"
-  echo "   sandboxed s:  $(samples "$tmp/cache-cold.txt.m" $S first-response-ns)"
-  echo "   ... seeded from the image's jiti seed:"
-  pair "$tmp/cache-seed.txt" PI_BENCH_CLEAR="pi-cache/agent-7f3c" PI_BENCH_SEED=1
-  echo "   stock host s: $(samples "$tmp/cache-seed.txt.m" $K first-response-ns)"
-  echo "   host s:       $(samples "$tmp/cache-seed.txt.m" $H first-response-ns)"
-  echo "   sandboxed s:  $(samples "$tmp/cache-seed.txt.m" $S first-response-ns)"
 fi
 
 # --- 4. wake -------------------------------------------------------------------------
@@ -219,10 +207,22 @@ variant() {
     sed -i "s|$old|\"dir\": \"/$dir\", \"file\": \"$d/erofs/$dir.erofs\", \"digest\": \"$sum\"|" "$d/image.json"
   done
 }
-# stock: the wrapper's pi.bundle.js runs Pi's own entry, unbundled.
+# stock: pi links to Pi's own entry, unbundled, as npm links a package's
+# bin (its #! line is /usr/bin/env node).
 variant_stock() {
-  printf 'import "./cli.js";\n' >"$1/opt/pi/node_modules/@earendil-works/pi-coding-agent/dist/pi.bundle.js"
+  ln -sfn /opt/pi/node_modules/@earendil-works/pi-coding-agent/dist/cli.js "$1/usr/local/bin/pi"
 }
+# v8-single-threaded, v8-no-concurrent-recompilation: the bundle's #! line
+# gives node that V8 flag (no V8 worker threads at all; TurboFan on the main
+# thread only): under systrap every thread handoff is a trip through the
+# Sentry.
+variant_v8flag() {
+  local b=$1/opt/pi/node_modules/@earendil-works/pi-coding-agent/dist/pi.bundle.js
+  sed -i "1s|^#!/usr/local/bin/node\$|#!/usr/local/bin/node $2|" "$b"
+  [[ $(head -n 1 "$b") == "#!/usr/local/bin/node $2" ]] || { echo "bench-pi: the bundle's #! line is not the image's node" >&2; return 1; }
+}
+variant_single() { variant_v8flag "$1" --single-threaded; }
+variant_norecomp() { variant_v8flag "$1" --no-concurrent-recompilation; }
 variants=${VARIANTS-stock}
 if [[ $skip != *" 5 "* && -n $variants ]]; then
   echo
@@ -230,15 +230,20 @@ if [[ $skip != *" 5 "* && -n $variants ]]; then
   chmod 0755 "$tmp"
   for v in $variants; do
     case $v in
-    stock) variant stock opt variant_stock ;;
+    stock) variant stock usr variant_stock ;;
+    v8-single-threaded) variant "$v" opt variant_single ;;
+    v8-no-concurrent-recompilation) variant "$v" opt variant_norecomp ;;
+    image=*) ;;
     *) echo "   unknown variant $v" >&2; continue ;;
     esac
+    img=$tmp/img-$v
+    [[ $v != image=* ]] || img=${v#image=}
     for ((r = 0; r < rounds; r++)); do
       if ((r % 2 == 0)); then
         bench "$tmp/ab-$v-A.txt" "$sandboxed" 1x
-        bench "$tmp/ab-$v-B.txt" "$sandboxed" 1x PI_BENCH_IMAGE="$tmp/img-$v"
+        bench "$tmp/ab-$v-B.txt" "$sandboxed" 1x PI_BENCH_IMAGE="$img"
       else
-        bench "$tmp/ab-$v-B.txt" "$sandboxed" 1x PI_BENCH_IMAGE="$tmp/img-$v"
+        bench "$tmp/ab-$v-B.txt" "$sandboxed" 1x PI_BENCH_IMAGE="$img"
         bench "$tmp/ab-$v-A.txt" "$sandboxed" 1x
       fi
     done
@@ -250,14 +255,16 @@ if [[ $skip != *" 5 "* && -n $variants ]]; then
       awk '{ printf "%.4f\n", $1 / $2 }' | median | awk '{ if ($1 == "NaN") print "n/a"; else printf "%.2f", $1 }')
     echo "   $v: A (image) s: $(samples "$tmp/ab-$v-A.m" $S first-response-ns)"
     echo "   $v: B (variant) s: $(samples "$tmp/ab-$v-B.m" $S first-response-ns)"
-    ab_lines+=("A/B $v: sandboxed start: image $(s "$a") s, variant $(s "$b") s, variant/image $(ratio "$b" "$a") (per round $pr)")
+    ac=$(metric "$tmp/ab-$v-A.m" $S cpu-ns)
+    bc=$(metric "$tmp/ab-$v-B.m" $S cpu-ns)
+    ab_lines+=("A/B $v: sandboxed start: image $(s "$a") s, variant $(s "$b") s, variant/image $(ratio "$b" "$a") (per round $pr); CPU image $(s "$ac") s, variant $(s "$bc") s, variant/image $(ratio "$bc" "$ac")")
     # The same for a wake of a hibernated warm Pi (section 4's benchmark).
     for ((r = 0; r < rounds; r++)); do
       if ((r % 2 == 0)); then
         bench "$tmp/abw-$v-A.txt" '^BenchmarkPiWakeFirstResponse$' 1x
-        bench "$tmp/abw-$v-B.txt" '^BenchmarkPiWakeFirstResponse$' 1x PI_BENCH_IMAGE="$tmp/img-$v"
+        bench "$tmp/abw-$v-B.txt" '^BenchmarkPiWakeFirstResponse$' 1x PI_BENCH_IMAGE="$img"
       else
-        bench "$tmp/abw-$v-B.txt" '^BenchmarkPiWakeFirstResponse$' 1x PI_BENCH_IMAGE="$tmp/img-$v"
+        bench "$tmp/abw-$v-B.txt" '^BenchmarkPiWakeFirstResponse$' 1x PI_BENCH_IMAGE="$img"
         bench "$tmp/abw-$v-A.txt" '^BenchmarkPiWakeFirstResponse$' 1x
       fi
     done
@@ -282,14 +289,11 @@ echo "sandboxed start -> first response: $(s "$sbx_ns") s ($(count "$tmp/main.tx
 echo "ratio sandboxed/stock-host: $main_ratio (median of per-round ratios: $(per_round "$tmp/main.txt.m" $S $K)); target <= 1.5: $(verdict "$main_ratio" 1.5)"
 echo "ratio sandboxed/host (the same bundle on both; gVisor's own share): $(ratio "$sbx_ns" "$host_ns") (per round: $(per_round "$tmp/main.txt.m" $S $H))"
 echo "ratio host (bundle)/stock-host: $(ratio "$host_ns" "$stock_ns") (per round: $(per_round "$tmp/main.txt.m" $H $K))"
-if [[ $skip != *" 3 "* ]]; then
-  k=$(metric "$tmp/cache-cold.txt.m" $K first-response-ns)
-  x=$(metric "$tmp/cache-cold.txt.m" $S first-response-ns)
-  echo "jiti cache cold (an agent's first start): stock host $(s "$k") s ($(gain "$k" "$stock_ns")), sandboxed $(s "$x") s ($(gain "$x" "$sbx_ns")), ratio sandboxed/stock-host $(ratio "$x" "$k")"
-  k=$(metric "$tmp/cache-seed.txt.m" $K first-response-ns)
-  x=$(metric "$tmp/cache-seed.txt.m" $S first-response-ns)
-  echo "jiti cache seeded from the image (an agent's first start): stock host $(s "$k") s ($(gain "$k" "$stock_ns")), sandboxed $(s "$x") s ($(gain "$x" "$sbx_ns")), ratio sandboxed/stock-host $(ratio "$x" "$k")"
-fi
+# CPU time by the response (the sandbox's cgroup; the host Pi's process):
+# what other work on the machine moves least, so the figure to read when
+# the load average is far from quiet.
+kc=$(metric "$tmp/main.txt.m" $K cpu-ns) hc=$(metric "$tmp/main.txt.m" $H cpu-ns) sc=$(metric "$tmp/main.txt.m" $S cpu-ns)
+echo "CPU by the response: stock host $(s "$kc") s, host (bundle) $(s "$hc") s, sandboxed $(s "$sc") s; sandboxed/stock-host $(ratio "$sc" "$kc"), sandboxed/host $(ratio "$sc" "$hc")"
 if [[ $skip != *" 4 "* ]]; then
   wk=$(metric "$tmp/wake.m" BenchmarkPiWakeFirstResponse first-response-ns)
   wr=$(ratio "$wk" "$stock_ns")

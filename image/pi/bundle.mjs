@@ -1,4 +1,4 @@
-// node image/pi/bundle.mjs ESBUILD PKGDIR
+// node image/pi/bundle.mjs ESBUILD PKGDIR NODE
 //
 // Bundles Pi (PKGDIR: the installed @earendil-works/pi-coding-agent) into
 // PKGDIR/dist/pi.bundle.js and its chunks, PKGDIR/dist/pi.chunk-<hash>.js,
@@ -29,6 +29,10 @@
 //  3. photon-node stays external: it reads its wasm relative to its own
 //     file (__dirname), so Node loads it from node_modules.
 //
+// The bundle's #! line names NODE (the image's node) instead of Pi's
+// `/usr/bin/env node`, so `pi` (a link to the bundle) starts with one exec:
+// under gVisor every exec is dear, and env would add one.
+//
 // Also written: PKGDIR/dist/image-resize-worker.js, the image-resize worker
 // Pi starts from its own directory (new URL("./image-resize-worker.js")).
 //
@@ -38,9 +42,9 @@ import { createRequire } from "node:module";
 import * as fs from "node:fs";
 import * as path from "node:path";
 
-const [esbuildDir, pkgDir] = process.argv.slice(2);
-if (!esbuildDir || !pkgDir) {
-	console.error("usage: bundle.mjs ESBUILD_PACKAGE_DIR PI_PACKAGE_DIR");
+const [esbuildDir, pkgDir, node] = process.argv.slice(2);
+if (!esbuildDir || !pkgDir || !node?.startsWith("/")) {
+	console.error("usage: bundle.mjs ESBUILD_PACKAGE_DIR PI_PACKAGE_DIR /ABSOLUTE/PATH/OF/NODE");
 	process.exit(2);
 }
 const esbuild = createRequire(path.join(esbuildDir, "package.json"))(esbuildDir);
@@ -118,6 +122,11 @@ const result = await esbuild.build({
 for (const p of patches) {
 	if (!seen.has(p[0])) throw new Error(`${p[0]} was not part of the bundle: a new Pi needs the patches looked at again`);
 }
+const entry = path.join(pkg, "dist/pi.bundle.js");
+const stockHashbang = "#!/usr/bin/env node\n";
+const code = fs.readFileSync(entry, "utf8");
+if (!code.startsWith(stockHashbang)) throw new Error(`dist/pi.bundle.js does not start with ${JSON.stringify(stockHashbang)}: a new Pi needs the #! line looked at again`);
+fs.writeFileSync(entry, `#!${node}\n` + code.slice(stockHashbang.length));
 const outs = Object.entries(result.metafile.outputs);
 const bytes = outs.reduce((n, [, o]) => n + o.bytes, 0);
 const main = result.metafile.outputs["dist/pi.bundle.js"];

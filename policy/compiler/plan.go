@@ -3,7 +3,6 @@ package compiler
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"path"
 	"slices"
 	"sort"
@@ -370,44 +369,8 @@ func (c *compilation) binds() []grant.Mount {
 			Provenance: why("generated MCP config: only Paseo's server, through the launcher's proxy on the gateway; no bearer (the proxy adds the daemon's)", "launch.mcpConfig")})
 	}
 	out = append(out, c.credentialMount()...)
-	if f.State.CacheDir != "" && c.prof.State.CacheDir == "rw" {
-		out = append(out, c.cacheBind(out)...)
-	}
 	c.agentDirApart(out)
 	return out
-}
-
-// jitiCache is where Pi's extension loader (jiti 2.7) keeps its transpile
-// cache: $TMPDIR/jiti, because no node_modules sits beside Pi's loader. jiti
-// creates the directory if needed and turns its cache off (without failing)
-// when it is not writable, so without this mount every sandbox starts with
-// an empty /tmp and transpiles every TypeScript extension again.
-const jitiCache = sandboxTmp + "/jiti"
-
-// cacheBind mounts state.cacheDir read-write at jiti's cache path. The cache
-// holds code Pi runs, so it must be this agent's own directory: it may not
-// be, contain or lie inside any other bind source, where other agents or the
-// workspace could plant files in it. The agent could still plant entries in
-// its own cache, so the profiles' argv empties it and copies in the image's
-// seed before Pi starts (threat 56).
-func (c *compilation) cacheBind(others []grant.Mount) []grant.Mount {
-	f := c.facts
-	s, ok := c.src.resolve("state.cacheDir", f.State.CacheDir, "state", c.dep.Roots.State, pathsafe.Dir)
-	if !ok || !c.ownedByAgent("state.cacheDir", f.State.CacheDir, "transpiled extension code") {
-		return nil
-	}
-	overlap := map[string]string{f.State.AgentDir: "state.agentDir", f.State.SessionDir: "state.sessionDir"}
-	for _, g := range others {
-		overlap[g.Destination] = g.Fact
-	}
-	for _, p := range slices.Sorted(maps.Keys(overlap)) {
-		if pathform.Beneath(p, f.State.CacheDir) || pathform.Beneath(f.State.CacheDir, p) {
-			c.diags.Addf(diag.PathLayout, "state.cacheDir", "the jiti cache must be a directory of its own, apart from %s", overlap[p])
-			return nil
-		}
-	}
-	return []grant.Mount{bind(jitiCache, s.host, grant.RW,
-		"this agent's jiti cache, emptied and reseeded from the image's seed by the profile's argv before every start, so nothing left in it runs again; code Pi runs, so never shared between agents", "state.cacheDir")}
 }
 
 // mcpRouted reports whether this launch gets the private MCP route: network

@@ -44,7 +44,7 @@ func TestSettingsAccepted(t *testing.T) {
 		"nested": `{"retry":{"provider":{"timeoutMs":1,"other":2}},"terminal":{"showImages":false}}`,
 		"shell":  `{"shellPath":"/bin/bash"}`,
 		"trust":  `{"defaultProjectTrust":"never"}`,
-		"resources": `{"extensions":["extensions/x.ts","~/ext","/opt/pi/ext"," /opt/pi/ext2"],` +
+		"resources": `{"extensions":["extensions/x.ts","~/ext","/opt/pi/ext"," /opt/pi/ext2","/tmp/jiti/x.js"],` +
 			// Patterns only filter what plain entries found.
 			`"skills":["!/srv/paseo/workspace/**","+/srv/paseo/workspace/proj-feature/SKILL.md","-/tmp/jiti/x","*.md"],` +
 			`"prompts":null,"themes":[]}`,
@@ -93,7 +93,6 @@ func TestSettingsRefused(t *testing.T) {
 		"extension in workspace":    `{"extensions":["/srv/paseo/workspace/proj-feature/.pi/x.ts"]}`,
 		"extension trimmed":         `{"extensions":["\u00a0/srv/paseo/workspace/proj-feature/x.ts\n"]}`,
 		"extension relative escape": `{"extensions":["../pi-sessions/agent-7f3c/x.ts"]}`,
-		"extension in cache":        `{"extensions":["/tmp/jiti/x.js"]}`,
 		"extension read-only bind":  `{"extensions":["/srv/paseo/launch/paseo-pi-extension-a1/paseo-integration.mjs"]}`,
 		"extension holds binds":     `{"extensions":["/"]}`,
 		"extension agent dir":       `{"extensions":["."]}`,

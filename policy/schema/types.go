@@ -189,7 +189,6 @@ type Profile struct {
 		AgentDir   string   `json:"agentDir"`
 		AgentFiles []string `json:"agentFiles"`
 		SessionDir string   `json:"sessionDir"`
-		CacheDir   string   `json:"cacheDir"`
 	} `json:"state"`
 	Limits       map[string]float64 `json:"limits"`
 	Egress       []string           `json:"egress"`

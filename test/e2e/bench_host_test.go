@@ -4,16 +4,16 @@ package e2e
 // host. It runs the compiled process (argv, env with the secrets filled
 // in, cwd, uid/gid) chrooted into a private overlay over the same image,
 // with the compiled mounts rebuilt by the host kernel (proc, tmpfs,
-// devpts, sysfs, the binds of the state dirs, the agent's jiti cache at
-// /tmp/jiti, workspace, extension, mcp.json, hosts, resolv.conf; not the
-// EROFS mounts: the tree under the overlay holds the same files), so Node
-// reads the same files with no gofer in between and keeps its jiti cache
-// between starts, as a host Pi keeps /tmp/jiti. mcp.json names the fake
+// devpts, sysfs, the binds of the state dirs, workspace, extension,
+// mcp.json, hosts, resolv.conf; not the EROFS mounts: the tree under the
+// overlay holds the same files), so Node reads the same files with no gofer
+// in between. The compiled argv copies the image's jiti seed into the fresh
+// /tmp, as in the sandbox: as warm as the /tmp/jiti a host Pi keeps. mcp.json names the fake
 // daemon on loopback instead of the sandbox gateway. No cgroup limits, no
 // rlimits.
 //
 // With stock, the chroot's /usr/local/bin/pi (in the overlay's upper layer)
-// runs Pi's unbundled entry, dist/cli.js, as the npm-installed package runs
+// is a link to Pi's unbundled entry, dist/cli.js, as the npm-installed package runs
 // on a user's host and as the image ran it before the bundle: the baseline
 // the target is measured against. Without it, the host runs the image's
 // bundle, the same program as the sandbox (gVisor's own share).
@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -88,8 +89,13 @@ func newHostPi(tb testing.TB, e *env, sc *testbundle.Scene, stock bool) *hostPi 
 	mount(tb, "overlay", h.root, "overlay", unix.MS_NOSUID|unix.MS_NODEV,
 		"lowerdir="+sc.Rootfs+",upperdir="+upper+",workdir="+work)
 	if stock {
+		// As npm links a package's bin: Pi's own #! line (/usr/bin/env
+		// node) finds the image's node on PATH.
 		stockPi := filepath.Join(h.root, "usr/local/bin/pi")
-		if err := os.WriteFile(stockPi, []byte("#!/bin/sh\nexec /usr/local/bin/node "+stockCLI+" \"$@\"\n"), 0o755); err != nil {
+		if err := os.Remove(stockPi); err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.Symlink(stockCLI, stockPi); err != nil {
 			tb.Fatal(err)
 		}
 		if _, err := os.Stat(filepath.Join(h.root, stockCLI)); err != nil {
@@ -248,8 +254,10 @@ const stockCLI = "/opt/pi/node_modules/@earendil-works/pi-coding-agent/dist/cli.
 
 // hostStart runs the host Pi once in a fresh chroot (every tmpfs new, as
 // in a new sandbox): exec → get_state response, then EOF on its stdin and
-// wait. With traceFile, Pi runs under strace writing there.
-func hostStart(tb testing.TB, e *env, sc *testbundle.Scene, o benchOptions, traceFile string) time.Duration {
+// wait. With traceFile, Pi runs under strace writing there. It also
+// returns the CPU time of Pi's process (every thread, and the children the
+// start script waited for) by the response.
+func hostStart(tb testing.TB, e *env, sc *testbundle.Scene, o benchOptions, traceFile string) (time.Duration, time.Duration) {
 	tb.Helper()
 	b, _ := tb.(*testing.B)
 	if b != nil {
@@ -258,7 +266,6 @@ func hostStart(tb testing.TB, e *env, sc *testbundle.Scene, o benchOptions, trac
 	}
 	h := newHostPi(tb, e, sc, o.stock)
 	defer detachAndRemove(tb, h.base)
-	o.clearCaches(tb, h.sc)
 	u := h.spec.Process.User
 	cmd := &exec.Cmd{Path: h.path, Args: h.spec.Process.Args, Env: h.env, Dir: h.spec.Process.Cwd,
 		SysProcAttr: &syscall.SysProcAttr{Chroot: h.root, Setpgid: true, Pdeathsig: syscall.SIGKILL,
@@ -304,6 +311,7 @@ func hostStart(tb testing.TB, e *env, sc *testbundle.Scene, o benchOptions, trac
 	if b != nil {
 		b.StopTimer()
 	}
+	cpu := processCPU(tb, cmd.Process.Pid)
 
 	stdin.Close()
 	done := make(chan error, 1)
@@ -318,5 +326,30 @@ func hostStart(tb testing.TB, e *env, sc *testbundle.Scene, o benchOptions, trac
 		<-done
 		tb.Fatalf("host Pi did not exit after stdin closed; stderr: %s", stderr)
 	}
-	return d
+	return d, cpu
 }
+
+// processCPU is utime+stime+cutime+cstime of /proc/PID/stat: the process's
+// threads and the children it waited for (the start script's cp).
+func processCPU(tb testing.TB, pid int) time.Duration {
+	tb.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		tb.Fatalf("host Pi's CPU time: %v", err)
+	}
+	// The command name (field 2) is in parentheses and may hold spaces.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	var ticks int64
+	for _, v := range f[11:15] { // fields 14-17
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			tb.Fatalf("/proc/%d/stat: %v", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's times: 100 on every
+// Linux architecture this runs on (the kernel's ABI, not its HZ).
+const clockTicks = 100

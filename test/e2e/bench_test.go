@@ -24,14 +24,6 @@ package e2e
 //
 //	PI_BENCH_WARMUP   untimed starts before the timed ones (default 1):
 //	                  the page cache, and an agent dir Pi has used before
-//	PI_BENCH_CLEAR    paths under the scene's state root (srv/paseo/state:
-//	                  pi-agent/…, pi-cache/agent-7f3c for the jiti cache)
-//	                  emptied before every start (timed or not): a cold
-//	                  cache. A directory keeps itself (it is a pinned bind
-//	                  source) and loses its contents.
-//	PI_BENCH_SEED     1: after PI_BENCH_CLEAR, copy the image's jiti seed
-//	                  (/opt/pi-jiti-seed) into the agent's cache dir, as a
-//	                  daemon would for a new agent
 //	PI_BENCH_IMAGE    a directory laid out as .image/ (image.json, rootfs,
 //	                  erofs/): the image to run instead, one of the
 //	                  script's variants for an A/B
@@ -56,6 +48,7 @@ import (
 
 	"paseo.dev/paseo-policy/internal/testkit/piproto"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
+	"paseo.dev/paseo-policy/runtime/launcher"
 )
 
 func BenchmarkPiSandboxedFirstResponse(b *testing.B) {
@@ -65,13 +58,15 @@ func BenchmarkPiSandboxedFirstResponse(b *testing.B) {
 	for range o.warmup {
 		e.benchSandboxedStart(b, sc, o)
 	}
-	var total time.Duration
+	var total, cpu time.Duration
 	n := 0
 	for b.Loop() {
-		total += e.benchSandboxedStart(b, sc, o)
+		d, c := e.benchSandboxedStart(b, sc, o)
+		total, cpu = total+d, cpu+c
 		n++
 	}
 	b.ReportMetric(float64(total.Nanoseconds())/float64(n), "first-response-ns")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns")
 }
 
 func BenchmarkPiHostFirstResponse(b *testing.B) { benchHost(b, false) }
@@ -86,27 +81,26 @@ func benchHost(b *testing.B, stock bool) {
 	for range o.warmup {
 		hostStart(b, e, sc, o, "")
 	}
-	var total time.Duration
+	var total, cpu time.Duration
 	n := 0
 	for b.Loop() {
-		total += hostStart(b, e, sc, o, os.Getenv("PI_BENCH_STRACE"))
+		d, c := hostStart(b, e, sc, o, os.Getenv("PI_BENCH_STRACE"))
+		total, cpu = total+d, cpu+c
 		n++
 	}
 	b.ReportMetric(float64(total.Nanoseconds())/float64(n), "first-response-ns")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns")
 }
 
 // --- options -------------------------------------------------------------------
 
 type benchOptions struct {
 	warmup int
-	clear  []string
-	seed   bool
 	stock  bool // host only: Pi's unbundled entry instead of the bundle
 }
 
 func benchOptionsFromEnv(tb testing.TB) benchOptions {
-	return benchOptions{warmup: envInt(tb, "PI_BENCH_WARMUP", 1),
-		clear: strings.Fields(os.Getenv("PI_BENCH_CLEAR")), seed: os.Getenv("PI_BENCH_SEED") == "1"}
+	return benchOptions{warmup: envInt(tb, "PI_BENCH_WARMUP", 1)}
 }
 
 func envInt(tb testing.TB, name string, def int) int {
@@ -119,51 +113,6 @@ func envInt(tb testing.TB, name string, def int) int {
 		tb.Fatalf("%s=%q: want a count", name, v)
 	}
 	return n
-}
-
-// clearCaches empties the PI_BENCH_CLEAR paths under the state root and,
-// with PI_BENCH_SEED, copies the image's jiti seed into the agent's cache
-// dir, as a daemon would for a new agent.
-func (o benchOptions) clearCaches(tb testing.TB, sc *testbundle.Scene) {
-	defer func() {
-		if !o.seed {
-			return
-		}
-		seed := filepath.Join(sc.Rootfs, "opt/pi-jiti-seed")
-		ents, err := os.ReadDir(seed)
-		if err != nil || len(ents) == 0 {
-			tb.Fatalf("PI_BENCH_SEED: the image has no jiti seed at %s (%v): rebuild it with make image", seed, err)
-		}
-		cache := filepath.Join(sc.Host, "srv/paseo/state/pi-cache/agent-7f3c")
-		for _, e := range ents {
-			data, err := os.ReadFile(filepath.Join(seed, e.Name()))
-			if err != nil {
-				tb.Fatal(err)
-			}
-			p := filepath.Join(cache, e.Name())
-			if err := os.WriteFile(p, data, 0o644); err != nil {
-				tb.Fatal(err)
-			}
-			if err := os.Chown(p, 1000, 1000); err != nil {
-				tb.Fatal(err)
-			}
-		}
-	}()
-	for _, p := range o.clear {
-		p = filepath.Join(sc.Host, "srv/paseo/state", filepath.Clean("/"+p))
-		ents, err := os.ReadDir(p)
-		if err != nil {
-			if err := os.RemoveAll(p); err != nil {
-				tb.Fatal(err)
-			}
-			continue
-		}
-		for _, e := range ents {
-			if err := os.RemoveAll(filepath.Join(p, e.Name())); err != nil {
-				tb.Fatal(err)
-			}
-		}
-	}
 }
 
 // newBenchEnv is newEnv for a benchmark; it fails (never skips) without
@@ -212,26 +161,59 @@ func benchCall(tb testing.TB, c context.Context, client *piproto.Client, stderr 
 }
 
 // benchSandboxedStart times Launch → get_state response, then stops Pi.
-func (e *env) benchSandboxedStart(tb testing.TB, sc *testbundle.Scene, o benchOptions) time.Duration {
+// It also returns the CPU time the sandbox's cgroup (runsc's Sentry, gofer
+// and stubs: everything gVisor runs for it) had used by the response: a
+// figure that other work on the machine moves far less than the wall time.
+func (e *env) benchSandboxedStart(tb testing.TB, sc *testbundle.Scene, o benchOptions) (time.Duration, time.Duration) {
 	tb.Helper()
 	b, _ := tb.(*testing.B)
 	if b != nil {
 		b.StopTimer()
 		defer b.StartTimer()
 	}
-	o.clearCaches(tb, sc)
 	c, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	if b != nil {
 		b.StartTimer()
 	}
+	id := fmt.Sprintf("pp-bench-%d-%d", os.Getpid(), time.Now().UnixNano())
 	start := time.Now()
-	p := e.launchID(tb, sc, "")
+	p := e.launchID(tb, sc, id)
 	benchCall(tb, c, p.Client, p.stderr)
 	d := time.Since(start)
 	if b != nil {
 		b.StopTimer()
 	}
+	cpu := sandboxCPU(tb, id)
 	benchStop(tb, p)
-	return d
+	return d, cpu
+}
+
+// sandboxCPU is the CPU time of the sandbox's cgroup (launcher.CgroupsPath)
+// so far: cpuacct.usage on cgroup v1, cpu.stat's usage_usec on v2.
+func sandboxCPU(tb testing.TB, id string) time.Duration {
+	tb.Helper()
+	rel := launcher.CgroupsPath(id)
+	if b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpuacct", rel, "cpuacct.usage")); err == nil {
+		ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			tb.Fatalf("cpuacct.usage of %s: %v", id, err)
+		}
+		return time.Duration(ns)
+	}
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", rel, "cpu.stat"))
+	if err != nil {
+		tb.Fatalf("the CPU time of sandbox %s: no cgroup v1 cpuacct.usage or v2 cpu.stat: %v", id, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+			us, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				tb.Fatalf("cpu.stat of %s: %v", id, err)
+			}
+			return time.Duration(us) * time.Microsecond
+		}
+	}
+	tb.Fatalf("cpu.stat of %s has no usage_usec", id)
+	return 0
 }

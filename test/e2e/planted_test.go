@@ -18,7 +18,8 @@ import (
 // run a command, a forged session log into another agent's session dir (not
 // mounted) and an extension plus project settings into the workspace it
 // shares with agent 2 (untrusted project resources), and code into the
-// adapter's entry in its own jiti cache (state.cacheDir, which persists).
+// adapter's entry in its jiti cache (/tmp/jiti: the sandbox's own, seeded
+// from the image at every start).
 // Then agent 2 starts on
 // the same agent dir and workspace, and agent 1 starts again: neither loads
 // anything planted, while the daemon's integration extension, which writes a
@@ -51,7 +52,8 @@ export default function () {}
 			`mkdir -p ` + sessions + `/agent-9d21 && echo '{"type":"session"}' > ` + sessions + `/agent-9d21/forged.jsonl && echo session-written || echo session-refused`,
 			`echo '{"extensions":["` + wsExt + `"]}' > ` + ws + `/.pi/settings.json && echo project-settings-written`,
 			// The adapter's entry as jiti cached it, with code in front and
-			// jiti's hash line kept: a hit for the next start's jiti.
+			// jiti's hash line kept: a hit for any later jiti that read
+			// this cache.
 			`f=$(ls /tmp/jiti/pi-mcp-adapter-index.*.mjs) && { printf 'require("node:fs").writeFileSync(process.cwd()+"/JITI-PLANT-RAN-"+process.env.PASEO_AGENT_ID,"x");'; cat "$f"; } > /tmp/plant && cp /tmp/plant "$f" && echo jiti-planted || echo jiti-refused`,
 		}, "; ")),
 		fakemodel.Text("tried the rest"),

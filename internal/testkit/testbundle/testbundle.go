@@ -111,9 +111,10 @@ func New(t testing.TB, o Options) *Scene {
 		for _, d := range []string{"bin", "proc", "dev", "sys", "tmp", "etc", "home/sandbox"} {
 			mkdir(t, filepath.Join(s.Rootfs, d))
 		}
-		// The shipped profiles start Pi through /bin/sh, which reseeds the
-		// jiti cache with these tools (policy/profiles/pi-session.cue).
-		for _, applet := range []string{"sh", "mkdir", "chmod", "rm", "cp"} {
+		// The shipped profiles start Pi through /bin/sh, which seeds the
+		// jiti cache and the Git dir with these tools
+		// (policy/profiles/pi-session.cue).
+		for _, applet := range []string{"sh", "rm", "cp"} {
 			if err := os.Symlink("busybox", filepath.Join(s.Rootfs, "bin", applet)); err != nil {
 				t.Fatal(err)
 			}
