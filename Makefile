@@ -5,7 +5,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build cross runsc demo test deps deps-demo script-tests vet race unit fuzz acceptance e2e-pi e2e-continuity bench bench-launch bench-pi golden clean image bench-bridge
+.PHONY: all build cross runsc demo test deps deps-demo script-tests vet race unit fuzz acceptance e2e-pi e2e-continuity e2e-ts bench bench-launch bench-pi golden clean image bench-bridge
 
 all: build
 
@@ -42,7 +42,7 @@ demo: deps-demo build $(DEMO_NEEDS)
 	$(GO) build -o $(BIN)/paseo-demo ./cmd/paseo-demo
 	PASEO_POLICY=$(BIN)/paseo-policy PASEO_DEMO=$(BIN)/paseo-demo RUNSC=$(BIN)/runsc ./scripts/demo.sh
 
-test: deps script-tests runsc image vet cross fuzz unit acceptance e2e-pi e2e-continuity
+test: deps script-tests runsc image vet cross fuzz unit acceptance e2e-pi e2e-continuity e2e-ts
 
 # The Debian packages the tests and the runsc and image builds exec (file, a
 # static busybox, git, debootstrap, erofs-utils, npm, qemu-user-static...):
@@ -102,6 +102,14 @@ e2e-pi: runsc image
 e2e-continuity: runsc image
 	$(GO) test $(RACE) -count=1 -v ./runtime/supervisor
 	$(GO) test $(RACE) -count=1 -v -run '^TestPi($(E2E_CONTINUITY))$$' ./test/e2e
+
+# The TypeScript client (clients/typescript): its `npm test` (node's test runner, tsc from
+# the package's lock) against the real `paseo-policy supervise` and the real Pi in gVisor,
+# in the world test/e2e TestTypeScriptClient builds: a turn, dropped connections and a
+# supervisor SIGKILL mid-turn, a replay from a persisted cursor, hibernate and wake, a
+# refused facts set's diagnostics as data. Fails if any test skipped. Root.
+e2e-ts: runsc image
+	$(GO) test $(RACE) -count=1 -v -run '^TestTypeScriptClient$$' ./test/e2e
 
 # The escape probe as a plain host process (control: every escape must
 # succeed) and under the launcher (contained: none may), plus one sandbox

@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -53,6 +54,24 @@ func New[E any](c net.Conn, events int, peer, idPrefix string) *Conn[E] {
 type Refused struct{ Line json.RawMessage }
 
 func (r *Refused) Error() string { return "refused the connection: " + string(r.Line) }
+
+// Refusal is err as the protocol's own error when it is a *Refused whose
+// line carries one (a busy answer, a frame the peer could not read), so a
+// caller matches the same typed error, with all its fields, whether its
+// request or its connection was refused; any other err is returned as is.
+func Refusal[Err error](err error, peer string) error {
+	var r *Refused
+	if !errors.As(err, &r) {
+		return err
+	}
+	if e := Decode[Err](r.Line, peer, nil); e != nil {
+		var typed Err
+		if errors.As(e, &typed) {
+			return typed
+		}
+	}
+	return err
+}
 
 func (c *Conn[E]) read() {
 	defer close(c.done)

@@ -33,7 +33,13 @@ type request struct {
 }
 
 type testError struct {
+	Code  string   `json:"code"`
+	Items []detail `json:"items,omitempty"`
+}
+
+type detail struct {
 	Code string `json:"code"`
+	Path string `json:"path"`
 }
 
 func (e *testError) Error() string { return e.Code }
@@ -111,6 +117,14 @@ func TestRefusedConnection(t *testing.T) {
 	if err := Decode[*testError](refused.Line, "test", nil); err == nil || err.Error() != "busy" {
 		t.Fatalf("the refusal decodes to %v, want busy", err)
 	}
+	var te *testError
+	if err := Refusal[*testError](err, "test"); !errors.As(err, &te) || te.Code != "busy" {
+		t.Fatalf("Refusal: %v, want the typed busy", err)
+	}
+	other := errors.New("connection closed")
+	if err := Refusal[*testError](other, "test"); err != other {
+		t.Fatalf("Refusal of another error: %v", err)
+	}
 }
 
 // Decode gives the peer's error, a generic one for a refusal without an
@@ -123,6 +137,12 @@ func TestDecode(t *testing.T) {
 	var te *testError
 	if err := Decode[*testError]([]byte(`{"ok":false,"error":{"code":"quota"}}`), "p", nil); !errors.As(err, &te) || te.Code != "quota" {
 		t.Errorf("error: %v", err)
+	}
+	// The protocol's error decodes whole, nested data included (the
+	// supervisor's refused carries the compiler's diagnostics).
+	line := `{"ok":false,"error":{"code":"refused","items":[{"code":"PP-A","path":"x.y"},{"code":"PP-B","path":"z"}]}}`
+	if err := Decode[*testError]([]byte(line), "p", nil); !errors.As(err, &te) || len(te.Items) != 2 || te.Items[1] != (detail{"PP-B", "z"}) {
+		t.Errorf("nested error data: %v %+v", err, te)
 	}
 	if err := Decode[*testError]([]byte(`{"ok":false}`), "p", nil); err == nil || err.Error() != "p refused without an error" {
 		t.Errorf("no error: %v", err)

@@ -49,6 +49,8 @@ type Exit struct {
 	Code int
 	// Reason is set when the backend ended it (wall time, memory, a stop).
 	Reason string
+	// Limit is the limit it was ended at (launcher.Result.Limit), if any.
+	Limit string
 	// Err is set when the backend itself failed after the start.
 	Err error
 	// Packets and Routes are the sandbox network's counters at teardown

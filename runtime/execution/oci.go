@@ -101,7 +101,7 @@ func (p *ociProcess) ended(r *ociRun) {
 	if p.hibernating {
 		return // checkpointed, or a wake refused: the checkpoint remains
 	}
-	p.finish(Exit{Code: r.res.ExitCode, Reason: r.res.Reason, Err: r.err, Packets: r.res.Packets, Routes: r.res.Routes})
+	p.finish(Exit{Code: r.res.ExitCode, Reason: r.res.Reason, Limit: r.res.Limit, Err: r.err, Packets: r.res.Packets, Routes: r.res.Routes})
 }
 
 // finish ends the process for good. p.mu is held.

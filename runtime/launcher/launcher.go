@@ -99,6 +99,10 @@ type Result struct {
 	// Reason is set when the launcher ended the sandbox (wall time,
 	// output, memory).
 	Reason string `json:"reason,omitempty"`
+	// Limit is the limit the sandbox was ended at (LimitWall, LimitOutput,
+	// LimitMemory), for callers to match instead of Reason; empty
+	// otherwise.
+	Limit string `json:"limit,omitempty"`
 	// Packets counts, per rule tag, what the sandbox's packet filter saw
 	// (sandbox mode): evidence of blocked attempts for the operator.
 	Packets map[string]uint64 `json:"packets,omitempty"`
@@ -106,6 +110,14 @@ type Result struct {
 	// and requests refused by the proxy.
 	Routes map[string]RouteStats `json:"routes,omitempty"`
 }
+
+// The limits a Result's Limit names, by their names in the facts and the
+// registry (limits.<name>).
+const (
+	LimitWall   = "wallSeconds"
+	LimitOutput = "outputBytes"
+	LimitMemory = "memoryBytes"
+)
 
 // RouteStats is what one route proxy did.
 type RouteStats struct {
@@ -232,7 +244,7 @@ type launch struct {
 type running struct {
 	cmd  *exec.Cmd
 	wall context.Context // ends at the wall-time limit or with the caller's
-	stop <-chan string   // a limit the launcher enforces was passed
+	stop <-chan string   // the output limit was passed (the reason)
 	done <-chan error    // runsc's wait
 }
 
@@ -494,18 +506,18 @@ func (l *launch) wait(ctx context.Context, r *running) {
 	select {
 	case waitErr = <-r.done:
 	case <-r.wall.Done():
-		l.res.Reason = "wall time exceeded"
+		l.res.Reason, l.res.Limit = "wall time exceeded", LimitWall
 		if ctx.Err() != nil {
-			l.res.Reason = "cancelled"
+			l.res.Reason, l.res.Limit = "cancelled", ""
 		}
 		waitErr = l.rs.stop(l.opts.ID, r.cmd, r.done, l.opts.Grace)
 	case why := <-r.stop:
-		l.res.Reason = why
+		l.res.Reason, l.res.Limit = why, LimitOutput
 		waitErr = l.rs.stop(l.opts.ID, r.cmd, r.done, l.opts.Grace)
 	}
 	l.res.ExitCode = exitCode(waitErr)
 	if l.res.Reason == "" && ((l.memcg != nil && l.memcg.oomKills() > 0) || l.polledOOM.Load() > 0) {
-		l.res.Reason = "memory limit exceeded: the kernel killed the sandbox"
+		l.res.Reason, l.res.Limit = "memory limit exceeded: the kernel killed the sandbox", LimitMemory
 	}
 }
 

@@ -201,7 +201,7 @@ func TestLaunchWallTime(t *testing.T) {
 	if err != nil {
 		t.Fatalf("launch: %v %s", err, stderr)
 	}
-	if res.Reason != "wall time exceeded" || strings.Contains(out, "end") || !strings.Contains(out, "begin") {
+	if res.Reason != "wall time exceeded" || res.Limit != LimitWall || strings.Contains(out, "end") || !strings.Contains(out, "begin") {
 		t.Errorf("reason %q output %q", res.Reason, out)
 	}
 	if res.ExitCode == 0 {
@@ -217,7 +217,7 @@ func TestLaunchOutputLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Reason != "output limit exceeded" || len(out) > 65536 {
+	if res.Reason != "output limit exceeded" || res.Limit != LimitOutput || len(out) > 65536 {
 		t.Errorf("reason %q, %d bytes passed", res.Reason, len(out))
 	}
 	s.assertClean(t)

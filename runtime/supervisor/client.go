@@ -2,8 +2,6 @@ package supervisor
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"net"
 
 	"paseo.dev/paseo-policy/internal/linerpc"
@@ -33,21 +31,16 @@ func newClient(c net.Conn, events int) *Client {
 }
 
 // Call sends a request (V and ID are filled in) and waits for its response;
-// a refusal, of the request or of the connection, comes back as *Error.
+// a refusal, of the request or of the connection, comes back as *Error
+// (rpcerr.Error: its Code, and for rpcerr.Refused every diagnostic in
+// Diagnostics).
 func (c *Client) Call(ctx context.Context, req Request, result any) error {
 	line, err := c.conn.Call(ctx, func(id string) any {
 		req.V, req.ID = Version, id
 		return req
 	})
-	var refused *linerpc.Refused
-	if errors.As(err, &refused) {
-		var r Response
-		if json.Unmarshal(refused.Line, &r) == nil && r.Error != nil {
-			return r.Error
-		}
-	}
 	if err != nil {
-		return err
+		return linerpc.Refusal[*Error](err, "supervisor")
 	}
 	return linerpc.Decode[*Error](line, "supervisor", result)
 }

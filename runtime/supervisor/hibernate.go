@@ -2,12 +2,12 @@ package supervisor
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/runtime/launcher"
 	"paseo.dev/paseo-policy/runtime/supervisor/holder"
+	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
 // Hibernate and wake, the supervisor's side (docs/supervisor.md "Hibernate")
@@ -37,7 +37,7 @@ func (s *Server) hibernate(ctx context.Context, b *box) (any, *Error) {
 		return in, nil
 	}
 	if st != stateRunning && st != stateRunningUnattached {
-		return nil, fail(ErrState, "sandbox %s is %s: only a running sandbox hibernates", b.id, st)
+		return nil, fail(rpcerr.State, "sandbox %s is %s: only a running sandbox hibernates", b.id, st)
 	}
 	if _, err := holder.Hibernate(ctx, b.sock); err != nil {
 		if holder.Dead(err) {
@@ -46,7 +46,7 @@ func (s *Server) hibernate(ctx context.Context, b *box) (any, *Error) {
 		return nil, typed(err, "hibernate")
 	}
 	if err := b.move(stateHibernated); err != nil {
-		return nil, fail(ErrState, "%v", err)
+		return nil, fail(rpcerr.State, "%v", err)
 	}
 	in, _ := s.inspect(b)
 	return in, nil
@@ -81,17 +81,13 @@ func (s *Server) wakeLocked(ctx context.Context, b *box) *Error {
 		clear(secrets[k])
 	}
 	if err != nil {
-		var he *holder.Error
-		if errors.As(err, &he) && he.Code == holder.ErrUnavailable {
-			return &Error{Code: ErrSandboxUnavailable, Message: he.Message, StartFresh: true}
-		}
 		if holder.Dead(err) {
 			_ = s.lose(b)
 		}
 		return typed(err, "wake")
 	}
 	if err := b.move(stateRunning); err != nil {
-		return fail(ErrState, "%v", err)
+		return fail(rpcerr.State, "%v", err)
 	}
 	return nil
 }
@@ -102,20 +98,20 @@ func (s *Server) wakeLocked(ctx context.Context, b *box) *Error {
 func (s *Server) wakeSecrets(b *box) (map[string][]byte, *Error) {
 	files, err := bundle.Read(s.bundleDir(b.id))
 	if err != nil {
-		return nil, &Error{Code: ErrSandboxUnavailable, Message: "the sandbox's bundle: " + err.Error(), StartFresh: true}
+		return nil, &Error{Code: rpcerr.SandboxUnavailable, Message: "the sandbox's bundle: " + err.Error(), StartFresh: true}
 	}
 	refs, err := launcher.SecretRefs(files)
 	if err != nil {
-		return nil, &Error{Code: ErrSandboxUnavailable, Message: err.Error(), StartFresh: true}
+		return nil, &Error{Code: rpcerr.SandboxUnavailable, Message: err.Error(), StartFresh: true}
 	}
 	out := map[string][]byte{}
 	for _, ref := range refs {
 		if s.cfg.Secrets == nil {
-			return nil, &Error{Code: ErrSandboxUnavailable, Message: "the bundle needs secret " + ref + " and the supervisor has no secret source", StartFresh: true}
+			return nil, &Error{Code: rpcerr.SandboxUnavailable, Message: "the bundle needs secret " + ref + " and the supervisor has no secret source", StartFresh: true}
 		}
 		v, err := s.cfg.Secrets(b.deployment, ref)
 		if err != nil {
-			return nil, &Error{Code: ErrSandboxUnavailable, Message: err.Error(), StartFresh: true}
+			return nil, &Error{Code: rpcerr.SandboxUnavailable, Message: err.Error(), StartFresh: true}
 		}
 		out[ref] = v
 	}

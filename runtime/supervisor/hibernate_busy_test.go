@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
 // An agent that has not read the input it was given is busy, not idle: a
@@ -35,8 +36,8 @@ func TestHibernateRefusedInputPending(t *testing.T) {
 	}
 	err := c.Call(tctx(t), Request{Op: "hibernate", Sandbox: h.id}, nil)
 	var e *Error
-	if !isCode(err, ErrInputPending) || !asError(err, &e) || e.StartFresh {
-		t.Fatalf("hibernate of an agent that has not read its input: %v, want %s", err, ErrInputPending)
+	if !isCode(err, rpcerr.InputPending) || !asError(err, &e) || e.StartFresh {
+		t.Fatalf("hibernate of an agent that has not read its input: %v, want %s", err, rpcerr.InputPending)
 	}
 	if st := h.status(); st != StatusRunning {
 		t.Fatalf("after the refused hibernate the sandbox is %s, want running", st)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
 // A hibernated sandbox whose holder dies while no supervisor runs has no
@@ -44,7 +45,7 @@ func TestOrphanedHibernationGC(t *testing.T) {
 	}
 	f.start(t)
 	c = f.dial(t)
-	if err := c.Call(tctx(t), Request{Op: "inspect", Sandbox: h.id}, nil); !isCode(err, ErrNotFound) {
+	if err := c.Call(tctx(t), Request{Op: "inspect", Sandbox: h.id}, nil); !isCode(err, rpcerr.NotFound) {
 		t.Fatalf("a supervisor adopted a sandbox whose holder is dead: %v", err)
 	}
 	rep, err := inv.GC()

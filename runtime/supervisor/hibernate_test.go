@@ -11,6 +11,7 @@ import (
 
 	"paseo.dev/paseo-policy/policy/schema"
 	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
 // hibernateSession drives one attached client of a sandbox: prompts, reads
@@ -170,7 +171,7 @@ func TestHibernateThroughSupervisor(t *testing.T) {
 	h.c = c
 	err := h.attach(c)
 	var e *Error
-	if !isCode(err, ErrSandboxUnavailable) || !asError(err, &e) || !e.StartFresh || !strings.Contains(e.Message, "rotated") {
+	if !isCode(err, rpcerr.SandboxUnavailable) || !asError(err, &e) || !e.StartFresh || !strings.Contains(e.Message, "rotated") {
 		t.Fatalf("wake after the key rotated: %v (%+v), want sandbox-unavailable with startFresh", err, e)
 	}
 	if st := h.status(); st != StatusHibernated {

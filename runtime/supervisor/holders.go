@@ -14,6 +14,7 @@ import (
 	"paseo.dev/paseo-policy/runtime/launcher"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 	"paseo.dev/paseo-policy/runtime/supervisor/holder"
+	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
 // The supervisor's side of the holders: what it resolves for a new
@@ -25,20 +26,22 @@ func HolderDir(stateRoot string) string { return holder.Dir(stateRoot) }
 
 func holderSocket(stateRoot, id string) string { return holder.Socket(stateRoot, id) }
 
-// typed passes a holder's typed refusal through to the client (the codes
-// are shared) and wraps anything else.
+// typed passes a holder's typed refusal through to the client as it is
+// (the codes are rpcerr's, one meaning in both protocols: a wake the
+// holder refused is already sandbox-unavailable with startFresh) and wraps
+// anything else.
 func typed(err error, format string, a ...any) *Error {
-	var he *holder.Error
+	var he *rpcerr.Error
 	if errors.As(err, &he) {
-		return &Error{Code: he.Code, Message: he.Message}
+		return he
 	}
-	return fail(ErrInternal, format+": %v", append(a, err)...)
+	return fail(rpcerr.Internal, format+": %v", append(a, err)...)
 }
 
 // fromHolder is a holder's state as the client protocol reports it.
 func fromHolder(st holder.State) Info {
 	in := Info{Sandbox: st.Sandbox, Deployment: st.Deployment, Agent: st.Agent, Profile: st.Profile, Status: StatusRunning,
-		ExitCode: st.ExitCode, Reason: st.Reason, Epoch: st.Epoch, NextSeq: st.NextSeq, Acked: st.Acked, Paused: st.Paused,
+		ExitCode: st.ExitCode, Reason: st.Reason, Limit: st.Limit, Epoch: st.Epoch, NextSeq: st.NextSeq, Acked: st.Acked, Paused: st.Paused,
 		Packets: st.Packets, Routes: st.Routes}
 	switch {
 	case st.Exited:
@@ -58,24 +61,24 @@ func fromHolder(st holder.State) Info {
 func (s *Server) prepare(spec *holder.Spec, files bundle.Files) *Error {
 	m, err := files.Manifest()
 	if err != nil {
-		return fail(ErrInternal, "bundle: %v", err)
+		return fail(rpcerr.Internal, "bundle: %v", err)
 	}
 	if m.Deployment != spec.Deployment {
-		return fail(ErrInternal, "bundle compiled for deployment %q, the sandbox is %q's", m.Deployment, spec.Deployment)
+		return fail(rpcerr.Internal, "bundle compiled for deployment %q, the sandbox is %q's", m.Deployment, spec.Deployment)
 	}
 	refs, err := launcher.SecretRefs(files)
 	if err != nil {
-		return fail(ErrUnavailable, "%v", err)
+		return fail(rpcerr.Unavailable, "%v", err)
 	}
 	// Secrets are looked up in the deployment the peer is bound to and the
 	// facts name (create checked both), never in another's.
 	for _, ref := range refs {
 		if s.cfg.Secrets == nil {
-			return fail(ErrUnavailable, "the bundle needs secret %s and the supervisor has no secret source", ref)
+			return fail(rpcerr.Unavailable, "the bundle needs secret %s and the supervisor has no secret source", ref)
 		}
 		v, err := s.cfg.Secrets(spec.Deployment, ref)
 		if err != nil {
-			return fail(ErrUnavailable, "%v", err)
+			return fail(rpcerr.Unavailable, "%v", err)
 		}
 		if spec.Secrets == nil {
 			spec.Secrets = map[string][]byte{}
@@ -84,7 +87,7 @@ func (s *Server) prepare(spec *holder.Spec, files bundle.Files) *Error {
 	}
 	eg, err := files.Egress()
 	if err != nil {
-		return fail(ErrInternal, "bundle: %v", err)
+		return fail(rpcerr.Internal, "bundle: %v", err)
 	}
 	resolve := s.cfg.Resolve
 	if resolve == nil {
@@ -118,9 +121,9 @@ func (s *Server) spawn(spec holder.Spec) *Error {
 	case err == nil:
 		return nil
 	case errors.As(err, &le) && le.Unavailable:
-		return fail(ErrUnavailable, "%s", le.Message)
+		return fail(rpcerr.Unavailable, "%s", le.Message)
 	default:
-		return fail(ErrInternal, "%v", err)
+		return fail(rpcerr.Internal, "%v", err)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"paseo.dev/paseo-policy/policy/schema"
+	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
 // Each test exceeds one of the supervisor's limits and shows the other
@@ -80,10 +81,10 @@ func TestConnectionCaps(t *testing.T) {
 			t.Fatalf("a connection under the cap: %+v", r.Error)
 		}
 	}
-	if r, closed := answer(t, rawDial(t, f.socket), 5*time.Second); r.Error == nil || r.Error.Code != ErrBusy || !closed {
+	if r, closed := answer(t, rawDial(t, f.socket), 5*time.Second); r.Error == nil || r.Error.Code != rpcerr.Busy || !closed {
 		t.Errorf("a third connection of uid %d: %+v (closed %v), want busy and closed", allowedUID, r.Error, closed)
 	}
-	if out, err := asOtherUser(t, f.socket, f.sc.Facts); err != nil || !strings.Contains(out, ErrForbidden) {
+	if out, err := asOtherUser(t, f.socket, f.sc.Facts); err != nil || !strings.Contains(out, string(rpcerr.Forbidden)) {
 		t.Errorf("uid %d while uid %d holds its cap: %q %v; want its own answer (forbidden), not busy", otherUID, allowedUID, out, err)
 	}
 	if r := listOn(t, held[0]); !r.OK {
@@ -101,7 +102,7 @@ func TestConnectionCaps(t *testing.T) {
 	a, b := rawDial(t, f.socket), rawDial(t, f.socket)
 	listOn(t, a)
 	listOn(t, b)
-	if out, _ := asOtherUser(t, f.socket, f.sc.Facts); !strings.Contains(out, ErrBusy) {
+	if out, _ := asOtherUser(t, f.socket, f.sc.Facts); !strings.Contains(out, string(rpcerr.Busy)) {
 		t.Errorf("uid %d over the overall cap: %q, want busy", otherUID, out)
 	}
 	for _, c := range []net.Conn{a, b} {
@@ -110,7 +111,7 @@ func TestConnectionCaps(t *testing.T) {
 			t.Errorf("an idle connection was not cut: %v", err)
 		}
 	}
-	if out, err := asOtherUser(t, f.socket, f.sc.Facts); err != nil || !strings.Contains(out, ErrForbidden) {
+	if out, err := asOtherUser(t, f.socket, f.sc.Facts); err != nil || !strings.Contains(out, string(rpcerr.Forbidden)) {
 		t.Errorf("uid %d after the idle cut: %q %v", otherUID, out, err)
 	}
 }
@@ -146,7 +147,7 @@ func TestFrameTimeoutAndSizes(t *testing.T) {
 	if err := other.Call(tctx(t), Request{Op: "list"}, nil); err != nil {
 		t.Errorf("another client while one sends half a frame: %v", err)
 	}
-	if r, closed := answer(t, half, 5*time.Second); r.Error == nil || r.Error.Code != ErrMalformed || !closed {
+	if r, closed := answer(t, half, 5*time.Second); r.Error == nil || r.Error.Code != rpcerr.Malformed || !closed {
 		t.Errorf("half a frame: %+v (closed %v), want malformed and cut", r.Error, closed)
 	}
 
@@ -166,9 +167,9 @@ func TestFrameTimeoutAndSizes(t *testing.T) {
 		go func() { _, _ = io.WriteString(c, tc.frame+"\n") }()
 		r, closed := answer(t, c, 10*time.Second)
 		switch {
-		case tc.refused && (r.Error == nil || r.Error.Code != ErrMalformed || !closed):
+		case tc.refused && (r.Error == nil || r.Error.Code != rpcerr.Malformed || !closed):
 			t.Errorf("%s: %+v (closed %v), want malformed and cut", tc.name, r.Error, closed)
-		case !tc.refused && (r.Error == nil || r.Error.Code != ErrNotFound):
+		case !tc.refused && (r.Error == nil || r.Error.Code != rpcerr.NotFound):
 			t.Errorf("%s: %+v, want it read and answered (not-found)", tc.name, r.Error)
 		}
 	}
@@ -232,7 +233,7 @@ func TestMaxSandboxesPerDeployment(t *testing.T) {
 			switch {
 			case err == nil:
 				made = append(made, in)
-			case isCode(err, ErrQuota):
+			case isCode(err, rpcerr.Quota):
 				quota++
 			default:
 				t.Errorf("create: %v", err)
@@ -243,7 +244,7 @@ func TestMaxSandboxesPerDeployment(t *testing.T) {
 	if len(made) != 2 || quota != 1 {
 		t.Fatalf("3 concurrent creations under maxSandboxes 2: %d made, %d refused quota", len(made), quota)
 	}
-	if _, err := create("host-alice"); !isCode(err, ErrQuota) {
+	if _, err := create("host-alice"); !isCode(err, rpcerr.Quota) {
 		t.Errorf("a fourth: %v, want quota", err)
 	}
 	b, err := create("host-bob")

@@ -20,6 +20,7 @@ import (
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/policy/schema"
+	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
 // tokenDaemon is the daemon's MCP listener across restarts: it accepts
@@ -112,7 +113,7 @@ func TestMCPTokenHandedOverAndRotated(t *testing.T) {
 	c := f.dial(t)
 	// A malformed token at createSandbox is refused, not echoed, and
 	// starts nothing.
-	if err := c.Call(tctx(t), Request{Op: "createSandbox", Deployment: "host-alice", Facts: sc.Facts, MCPToken: "tok-zq7 x"}, nil); !isCode(err, ErrMalformed) || strings.Contains(err.Error(), "zq7") {
+	if err := c.Call(tctx(t), Request{Op: "createSandbox", Deployment: "host-alice", Facts: sc.Facts, MCPToken: "tok-zq7 x"}, nil); !isCode(err, rpcerr.Malformed) || strings.Contains(err.Error(), "zq7") {
 		t.Fatalf("a malformed token at create: %v", err)
 	}
 	var none []Info
@@ -158,7 +159,7 @@ func TestMCPTokenHandedOverAndRotated(t *testing.T) {
 	c = f.dial(t)
 	// A malformed token is refused and not echoed.
 	bad := "tok\nsplit"
-	if err := c.Call(tctx(t), Request{Op: "attach", Sandbox: in.Sandbox, Cursor: tr.Cursor, MCPToken: bad}, nil); !isCode(err, ErrMalformed) || strings.Contains(err.Error(), "split") {
+	if err := c.Call(tctx(t), Request{Op: "attach", Sandbox: in.Sandbox, Cursor: tr.Cursor, MCPToken: bad}, nil); !isCode(err, rpcerr.Malformed) || strings.Contains(err.Error(), "split") {
 		t.Errorf("a malformed token: %v", err)
 	}
 	epoch = attach(c, tokB)

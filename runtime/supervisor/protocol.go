@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 
 	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
 // Version is the protocol version every frame carries.
@@ -61,43 +62,9 @@ type Event struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// Error is a typed refusal; Code is stable.
-type Error struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	// StartFresh is the caller's explicit choice after a failed wake:
-	// delete this sandbox and create it again (a cold start of the agent,
-	// its session resumed from the session log, not from memory).
-	StartFresh bool `json:"startFresh,omitempty"`
-}
-
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
-
-// Error codes.
-const (
-	ErrMalformed   = "malformed"    // not a JSON request, unknown field, wrong version, too long
-	ErrUnknownOp   = "unknown-op"   // op not in the protocol
-	ErrForbidden   = "forbidden"    // peer not bound to the deployment
-	ErrNotFound    = "not-found"    // no such sandbox (for this peer)
-	ErrRefused     = "refused"      // facts refused by the compiler (diagnostics in message)
-	ErrUnavailable = "unavailable"  // the sandbox cannot run here (launcher preflight)
-	ErrFenced      = "fenced"       // write from a superseded attachment
-	ErrState       = "state"        // op not valid in the sandbox's state
-	ErrOutOfOrder  = "out-of-order" // cursor behind the acknowledged position
-	ErrBusy        = "busy"         // connection cap reached (overall or for the peer uid)
-	ErrQuota       = "quota"        // the deployment holds its maxSandboxes
-	ErrInternal    = "internal"
-	// ErrSandboxUnavailable is a wake refused or failed: the checkpoint
-	// cannot be restored (image changed, key rotated, a pin moved, runsc
-	// failed). Nothing was cold-started; the caller deletes the sandbox
-	// and creates it fresh (Error.StartFresh).
-	ErrSandboxUnavailable = "sandbox-unavailable"
-	// ErrInputPending is a hibernate refused because the agent has not
-	// read the input it was given (it is working, not idle): nothing
-	// changed, the sandbox runs on; retry the hibernate later (idle
-	// hibernation retries on its own every tick).
-	ErrInputPending = "input-pending"
-)
+// Error is a typed refusal: package rpcerr's codes and type, which the
+// holders' protocol shares (docs/supervisor.md, "Error codes").
+type Error = rpcerr.Error
 
 // Sandbox statuses.
 const (
@@ -119,10 +86,14 @@ type Info struct {
 	Status     string `json:"status"`
 	ExitCode   *int   `json:"exitCode,omitempty"`
 	Reason     string `json:"reason,omitempty"`
-	Epoch      uint64 `json:"epoch"`
-	NextSeq    uint64 `json:"nextSeq"`
-	Acked      uint64 `json:"acked"`
-	Paused     bool   `json:"outputPaused"`
+	// Limit is the limit the launcher ended the sandbox at, by its name in
+	// the facts (wallSeconds, outputBytes, memoryBytes): what a caller
+	// matches, never Reason.
+	Limit   string `json:"limit,omitempty"`
+	Epoch   uint64 `json:"epoch"`
+	NextSeq uint64 `json:"nextSeq"`
+	Acked   uint64 `json:"acked"`
+	Paused  bool   `json:"outputPaused"`
 	// Packets and Routes, once the sandbox exited, are what its network
 	// saw: packets per filter rule tag (allow-<purpose>, drop-egress, ...)
 	// and, per private route, requests forwarded and refused.

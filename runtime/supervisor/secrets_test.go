@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
 // The supervisor resolves a bundle's secrets in the deployment the facts
@@ -41,8 +42,8 @@ func TestSupervisorScopesSecretsToTheDeployment(t *testing.T) {
 			t.Fatal("the facts name no alice/fake-llm to replace")
 		}
 		err := c.Call(tctx(t), Request{Op: "createSandbox", Deployment: "host-alice", Facts: facts}, nil)
-		if !isCode(err, ErrUnavailable) {
-			t.Fatalf("host-alice naming %s: %v, want %s", ref, err, ErrUnavailable)
+		if !isCode(err, rpcerr.Unavailable) {
+			t.Fatalf("host-alice naming %s: %v, want %s", ref, err, rpcerr.Unavailable)
 		}
 		for _, leak := range []string{"bob-key", "bob-other", "bob/other"} {
 			if strings.Contains(err.Error(), leak) {

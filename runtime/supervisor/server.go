@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/lineio"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/compiler"
@@ -29,6 +30,7 @@ import (
 	"paseo.dev/paseo-policy/runtime/launcher/routeproxy"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 	"paseo.dev/paseo-policy/runtime/supervisor/holder"
+	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
 // Config is the supervisor's own configuration (root-owned; never from a
@@ -323,7 +325,7 @@ func (s *Server) serveConn(ctx context.Context, uc *net.UnixConn) {
 	release, why := s.gate.enter(p.uid)
 	if release == nil {
 		_ = uc.SetWriteDeadline(time.Now().Add(time.Second))
-		_ = cn.enc.Encode(Response{V: Version, OK: false, Error: &Error{Code: ErrBusy, Message: why}})
+		_ = cn.enc.Encode(Response{V: Version, OK: false, Error: &Error{Code: rpcerr.Busy, Message: why}})
 		return
 	}
 	defer release()
@@ -353,7 +355,7 @@ func serveLines(ctx context.Context, cn *conn, handle func(context.Context, Requ
 				err = fmt.Errorf("request did not arrive whole within %s", cn.frameTimeout)
 			}
 			if !errors.Is(err, io.EOF) {
-				_ = cn.send(Response{V: Version, OK: false, Error: &Error{Code: ErrMalformed, Message: err.Error()}})
+				_ = cn.send(Response{V: Version, OK: false, Error: &Error{Code: rpcerr.Malformed, Message: err.Error()}})
 			}
 			return
 		}
@@ -361,12 +363,12 @@ func serveLines(ctx context.Context, cn *conn, handle func(context.Context, Requ
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil || req.V != Version || req.ID == "" {
-			_ = cn.send(Response{V: Version, ID: req.ID, OK: false, Error: &Error{Code: ErrMalformed, Message: "want one JSON request with v 1, an id and known fields only"}})
+			_ = cn.send(Response{V: Version, ID: req.ID, OK: false, Error: &Error{Code: rpcerr.Malformed, Message: "want one JSON request with v 1, an id and known fields only"}})
 			continue
 		}
 		if len(line) > MaxFrame && req.Op != "write" {
 			// A duplicate "op" key can get a large frame past opOf.
-			_ = cn.send(Response{V: Version, ID: req.ID, OK: false, Error: &Error{Code: ErrMalformed, Message: fmt.Sprintf("only write may be longer than %d bytes", MaxFrame)}})
+			_ = cn.send(Response{V: Version, ID: req.ID, OK: false, Error: &Error{Code: rpcerr.Malformed, Message: fmt.Sprintf("only write may be longer than %d bytes", MaxFrame)}})
 			return
 		}
 		result, e := handle(cctx, req)
@@ -413,9 +415,7 @@ func readFrame(br *bufio.Reader) ([]byte, error) {
 	})
 }
 
-func fail(code, format string, a ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, a...)}
-}
+func fail(code rpcerr.Code, format string, a ...any) *Error { return rpcerr.New(code, format, a...) }
 
 func (s *Server) handle(ctx context.Context, cn *conn, req Request) (any, *Error) {
 	if req.Op == "createSandbox" {
@@ -427,13 +427,13 @@ func (s *Server) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 	switch req.Op {
 	case "attach", "write", "ack", "closeInput", "signal", "inspect", "delete", "hibernate", "wake":
 	default:
-		return nil, fail(ErrUnknownOp, "unknown op %q", req.Op)
+		return nil, fail(rpcerr.UnknownOp, "unknown op %q", req.Op)
 	}
 	b := s.lookup(cn.peer, req.Sandbox)
 	if b == nil || b.state() == stateDeleted {
 		// The same answer whether the sandbox does not exist or belongs to
 		// a deployment this peer may not use: ids are not an oracle.
-		return nil, fail(ErrNotFound, "no sandbox %q for this peer", req.Sandbox)
+		return nil, fail(rpcerr.NotFound, "no sandbox %q for this peer", req.Sandbox)
 	}
 	switch req.Op {
 	case "attach", "write", "closeInput", "wake":
@@ -451,7 +451,7 @@ func (s *Server) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 	case "wake":
 		in, err := s.inspect(b)
 		if err != nil {
-			return nil, fail(ErrState, "%v", err)
+			return nil, fail(rpcerr.State, "%v", err)
 		}
 		return in, nil
 	case "attach":
@@ -466,7 +466,7 @@ func (s *Server) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 		// acknowledgment happen there.
 		sock := b.holder()
 		if sock == "" {
-			return nil, fail(ErrState, "sandbox %s is %s: its stdio is gone", b.id, b.info(nil, nil).Status)
+			return nil, fail(rpcerr.State, "sandbox %s is %s: its stdio is gone", b.id, b.info(nil, nil).Status)
 		}
 		var result any
 		var err error
@@ -485,25 +485,25 @@ func (s *Server) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 	case "signal":
 		sig := map[string]unix.Signal{"TERM": unix.SIGTERM, "INT": unix.SIGINT, "KILL": unix.SIGKILL, "HUP": unix.SIGHUP}[strings.TrimPrefix(req.Signal, "SIG")]
 		if sig == 0 {
-			return nil, fail(ErrMalformed, "signal must be TERM, INT, HUP or KILL")
+			return nil, fail(rpcerr.Malformed, "signal must be TERM, INT, HUP or KILL")
 		}
 		if err := s.signal(b, sig); err != nil {
-			return nil, fail(ErrState, "%v", err)
+			return nil, fail(rpcerr.State, "%v", err)
 		}
 		return map[string]string{"signal": unix.SignalName(sig)}, nil
 	case "inspect":
 		in, err := s.inspect(b)
 		if err != nil {
-			return nil, fail(ErrState, "%v", err)
+			return nil, fail(rpcerr.State, "%v", err)
 		}
 		return in, nil
 	case "delete":
 		if err := s.delete(b); err != nil {
-			return nil, fail(ErrInternal, "%v", err)
+			return nil, fail(rpcerr.Internal, "%v", err)
 		}
 		return map[string]string{"deleted": b.id}, nil
 	}
-	return nil, fail(ErrUnknownOp, "unknown op %q", req.Op)
+	return nil, fail(rpcerr.UnknownOp, "unknown op %q", req.Op)
 }
 
 func (s *Server) lookup(p peer, id string) *box {
@@ -522,10 +522,10 @@ func (s *Server) lookup(p peer, id string) *box {
 // naming its id in facts.
 func (s *Server) create(p peer, req Request) (any, *Error) {
 	if !s.allowed(p, req.Deployment) {
-		return nil, fail(ErrForbidden, "peer uid %d gid %d is not bound to deployment %q", p.uid, p.gid, req.Deployment)
+		return nil, fail(rpcerr.Forbidden, "peer uid %d gid %d is not bound to deployment %q", p.uid, p.gid, req.Deployment)
 	}
 	if req.MCPToken != "" && !routeproxy.ValidToken([]byte(req.MCPToken)) {
-		return nil, fail(ErrMalformed, "%v", routeproxy.ErrBadToken) // names no value
+		return nil, fail(rpcerr.Malformed, "%v", routeproxy.ErrBadToken) // names no value
 	}
 	var head struct {
 		Deployment struct {
@@ -533,21 +533,17 @@ func (s *Server) create(p peer, req Request) (any, *Error) {
 		} `json:"deployment"`
 	}
 	if err := json.Unmarshal(req.Facts, &head); err != nil {
-		return nil, fail(ErrMalformed, "facts must be a JSON object")
+		return nil, fail(rpcerr.Malformed, "facts must be a JSON object")
 	}
 	if head.Deployment.ID != req.Deployment {
-		return nil, fail(ErrForbidden, "facts name deployment %q, the request %q", head.Deployment.ID, req.Deployment)
+		return nil, fail(rpcerr.Forbidden, "facts name deployment %q, the request %q", head.Deployment.ID, req.Deployment)
 	}
 	res, diags := compiler.Compile(compiler.Inputs{
 		Facts:    schema.Input{Name: "facts.json", Data: req.Facts},
 		Registry: s.cfg.Registry,
 	}, compiler.Options{})
 	if len(diags) > 0 {
-		var msgs []string
-		for _, d := range diags {
-			msgs = append(msgs, d.String())
-		}
-		return nil, fail(ErrRefused, "%s", strings.Join(msgs, "; "))
+		return nil, refused(diags)
 	}
 	if e := s.reserve(req.Deployment); e != nil {
 		return nil, e
@@ -556,10 +552,10 @@ func (s *Server) create(p peer, req Request) (any, *Error) {
 	id := newID()
 	dir := filepath.Join(s.cfg.StateRoot, "bundles", id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
-		return nil, fail(ErrInternal, "bundle dir: %v", err)
+		return nil, fail(rpcerr.Internal, "bundle dir: %v", err)
 	}
 	if err := res.Files.Write(dir); err != nil {
-		return nil, fail(ErrInternal, "bundle: %v", err)
+		return nil, fail(rpcerr.Internal, "bundle: %v", err)
 	}
 	b, e := s.start(id, dir, res.Files, req.Deployment, res.Manifest.Agent, res.Manifest.Profile, req.MCPToken)
 	if e != nil {
@@ -568,6 +564,16 @@ func (s *Server) create(p peer, req Request) (any, *Error) {
 	}
 	in, _ := s.inspect(b)
 	return in, nil
+}
+
+// refused is the compiler's refusal as data: every diagnostic, sorted, with
+// its PP-* code and fact path (callers match those, never the message,
+// which only counts them and names the first for a log line).
+func refused(diags diag.List) *Error {
+	diags = diags.Sorted()
+	e := fail(rpcerr.Refused, "the compiler refused the facts (%d diagnostics; the first: %s)", len(diags), diags[0])
+	e.Diagnostics = diags
+	return e
 }
 
 // reserve takes a place under the deployment's maxSandboxes for a
@@ -589,7 +595,7 @@ func (s *Server) reserve(deployment string) *Error {
 		}
 	}
 	if n >= max {
-		return fail(ErrQuota, "deployment %q has %d sandboxes, its registry cap (maxSandboxes %d); delete one first", deployment, n, max)
+		return fail(rpcerr.Quota, "deployment %q has %d sandboxes, its registry cap (maxSandboxes %d); delete one first", deployment, n, max)
 	}
 	s.pending[deployment]++
 	return nil
@@ -623,14 +629,14 @@ func (s *Server) start(id, bundleDir string, files bundle.Files, deployment, age
 	}
 	b, err := newBox(id, deployment, agent, profile, holderSocket(s.cfg.StateRoot, id), stateCreating)
 	if err != nil {
-		return nil, fail(ErrInternal, "%v", err)
+		return nil, fail(rpcerr.Internal, "%v", err)
 	}
 	if e := s.spawn(spec); e != nil {
 		_ = b.move(stateDeleted) // never listed: the creation fails whole
 		return nil, e
 	}
 	if err := b.move(stateRunning); err != nil {
-		return nil, fail(ErrInternal, "%v", err)
+		return nil, fail(rpcerr.Internal, "%v", err)
 	}
 	s.mu.Lock()
 	s.boxes[id] = b
@@ -643,11 +649,11 @@ func (s *Server) start(id, bundleDir string, files bundle.Files, deployment, age
 // rotates the token, and the reattaching daemon brings the new one here.
 func (s *Server) handToken(ctx context.Context, b *box, token string) *Error {
 	if !routeproxy.ValidToken([]byte(token)) {
-		return fail(ErrMalformed, "%v", routeproxy.ErrBadToken)
+		return fail(rpcerr.Malformed, "%v", routeproxy.ErrBadToken)
 	}
 	sock := b.holder()
 	if sock == "" {
-		return fail(ErrState, "sandbox %s is %s: its route proxy is gone", b.id, b.info(nil, nil).Status)
+		return fail(rpcerr.State, "sandbox %s is %s: its route proxy is gone", b.id, b.info(nil, nil).Status)
 	}
 	if err := holder.SetMCPToken(ctx, sock, token); err != nil {
 		return typed(err, "handing the MCP token to the holder")
@@ -662,14 +668,14 @@ func (s *Server) handToken(ctx context.Context, b *box, token string) *Error {
 func (s *Server) attach(ctx context.Context, cn *conn, b *box, cursor uint64) (any, *Error) {
 	sock := b.holder()
 	if sock == "" {
-		return nil, fail(ErrState, "sandbox %s is %s: its output cannot be recovered", b.id, b.info(nil, nil).Status)
+		return nil, fail(rpcerr.State, "sandbox %s is %s: its output cannot be recovered", b.id, b.info(nil, nil).Status)
 	}
 	hc, err := holder.Dial(sock, 256)
 	if err != nil {
 		if holder.Dead(err) {
 			_ = s.lose(b) // the answer is state either way
 		}
-		return nil, fail(ErrState, "sandbox %s: the holder does not answer: %v", b.id, err)
+		return nil, fail(rpcerr.State, "sandbox %s: the holder does not answer: %v", b.id, err)
 	}
 	b.mu.Lock()
 	if b.detach != nil {
@@ -688,7 +694,7 @@ func (s *Server) attach(ctx context.Context, cn *conn, b *box, cursor uint64) (a
 		// A delete raced the attach: the holder is being stopped.
 		hc.Close()
 		stop()
-		return nil, fail(ErrState, "%v", err)
+		return nil, fail(rpcerr.State, "%v", err)
 	}
 	cn.streams.Add(1)
 	go func() {

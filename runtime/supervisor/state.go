@@ -79,7 +79,7 @@ var transitions = map[state][]state{
 func allowed(from, to state) bool { return slices.Contains(transitions[from], to) }
 
 // transitionError is a move the table refuses: a request that raced
-// another (a delete under way), or a bug. Callers answer it with ErrState.
+// another (a delete under way), or a bug. Callers answer it with rpcerr.State.
 type transitionError struct {
 	sandbox  string
 	from, to state

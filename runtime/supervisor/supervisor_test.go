@@ -19,6 +19,7 @@ import (
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/policy/schema"
 	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
 // These tests run the supervisor with real runsc and the static fake Pi
@@ -236,7 +237,7 @@ func TestContinuityAcrossDisconnects(t *testing.T) {
 		if att.Epoch <= oldEpoch {
 			t.Fatalf("reattach %d: epoch %d not newer than %d", i, att.Epoch, oldEpoch)
 		}
-		if _, err := send(c, oldEpoch, fmt.Sprintf("stale-%d", i), `{"type":"get_state"}`); !isCode(err, ErrFenced) {
+		if _, err := send(c, oldEpoch, fmt.Sprintf("stale-%d", i), `{"type":"get_state"}`); !isCode(err, rpcerr.Fenced) {
 			t.Fatalf("a write with a superseded epoch: %v", err)
 		}
 		oldEpoch = att.Epoch
@@ -321,7 +322,7 @@ func tail(s string) string {
 	return s
 }
 
-func isCode(err error, code string) bool {
+func isCode(err error, code rpcerr.Code) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Code == code
 }
@@ -351,20 +352,20 @@ func TestPeerChecksAndMalformedRequests(t *testing.T) {
 	f := newFixture(t, 200)
 	c := f.dial(t)
 	err := c.Call(tctx(t), Request{Op: "createSandbox", Deployment: "docker-official", Facts: f.sc.Facts}, nil)
-	if !isCode(err, ErrForbidden) {
+	if !isCode(err, rpcerr.Forbidden) {
 		t.Errorf("a deployment the peer is not bound to: %v", err)
 	}
 	smuggled := bytes.Replace(f.sc.Facts, []byte(`"host-alice"`), []byte(`"docker-official"`), 1)
 	err = c.Call(tctx(t), Request{Op: "createSandbox", Deployment: "host-alice", Facts: smuggled}, nil)
-	if !isCode(err, ErrForbidden) {
+	if !isCode(err, rpcerr.Forbidden) {
 		t.Errorf("facts naming another deployment: %v", err)
 	}
 	err = c.Call(tctx(t), Request{Op: "rm -rf", Sandbox: "x"}, nil)
-	if !isCode(err, ErrUnknownOp) {
+	if !isCode(err, rpcerr.UnknownOp) {
 		t.Errorf("unknown op: %v", err)
 	}
 	err = c.Call(tctx(t), Request{Op: "inspect", Sandbox: "pp-0000000000000000"}, nil)
-	if !isCode(err, ErrNotFound) {
+	if !isCode(err, rpcerr.NotFound) {
 		t.Errorf("unknown sandbox: %v", err)
 	}
 	// Raw garbage and unknown fields on a fresh connection.
@@ -386,7 +387,7 @@ func TestPeerChecksAndMalformedRequests(t *testing.T) {
 
 	// A process of another uid can connect (socket group) but not create.
 	out, err := asOtherUser(t, f.socket, f.sc.Facts)
-	if err != nil || !strings.Contains(out, ErrForbidden) {
+	if err != nil || !strings.Contains(out, string(rpcerr.Forbidden)) {
 		t.Errorf("peer uid %d: %q %v", otherUID, out, err)
 	}
 }
@@ -519,7 +520,7 @@ func TestSupervisorRestartKeepsTheTurn(t *testing.T) {
 	if got.Status != StatusExited || !strings.Contains(got.Reason, "holder") || got.ExitCode != nil {
 		t.Fatalf("after the holder died: %+v", got)
 	}
-	if err := c.Call(tctx(t), Request{Op: "attach", Sandbox: in.Sandbox}, nil); !isCode(err, ErrState) {
+	if err := c.Call(tctx(t), Request{Op: "attach", Sandbox: in.Sandbox}, nil); !isCode(err, rpcerr.State) {
 		t.Errorf("attach without a holder: %v", err)
 	}
 	if err := c.Call(tctx(t), Request{Op: "delete", Sandbox: in.Sandbox}, nil); err != nil {
@@ -626,7 +627,7 @@ func TestDockerTopology(t *testing.T) {
 	c := f.dial(t)
 
 	smuggled, _ := patchJSON(dockerFacts, `{"workspace":{"cwd":"`+hostWS+`"}}`)
-	if err := c.Call(tctx(t), Request{Op: "createSandbox", Deployment: "docker-official", Facts: smuggled}, nil); !isCode(err, ErrRefused) || !strings.Contains(err.Error(), "workspace.cwd") {
+	if err := c.Call(tctx(t), Request{Op: "createSandbox", Deployment: "docker-official", Facts: smuggled}, nil); !isCode(err, rpcerr.Refused) || !strings.Contains(err.Error(), "workspace.cwd") {
 		t.Errorf("a host path in docker facts: %v", err)
 	}
 

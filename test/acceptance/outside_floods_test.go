@@ -28,6 +28,7 @@ import (
 	"paseo.dev/paseo-policy/runtime/launcher/routeproxy"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 	"paseo.dev/paseo-policy/runtime/supervisor"
+	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
 // Floods of shared resources (issue 10, item 4): a sandbox opening
@@ -353,7 +354,7 @@ func (s *scene) supervisorFlood(t *testing.T) OutsideAttack {
 			switch {
 			case err == nil && json.Unmarshal(line, &r) == nil && r.OK:
 				held++
-			case r.Error != nil && r.Error.Code == supervisor.ErrBusy:
+			case r.Error != nil && r.Error.Code == rpcerr.Busy:
 				busy++
 			}
 		}

@@ -18,9 +18,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/testkit/fakemcp"
 	"paseo.dev/paseo-policy/internal/testkit/testtree"
 	"paseo.dev/paseo-policy/runtime/supervisor"
+	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
 // TestHelperOfficialContainer is the daemon inside the official container
@@ -88,19 +90,23 @@ func TestHelperOfficialContainer(t *testing.T) {
 	for _, r := range []struct {
 		name, deployment string
 		facts            []byte
-		code, detail     string
+		code             rpcerr.Code
+		detail           string // "PP-CODE fact.path" of one of the refusal's diagnostics
 	}{
-		{"a host path", dockerID, patched(`{"workspace":{"cwd":"` + oc.HostWorkspace + `"}}`), supervisor.ErrRefused, "PP-PATH-UNMAPPED workspace.cwd"},
-		{"another deployment's id", otherID, patched(`{"deployment":{"id":"` + otherID + `"}}`), supervisor.ErrForbidden, ""},
-		{"another deployment's id in the facts", dockerID, patched(`{"deployment":{"id":"` + otherID + `"}}`), supervisor.ErrForbidden, ""},
-		{"/home/paseo for Pi's state (the image's default agent dir)", dockerID, patched(`{"state":{"agentDir":"/home/paseo/.pi/agent"}}`), supervisor.ErrRefused, "PP-PATH-FORBIDDEN state.agentDir"},
-		{"/home/paseo as the workspace", dockerID, patched(`{"workspace":{"cwd":"/home/paseo"}}`), supervisor.ErrRefused, "PP-PATH-FORBIDDEN workspace.cwd"},
-		{"/home/paseo/.paseo for the extension", dockerID, patched(`{"launch":{"extension":"/home/paseo/.paseo/ext.mjs"}}`), supervisor.ErrRefused, "PP-PATH-FORBIDDEN launch.extension"},
+		{"a host path", dockerID, patched(`{"workspace":{"cwd":"` + oc.HostWorkspace + `"}}`), rpcerr.Refused, "PP-PATH-UNMAPPED workspace.cwd"},
+		{"another deployment's id", otherID, patched(`{"deployment":{"id":"` + otherID + `"}}`), rpcerr.Forbidden, ""},
+		{"another deployment's id in the facts", dockerID, patched(`{"deployment":{"id":"` + otherID + `"}}`), rpcerr.Forbidden, ""},
+		{"/home/paseo for Pi's state (the image's default agent dir)", dockerID, patched(`{"state":{"agentDir":"/home/paseo/.pi/agent"}}`), rpcerr.Refused, "PP-PATH-FORBIDDEN state.agentDir"},
+		{"/home/paseo as the workspace", dockerID, patched(`{"workspace":{"cwd":"/home/paseo"}}`), rpcerr.Refused, "PP-PATH-FORBIDDEN workspace.cwd"},
+		{"/home/paseo/.paseo for the extension", dockerID, patched(`{"launch":{"extension":"/home/paseo/.paseo/ext.mjs"}}`), rpcerr.Refused, "PP-PATH-FORBIDDEN launch.extension"},
 	} {
 		_, err := create(r.deployment, r.facts)
 		var se *supervisor.Error
-		if !errors.As(err, &se) || se.Code != r.code || !strings.Contains(se.Message, r.detail) {
-			t.Errorf("%s: %v, want %s %q", r.name, err, r.code, r.detail)
+		code, path, _ := strings.Cut(r.detail, " ")
+		if !errors.As(err, &se) || se.Code != r.code || (r.detail != "" && !slices.ContainsFunc(se.Diagnostics, func(d diag.Diagnostic) bool {
+			return string(d.Code) == code && d.Path == path
+		})) {
+			t.Errorf("%s: %v (diagnostics %+v), want %s %q", r.name, err, se, r.code, r.detail)
 		}
 	}
 	var none []supervisor.Info

@@ -26,6 +26,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -104,6 +105,11 @@ var doneTurn = Text("done")
 type Options struct {
 	// Script is the turns served, one per authorized chat request.
 	Script []Turn
+	// Scripts are scripts of their own, by prompt: a request whose last
+	// user message's text begins with a key takes the next turn of that
+	// key's script (the done turn once it is exhausted), not of Script, so
+	// tests that share one model cannot take each other's turns.
+	Scripts map[string][]Turn
 	// APIKey is the bearer key every request must carry. Empty disables the
 	// check (every request counts as authorized).
 	APIKey string
@@ -155,6 +161,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	next     int
+	nextFor  map[string]int
 	nCall    int
 	nComp    int
 	reqs     []*Recorded
@@ -174,6 +181,10 @@ func New(opts Options) *Server {
 		closedCh: make(chan struct{}),
 	}
 	s.opts.Script = append([]Turn(nil), opts.Script...)
+	s.opts.Scripts = map[string][]Turn{}
+	for k, v := range opts.Scripts {
+		s.opts.Scripts[k] = append([]Turn(nil), v...)
+	}
 	if opts.BasePath == "" {
 		s.base = "/v1"
 	}
@@ -432,7 +443,8 @@ type chatRequest struct {
 	Model    string `json:"model"`
 	Stream   bool   `json:"stream"`
 	Messages []struct {
-		Role string `json:"role"`
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
 	} `json:"messages"`
 	Tools []struct {
 		Type     string `json:"type"`
@@ -445,11 +457,63 @@ type chatRequest struct {
 	} `json:"stream_options"`
 }
 
-// take returns the next turn and its script index (-1 for the "done" turn).
-func (s *Server) take() (Turn, int, int) {
+// lastUserText is the text of the request's last user message (a string,
+// or the text parts of an array).
+func (req *chatRequest) lastUserText() string {
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		m := req.Messages[i]
+		if m.Role != "user" {
+			continue
+		}
+		var str string
+		if json.Unmarshal(m.Content, &str) == nil {
+			return str
+		}
+		var parts []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		_ = json.Unmarshal(m.Content, &parts)
+		var b strings.Builder
+		for _, p := range parts {
+			if p.Type == "text" {
+				b.WriteString(p.Text)
+			}
+		}
+		return b.String()
+	}
+	return ""
+}
+
+// take returns the next turn for a request whose last user message is
+// prompt, its script index (-1 for the "done" turn) and the count of
+// completions.
+func (s *Server) take(prompt string) (Turn, int, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nComp++
+	keys := make([]string, 0, len(s.opts.Scripts))
+	for k := range s.opts.Scripts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // the longest matching key wins, whatever the map's order
+	best := ""
+	for _, k := range keys {
+		if strings.HasPrefix(prompt, k) && len(k) > len(best) {
+			best = k
+		}
+	}
+	if best != "" {
+		script := s.opts.Scripts[best]
+		if s.nextFor == nil {
+			s.nextFor = map[string]int{}
+		}
+		if i := s.nextFor[best]; i < len(script) {
+			s.nextFor[best]++
+			return script[i], i, s.nComp
+		}
+		return doneTurn, -1, s.nComp
+	}
 	if s.next < len(s.opts.Script) {
 		i := s.next
 		s.next++
@@ -489,7 +553,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, rec *Recorded, bod
 		rec.Tools = append(rec.Tools, t.Function.Name)
 	}
 
-	turn, idx, n := s.take()
+	turn, idx, n := s.take(req.lastUserText())
 	rec.Turn = idx
 	rec.Done = idx < 0
 	rec.Status = http.StatusOK

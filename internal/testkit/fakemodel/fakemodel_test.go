@@ -507,6 +507,43 @@ func TestScriptAdvanceAndExhaustion(t *testing.T) {
 	}
 }
 
+// A prompt that begins with a key of Scripts takes that script's turns;
+// other prompts take Script's, so neither takes the other's.
+func TestScriptsByPrompt(t *testing.T) {
+	_, hs := newTest(t, Options{APIKey: testKey, Script: []Turn{Text("main 1"), Text("main 2")},
+		Scripts: map[string][]Turn{"tool:": {WriteFile("/w/a", "A"), Text("tool done")}, "tool:long": {Text("longest key")}}})
+	body := func(user string, tail ...string) string {
+		msgs := []map[string]any{{"role": "user", "content": []map[string]string{{"type": "text", "text": user}}}}
+		for _, r := range tail {
+			msgs = append(msgs, map[string]any{"role": r, "content": "x"})
+		}
+		b, err := json.Marshal(map[string]any{"model": DefaultModel, "stream": true, "messages": msgs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	for i, st := range []struct{ body, text, tool string }{
+		{body("tool: write it"), "", "write"},
+		{body("hello"), "main 1", ""},
+		{body("tool: write it", "assistant", "tool"), "tool done", ""},
+		{body("tool:long one"), "longest key", ""},
+		{body("tool: again"), "done", ""},
+		{body("hello"), "main 2", ""},
+	} {
+		resp := post(t, context.Background(), hs.URL, testKey, st.body)
+		a := assemble(t, readSSE(t, resp.Body), DefaultModel)
+		resp.Body.Close()
+		tool := ""
+		if c := a.calls[0]; c != nil {
+			tool = c.name
+		}
+		if a.text != st.text || tool != st.tool {
+			t.Errorf("step %d: text %q tool %q, want %q %q", i, a.text, tool, st.text, st.tool)
+		}
+	}
+}
+
 func TestAbortRecorded(t *testing.T) {
 	s, hs := newTest(t, Options{APIKey: testKey, Script: []Turn{Slow(strings.Repeat("slow ", 40), 40, 4*time.Second)}})
 	ctx, cancel := context.WithCancel(context.Background())

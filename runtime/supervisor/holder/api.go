@@ -10,13 +10,14 @@
 // Holders do not survive an upgrade of the binary's protocol in any sense
 // that matters: a holder is /proc/self/exe of the supervisor that started
 // it, and speaks that build's Version. A newer supervisor adopting an
-// older holder gets ErrMalformed on a version mismatch, never a guess.
+// older holder gets rpcerr.Malformed on a version mismatch, never a guess.
 package holder
 
 import (
 	"time"
 
 	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
 // Version is the holder protocol's version; every frame carries it.
@@ -80,29 +81,10 @@ const (
 	EventDetached = "detached"
 )
 
-// Error is a holder's typed refusal. The codes are the supervisor's own
-// (the supervisor passes a holder's refusal through to its client as is).
-type Error struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
-
-// Error codes a holder answers with.
-const (
-	ErrMalformed  = "malformed"
-	ErrUnknownOp  = "unknown-op"
-	ErrFenced     = "fenced"
-	ErrState      = "state"
-	ErrOutOfOrder = "out-of-order"
-	ErrInternal   = "internal"
-	// ErrUnavailable is a wake refused: the caller starts the agent fresh.
-	ErrUnavailable = "unavailable"
-	// ErrInputPending is a hibernate refused: the agent has not read the
-	// input it was given; it runs on, and a later hibernate may succeed.
-	ErrInputPending = "input-pending"
-)
+// Error is a holder's typed refusal: the codes and the type are package
+// rpcerr's, shared with the supervisor's protocol (the supervisor passes a
+// holder's refusal through to its client as it is).
+type Error = rpcerr.Error
 
 // State is a holder's answer to inspect and stop: its sandbox's identity
 // and whether it ended, and the bridge's position.
@@ -114,10 +96,12 @@ type State struct {
 	Exited     bool   `json:"exited"`
 	ExitCode   *int   `json:"exitCode,omitempty"`
 	Reason     string `json:"reason,omitempty"`
-	Epoch      uint64 `json:"epoch"`
-	NextSeq    uint64 `json:"nextSeq"`
-	Acked      uint64 `json:"acked"`
-	Paused     bool   `json:"outputPaused"`
+	// Limit is the limit the sandbox was ended at (launcher.Result.Limit).
+	Limit   string `json:"limit,omitempty"`
+	Epoch   uint64 `json:"epoch"`
+	NextSeq uint64 `json:"nextSeq"`
+	Acked   uint64 `json:"acked"`
+	Paused  bool   `json:"outputPaused"`
 	// Packets and Routes are the network counters of an ended sandbox
 	// (execution.Exit).
 	Packets map[string]uint64              `json:"packets,omitempty"`

@@ -119,14 +119,15 @@ func newConn(c net.Conn, events int) *Conn {
 }
 
 // Call sends a request (V and ID are filled in) and waits for its
-// response; a holder's refusal comes back as *Error.
+// response; a holder's refusal, of the request or of the connection (a
+// frame it could not read), comes back as *Error.
 func (c *Conn) Call(ctx context.Context, req Request, result any) error {
 	line, err := c.conn.Call(ctx, func(id string) any {
 		req.V, req.ID = Version, id
 		return req
 	})
 	if err != nil {
-		return err
+		return linerpc.Refusal[*Error](err, "holder")
 	}
 	return linerpc.Decode[*Error](line, "holder", result)
 }

@@ -8,6 +8,7 @@ import (
 
 	"paseo.dev/paseo-policy/runtime/execution"
 	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
 // Hibernation, the holder's side (docs/supervisor.md "Hibernate")
@@ -27,7 +28,7 @@ const WakeTimeout = 60 * time.Second
 func (h *holder) hibernator() (execution.Hibernator, *Error) {
 	hp, ok := h.proc.(execution.Hibernator)
 	if !ok {
-		return nil, fail(ErrState, "sandbox %s cannot hibernate", h.spec.ID)
+		return nil, fail(rpcerr.State, "sandbox %s cannot hibernate", h.spec.ID)
 	}
 	return hp, nil
 }
@@ -45,11 +46,11 @@ func (h *holder) hibernate() (any, *Error) {
 	if err := hp.Hibernate(); err != nil {
 		switch {
 		case errors.Is(err, execution.ErrNotRunning):
-			return nil, fail(ErrState, "sandbox %s is not running", h.spec.ID)
+			return nil, fail(rpcerr.State, "sandbox %s is not running", h.spec.ID)
 		case errors.Is(err, execution.ErrInputPending):
-			return nil, fail(ErrInputPending, "sandbox %s has not taken the input it was given yet: it is busy and runs on; retry the hibernate once it has read it", h.spec.ID)
+			return nil, fail(rpcerr.InputPending, "sandbox %s has not taken the input it was given yet: it is busy and runs on; retry the hibernate once it has read it", h.spec.ID)
 		}
-		return nil, fail(ErrInternal, "%v", err)
+		return nil, fail(rpcerr.Internal, "%v", err)
 	}
 	return h.state(), nil
 }
@@ -78,11 +79,11 @@ func (h *holder) wake(secrets map[string][]byte) (any, *Error) {
 		var ue *launcher.UnavailableError
 		switch {
 		case errors.Is(err, execution.ErrNotRunning):
-			return nil, fail(ErrState, "sandbox %s is not hibernated", h.spec.ID)
+			return nil, fail(rpcerr.State, "sandbox %s is not hibernated", h.spec.ID)
 		case errors.As(err, &ue):
-			return nil, fail(ErrUnavailable, "%v", err)
+			return nil, &rpcerr.Error{Code: rpcerr.SandboxUnavailable, Message: err.Error(), StartFresh: true}
 		}
-		return nil, fail(ErrInternal, "wake: %v", err)
+		return nil, fail(rpcerr.Internal, "wake: %v", err)
 	}
 	h.touched()
 	return h.state(), nil

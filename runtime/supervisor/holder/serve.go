@@ -16,6 +16,7 @@ import (
 
 	"paseo.dev/paseo-policy/internal/lineio"
 	"paseo.dev/paseo-policy/runtime/bridge"
+	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
 // serve answers one connection. Only root may talk to a holder: the socket
@@ -33,7 +34,7 @@ func (h *holder) serve(c *net.UnixConn) {
 		line, err := readLine(br)
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
-				_ = cn.send(Response{V: Version, Error: &Error{ErrMalformed, err.Error()}})
+				_ = cn.send(Response{V: Version, Error: rpcerr.New(rpcerr.Malformed, "%v", err)})
 			}
 			return
 		}
@@ -41,7 +42,7 @@ func (h *holder) serve(c *net.UnixConn) {
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil || req.V != Version || req.ID == "" {
-			_ = cn.send(Response{V: Version, ID: req.ID, Error: &Error{ErrMalformed, fmt.Sprintf("want one JSON request with v %d, an id and known fields only", Version)}})
+			_ = cn.send(Response{V: Version, ID: req.ID, Error: rpcerr.New(rpcerr.Malformed, "want one JSON request with v %d, an id and known fields only", Version)})
 			continue
 		}
 		result, e := h.handle(ctx, cn, req)
@@ -97,15 +98,13 @@ func peerUID(c *net.UnixConn) (int, error) {
 	return int(cred.Uid), nil
 }
 
-func fail(code, format string, a ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, a...)}
-}
+func fail(code rpcerr.Code, format string, a ...any) *Error { return rpcerr.New(code, format, a...) }
 
 func (h *holder) handle(ctx context.Context, cn *conn, req Request) (any, *Error) {
 	switch req.Op {
 	case OpAttach:
 		if st := h.sess.State(); req.Cursor < st.Acked {
-			return nil, fail(ErrOutOfOrder, "cursor %d is behind the acknowledged %d", req.Cursor, st.Acked)
+			return nil, fail(rpcerr.OutOfOrder, "cursor %d is behind the acknowledged %d", req.Cursor, st.Acked)
 		}
 		h.mu.Lock()
 		if h.detach != nil {
@@ -137,11 +136,11 @@ func (h *holder) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 		applied, err := h.sess.Write(req.Epoch, req.InputID, req.Data)
 		switch {
 		case errors.Is(err, bridge.ErrFenced):
-			return nil, fail(ErrFenced, "epoch %d is not the current attachment", req.Epoch)
+			return nil, fail(rpcerr.Fenced, "epoch %d is not the current attachment", req.Epoch)
 		case errors.Is(err, bridge.ErrInputClosed):
-			return nil, fail(ErrState, "input closed")
+			return nil, fail(rpcerr.State, "input closed")
 		case err != nil:
-			return nil, fail(ErrState, "write: %v", err)
+			return nil, fail(rpcerr.State, "write: %v", err)
 		}
 		return WriteResult{Applied: applied}, nil
 	case OpAck:
@@ -149,14 +148,14 @@ func (h *holder) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 		return AckResult{Acked: req.Cursor}, nil
 	case OpCloseInput:
 		if err := h.sess.CloseInput(req.Epoch); err != nil {
-			return nil, fail(ErrFenced, "%v", err)
+			return nil, fail(rpcerr.Fenced, "%v", err)
 		}
 		return CloseResult{Closed: true}, nil
 	case OpInspect:
 		return h.state(), nil
 	case OpMCPToken:
 		if err := h.token.Set([]byte(req.MCPToken)); err != nil {
-			return nil, fail(ErrMalformed, "%v", err) // names no value
+			return nil, fail(rpcerr.Malformed, "%v", err) // names no value
 		}
 		return map[string]bool{"mcpToken": true}, nil
 	case OpStop:
@@ -164,7 +163,7 @@ func (h *holder) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 		select {
 		case <-h.done:
 		case <-time.After(StopTimeout):
-			return nil, fail(ErrInternal, "sandbox %s did not stop", h.spec.ID)
+			return nil, fail(rpcerr.Internal, "sandbox %s did not stop", h.spec.ID)
 		}
 		h.mu.Lock()
 		if h.detach != nil {
@@ -176,12 +175,12 @@ func (h *holder) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 		select {
 		case <-h.done:
 		default:
-			return nil, fail(ErrState, "sandbox %s still runs: stop it first", h.spec.ID)
+			return nil, fail(rpcerr.State, "sandbox %s still runs: stop it first", h.spec.ID)
 		}
 		h.sess.Release()
 		return map[string]string{"released": h.spec.ID}, nil
 	}
-	return nil, fail(ErrUnknownOp, "unknown holder op %q", req.Op)
+	return nil, fail(rpcerr.UnknownOp, "unknown holder op %q", req.Op)
 }
 
 func (h *holder) state() State {
@@ -191,7 +190,7 @@ func (h *holder) state() State {
 	case <-h.done:
 		st.Exited = true
 		code := h.exit.Code
-		st.ExitCode, st.Reason = &code, h.exit.Reason
+		st.ExitCode, st.Reason, st.Limit = &code, h.exit.Reason, h.exit.Limit
 		st.Packets, st.Routes = h.exit.Packets, h.exit.Routes
 		if h.exit.Err != nil {
 			st.Reason = h.exit.Err.Error()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"paseo.dev/paseo-policy/runtime/bridge"
+	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
 // protocolHolder is a holder serving its protocol over a real socket and a
@@ -90,7 +91,7 @@ func TestHolderAPI(t *testing.T) {
 	if w, err := Write(ctx, sock, att.Epoch, "i1", []byte("in\n")); err != nil || w.Applied {
 		t.Fatalf("duplicate write: %+v %v", w, err)
 	}
-	wantCode := func(what string, err error, code string) {
+	wantCode := func(what string, err error, code rpcerr.Code) {
 		t.Helper()
 		var he *Error
 		if !errors.As(err, &he) || he.Code != code {
@@ -98,15 +99,15 @@ func TestHolderAPI(t *testing.T) {
 		}
 	}
 	_, err = Write(ctx, sock, att.Epoch+1, "i2", []byte("x"))
-	wantCode("write under a wrong epoch", err, ErrFenced)
+	wantCode("write under a wrong epoch", err, rpcerr.Fenced)
 	if a, err := Ack(ctx, sock, 1); err != nil || a.Acked != 1 {
 		t.Fatalf("ack: %+v %v", a, err)
 	}
 	_, err = c.Attach(ctx, 0)
-	wantCode("attach behind the ack", err, ErrOutOfOrder)
-	wantCode("release while running", Release(ctx, sock), ErrState)
-	wantCode("unknown op", call(ctx, sock, Request{Op: "signal"}, nil), ErrUnknownOp)
-	wantCode("bad token", SetMCPToken(ctx, sock, "has space"), ErrMalformed)
+	wantCode("attach behind the ack", err, rpcerr.OutOfOrder)
+	wantCode("release while running", Release(ctx, sock), rpcerr.State)
+	wantCode("unknown op", call(ctx, sock, Request{Op: "signal"}, nil), rpcerr.UnknownOp)
+	wantCode("bad token", SetMCPToken(ctx, sock, "has space"), rpcerr.Malformed)
 	if err := SetMCPToken(ctx, sock, "tok-1"); err != nil {
 		t.Fatalf("mcpToken: %v", err)
 	}

@@ -1,0 +1,75 @@
+// The supervisor's error answers, typed. The codes are runtime/supervisor/rpcerr's
+// (docs/supervisor.md, "Error codes"); test/codes.test.ts holds this list to that table.
+// Callers branch on `code` (and, for "refused", on each diagnostic's code and path),
+// never on `message`.
+
+/** Every error code of protocol v1, in the order docs/supervisor.md lists them. */
+export const ERROR_CODES = [
+  "malformed",
+  "unknown-op",
+  "forbidden",
+  "not-found",
+  "refused",
+  "unavailable",
+  "fenced",
+  "state",
+  "out-of-order",
+  "busy",
+  "quota",
+  "internal",
+  "sandbox-unavailable",
+  "input-pending",
+] as const;
+
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+/** One compiler diagnostic: a stable PP-* code and the fact path that caused it. */
+export interface Diagnostic {
+  code: string;
+  path: string;
+  message: string;
+}
+
+/** An error as the supervisor sends it. */
+export interface WireError {
+  code: ErrorCode;
+  message: string;
+  diagnostics?: Diagnostic[];
+  startFresh?: boolean;
+}
+
+/** A typed refusal from the supervisor (of a request, or of the connection: busy). */
+export class SupervisorError extends Error {
+  override readonly name = "SupervisorError";
+  readonly code: ErrorCode;
+  /** For "refused": every diagnostic the compiler gave, sorted by fact path. Empty otherwise. */
+  readonly diagnostics: readonly Diagnostic[];
+  /** For "sandbox-unavailable": delete the sandbox and create it again (its session log resumes it). */
+  readonly startFresh: boolean;
+
+  constructor(e: WireError) {
+    super(`${e.code}: ${e.message}`);
+    this.code = e.code;
+    this.diagnostics = Object.freeze([...(e.diagnostics ?? [])]);
+    this.startFresh = e.startFresh === true;
+  }
+}
+
+/** The connection to the supervisor is gone (or never came up) and the call's fate is unknown. */
+export class ConnectionError extends Error {
+  override readonly name = "ConnectionError";
+}
+
+/** Another attachment took the sandbox over; this one stopped rather than fight it. */
+export class SupersededError extends Error {
+  override readonly name = "SupersededError";
+}
+
+/** A response or event that is not protocol v1 (a bug on one side; never retried). */
+export class ProtocolError extends Error {
+  override readonly name = "ProtocolError";
+}
+
+export function isErrorCode(s: unknown): s is ErrorCode {
+  return typeof s === "string" && (ERROR_CODES as readonly string[]).includes(s);
+}
