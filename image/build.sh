@@ -283,8 +283,15 @@ for p in esbuild @esbuild/linux-x64; do
 done
 pi_dist=/opt/pi/node_modules/@earendil-works/pi-coding-agent/dist
 bundle=$pi_dist/pi.bundle.js
+# The bundle's #! line: the image's node, and V8 without worker threads.
+# Under gVisor every handoff between threads is a futex through the Sentry;
+# with --single-threaded (no concurrent compile, marking or sweeping) a
+# sandboxed start took about a fifth less CPU and less time
+# (docs/benchmarks.md). Pi's own work is light: it waits on the model and
+# its tools, so longer GC pauses cost it little.
+pi_interpreter="/usr/local/bin/node --single-threaded"
 ESBUILD_BINARY_PATH=$esb/node_modules/@esbuild/linux-x64/bin/esbuild PATH=$rootfs/usr/local/bin:$PATH \
-	node "$here/pi/bundle.mjs" "$esb/node_modules/esbuild" "$pi_pkg" /usr/local/bin/node >&2 || die "bundling Pi failed"
+	node "$here/pi/bundle.mjs" "$esb/node_modules/esbuild" "$pi_pkg" "$pi_interpreter" >&2 || die "bundling Pi failed"
 for f in "$bundle" "$pi_dist/image-resize-worker.js"; do
 	[[ -f $rootfs$f ]] || die "the bundler did not write $f"
 done

@@ -69,7 +69,7 @@ read -r bfile bwant < <(grep -o '"bundle": {"file": "[^"]*", "digest": "[^"]*"' 
 got=sha256:$(cd "$rootfs$(dirname "$bfile")" && find . -maxdepth 1 -type f \( -name pi.bundle.js -o -name 'pi.chunk-*.js' -o -name image-resize-worker.js \) -printf '%f\n' | sort | xargs sha256sum | sha256sum | cut -d' ' -f1)
 [[ $got == "$bwant" ]] || die "the Pi bundle $bfile (with its chunks) is $got, image.json says $bwant"
 [[ $(readlink "$rootfs/usr/local/bin/pi") == "$bfile" ]] || die "/usr/local/bin/pi is not a link to the bundle $bfile"
-[[ $(head -n 1 "$rootfs$bfile") == "#!/usr/local/bin/node" ]] || die "the bundle $bfile does not start with #!/usr/local/bin/node"
+[[ $(head -n 1 "$rootfs$bfile") == "#!/usr/local/bin/node --single-threaded" ]] || die "the bundle $bfile does not start with #!/usr/local/bin/node --single-threaded"
 [[ -x $rootfs$bfile ]] || die "the bundle $bfile is not executable"
 ok "Pi bundle $bfile $bwant"
 # The adapter bundle (image.json "adapterBundle"), which the adapter's Pi

@@ -33,9 +33,9 @@
 #   5. A/B of the image: the sandboxed start on the image as built (A)
 #      against a variant of it made here (B), ROUNDS rounds, the order
 #      alternating: "stock", /usr/local/bin/pi a link to Pi's own
-#      dist/cli.js (the stock Pi under gVisor); "v8-single-threaded" and
-#      "v8-no-concurrent-recompilation", that V8 flag on the bundle's #!
-#      line; "image=DIR", the image built in DIR (another commit's
+#      dist/cli.js (the stock Pi under gVisor); "v8-threads", the bundle's
+#      #! line without the image's --single-threaded; "v8=FLAGS", node FLAGS
+#      on it instead; "image=DIR", the image built in DIR (another commit's
 #      make image, laid out as .image/), as it is. A
 #      variant is a copy of .image/ under the temp dir with its own digest
 #      and the EROFS files of the directories it changed rebuilt
@@ -212,17 +212,15 @@ variant() {
 variant_stock() {
   ln -sfn /opt/pi/node_modules/@earendil-works/pi-coding-agent/dist/cli.js "$1/usr/local/bin/pi"
 }
-# v8-single-threaded, v8-no-concurrent-recompilation: the bundle's #! line
-# gives node that V8 flag (no V8 worker threads at all; TurboFan on the main
-# thread only): under systrap every thread handoff is a trip through the
-# Sentry.
-variant_v8flag() {
+# v8-threads: the bundle's #! line without the image's --single-threaded
+# (V8's worker threads back); v8=FLAGS: the #! line "node FLAGS" instead.
+variant_hashbang() {
   local b=$1/opt/pi/node_modules/@earendil-works/pi-coding-agent/dist/pi.bundle.js
-  sed -i "1s|^#!/usr/local/bin/node\$|#!/usr/local/bin/node $2|" "$b"
-  [[ $(head -n 1 "$b") == "#!/usr/local/bin/node $2" ]] || { echo "bench-pi: the bundle's #! line is not the image's node" >&2; return 1; }
+  [[ $(head -n 1 "$b") == "#!/usr/local/bin/node --single-threaded" ]] || { echo "bench-pi: the bundle's #! line is not the image's" >&2; return 1; }
+  sed -i "1s|.*|#!/usr/local/bin/node${2:+ $2}|" "$b"
 }
-variant_single() { variant_v8flag "$1" --single-threaded; }
-variant_norecomp() { variant_v8flag "$1" --no-concurrent-recompilation; }
+variant_threads() { variant_hashbang "$1" ""; }
+variant_v8() { variant_hashbang "$1" "$v8flags"; }
 variants=${VARIANTS-stock}
 if [[ $skip != *" 5 "* && -n $variants ]]; then
   echo
@@ -231,12 +229,12 @@ if [[ $skip != *" 5 "* && -n $variants ]]; then
   for v in $variants; do
     case $v in
     stock) variant stock usr variant_stock ;;
-    v8-single-threaded) variant "$v" opt variant_single ;;
-    v8-no-concurrent-recompilation) variant "$v" opt variant_norecomp ;;
+    v8-threads) variant "$v" opt variant_threads ;;
+    v8=*) v8flags=${v#v8=} variant "${v//[^A-Za-z0-9._-]/_}" opt variant_v8 ;;
     image=*) ;;
     *) echo "   unknown variant $v" >&2; continue ;;
     esac
-    img=$tmp/img-$v
+    img=$tmp/img-${v//[^A-Za-z0-9._-]/_}
     [[ $v != image=* ]] || img=${v#image=}
     k=${v//[^A-Za-z0-9._-]/_} # the variant's name in file names
     for ((r = 0; r < rounds; r++)); do

@@ -29,9 +29,10 @@
 //  3. photon-node stays external: it reads its wasm relative to its own
 //     file (__dirname), so Node loads it from node_modules.
 //
-// The bundle's #! line names NODE (the image's node) instead of Pi's
-// `/usr/bin/env node`, so `pi` (a link to the bundle) starts with one exec:
-// under gVisor every exec is dear, and env would add one.
+// The bundle's #! line is NODE (the image's node, and the one option the
+// kernel passes it: image/build.sh) instead of Pi's `/usr/bin/env node`, so
+// `pi` (a link to the bundle) starts with one exec: under gVisor every exec
+// is dear, and env would add one.
 //
 // Also written: PKGDIR/dist/image-resize-worker.js, the image-resize worker
 // Pi starts from its own directory (new URL("./image-resize-worker.js")).
