@@ -104,7 +104,7 @@ func TestBrokenBundlesAreRefused(t *testing.T) {
 // An egress rule the compiler would have refused is a finding, in every
 // notation the classifier knows.
 func TestUnsafeEgressRefused(t *testing.T) {
-	src := filepath.Join("..", "..", "golden", "host-pi-session-api-key")
+	src := filepath.Join("..", "..", "golden", "host-pi-session-no-credential")
 	for _, host := range []string{"169.254.169.254", "metadata.google.internal", "0x7f.1", "2130706433", "::ffff:127.0.0.1", "localhost"} {
 		t.Run(host, func(t *testing.T) {
 			files, err := bundle.Read(src)

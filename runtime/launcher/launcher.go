@@ -655,9 +655,9 @@ func (r *runDir) materialize(plan *launchplan.Plan, secrets SecretSource) error 
 			return err
 		}
 	}
-	for _, name := range []string{bundle.HostsFile, bundle.ResolvFile, bundle.GitHeadFile} {
-		if _, ok := files[name]; !ok && name == bundle.GitHeadFile {
-			continue // only a main worktree's layout has one
+	for _, name := range []string{bundle.HostsFile, bundle.ResolvFile, bundle.GitHeadFile, bundle.ModelsFile} {
+		if _, ok := files[name]; !ok && (name == bundle.GitHeadFile || name == bundle.ModelsFile) {
+			continue // only a main worktree's layout has a HEAD, only a model route a models.json
 		}
 		// Readable by the sandbox user through the gofer.
 		if err := r.writeFile(name, files[name], 0o644); err != nil {
