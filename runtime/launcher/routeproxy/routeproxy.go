@@ -57,8 +57,10 @@ type Limits struct {
 var DefaultLimits = Limits{MaxConns: 32, ReadHeader: 10 * time.Second, Read: 30 * time.Second,
 	Idle: time.Minute, Write: 30 * time.Minute, MaxHeaderBytes: 64 << 10, MaxBody: 1 << 20}
 
-func (l Limits) withDefaults() Limits {
-	d := DefaultLimits
+func (l Limits) withDefaults() Limits { return defaults(l, DefaultLimits) }
+
+// defaults fills l's zero fields from d.
+func defaults(l, d Limits) Limits {
 	if l.MaxConns > 0 {
 		d.MaxConns = l.MaxConns
 	}
@@ -117,6 +119,8 @@ type Proxy struct {
 	// that request got to the guard (so a close before it is a cut).
 	mu      sync.Mutex
 	reached map[net.Conn]bool
+	// closeIdle drops a model route's idle connections to the provider.
+	closeIdle func()
 }
 
 type connKey struct{}
@@ -369,5 +373,8 @@ func (p *Proxy) Close() error {
 		err = p.srv.Close()
 	}
 	p.wg.Wait()
+	if p.closeIdle != nil {
+		p.closeIdle()
+	}
 	return err
 }
