@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -82,6 +83,10 @@ func (s *Server) prepare(spec *holder.Spec, files bundle.Files) *Error {
 		}
 		spec.Secrets[ref] = v
 	}
+	if spec.ModelKeyRef, err = launcher.ModelKeyRef(files); err != nil {
+		return fail(ErrInternal, "bundle: %v", err)
+	}
+	spec.ModelRoots = s.cfg.ModelRoots
 	eg, err := files.Egress()
 	if err != nil {
 		return fail(ErrInternal, "bundle: %v", err)
@@ -90,12 +95,22 @@ func (s *Server) prepare(spec *holder.Spec, files bundle.Files) *Error {
 	if resolve == nil {
 		resolve = sandboxnet.SystemResolver
 	}
+	hosts := []string{}
 	for _, r := range eg.Rules {
-		if _, err := netip.ParseAddr(r.Host); err == nil || spec.Pins[r.Host] != nil {
+		hosts = append(hosts, r.Host)
+	}
+	for _, r := range eg.Routes {
+		// The model route's proxy dials the provider from the holder.
+		if u, err := url.Parse(r.Upstream); err == nil && r.Purpose == "model" {
+			hosts = append(hosts, u.Hostname())
+		}
+	}
+	for _, host := range hosts {
+		if _, err := netip.ParseAddr(host); err == nil || spec.Pins[host] != nil {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		addrs, err := resolve(ctx, r.Host)
+		addrs, err := resolve(ctx, host)
 		cancel()
 		if err != nil {
 			// The launcher refuses the launch and names the host.
@@ -104,7 +119,7 @@ func (s *Server) prepare(spec *holder.Spec, files bundle.Files) *Error {
 		if spec.Pins == nil {
 			spec.Pins = map[string][]netip.Addr{}
 		}
-		spec.Pins[r.Host] = addrs
+		spec.Pins[host] = addrs
 	}
 	return nil
 }

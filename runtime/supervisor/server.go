@@ -52,9 +52,12 @@ type Config struct {
 	StateRoot string
 	RunscPath string
 	Secrets   launcher.SecretSource
-	Uplink    string
-	Resolve   sandboxnet.Resolver
-	Bridge    bridge.Limits
+	// ModelRoots, PEM, verify model providers instead of the system trust
+	// store. Only tests set it (the fake model's test CA).
+	ModelRoots []byte
+	Uplink     string
+	Resolve    sandboxnet.Resolver
+	Bridge     bridge.Limits
 	// HolderLinger is how long an ended sandbox's output waits, unread and
 	// undeleted, before its holder exits (zero: 24 hours).
 	HolderLinger time.Duration

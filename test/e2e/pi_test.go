@@ -8,9 +8,11 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -38,8 +40,10 @@ import (
 const (
 	apiKey   = "sk-e2e-injected-0f3a9c"
 	mcpToken = "mcp-run-token-77d2"
-	// The model endpoint as the facts name it; the launcher pins the name.
-	modelURL = "http://llm.example.test:8080/v1"
+	// The model endpoint as the facts name it: the fake model speaks TLS
+	// with a certificate of the env's test CA, which only the model
+	// route's proxy is told to trust (launcher.Options.ModelRoots).
+	modelURL = "https://llm.example.test:8443/v1"
 )
 
 type imageInfo struct {
@@ -96,6 +100,8 @@ type env struct {
 	fm        *fakemodel.Server
 	daemon    *mcpDaemon
 	image     imageInfo
+	// ca signed the fake model's certificate for llm.example.test.
+	ca *fakemodel.TestCA
 	// host stands for / on the host; every scene of a test shares it, so a
 	// second sandbox sees the first one's workspace and sessions.
 	host string
@@ -107,8 +113,11 @@ func newEnv(t testing.TB, script ...fakemodel.Turn) *env {
 	e.decoyHost = e.world.Host("decoy")
 	e.decoy = e.decoyHost.Serve(t, 8443, "decoy")
 	e.setScript(t, script...)
-	l, err := e.model.Listen("tcp4", netip.AddrPortFrom(e.model.Addr, 8080).String())
+	l, err := e.model.Listen("tcp4", netip.AddrPortFrom(e.model.Addr, 8443).String())
 	if err != nil {
+		t.Fatal(err)
+	}
+	if e.ca, err = fakemodel.NewTestCA("llm.example.test"); err != nil {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -116,8 +125,8 @@ func newEnv(t testing.TB, script ...fakemodel.Turn) *env {
 		fm := e.fm
 		e.mu.Unlock()
 		fm.Handler().ServeHTTP(w, r)
-	})}
-	go srv.Serve(l)
+	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{e.ca.Cert}}, ErrorLog: log.New(io.Discard, "", 0)}
+	go srv.ServeTLS(l, "", "")
 	t.Cleanup(func() { srv.Close() })
 	e.daemon = newMCPDaemon(t)
 	return e
@@ -246,6 +255,7 @@ func (e *env) launchID(t testing.TB, sc *testbundle.Scene, id string) *pi {
 		res, err := launcher.Launch(lctx, launcher.Options{
 			BundleDir: sc.Bundle, StateRoot: sc.State, RunscPath: sc.Runsc, ID: id,
 			Secrets: secrets, Stdin: inR, Stdout: outW, Stderr: p.stderr, Uplink: e.world.Uplink, Resolve: e.resolve,
+			ModelRoots: e.ca.Roots,
 		})
 		outW.Close()
 		p.result = result{res, err}
@@ -358,7 +368,7 @@ func (e *env) startSupervisor(tb testing.TB, sc *testbundle.Scene) string {
 	socket := filepath.Join(dir, "supervisor.sock")
 	srv, err := supervisor.New(supervisor.Config{Registry: schema.Input{Name: "registry.json", Data: sc.Registry},
 		Socket: socket, SocketGID: 0, StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: secrets,
-		Uplink: e.world.Uplink, Resolve: e.resolve})
+		Uplink: e.world.Uplink, Resolve: e.resolve, ModelRoots: e.ca.PEM})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -534,3 +534,60 @@ func Remove(stateDir, id, uplink string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Dialer connects from the uplink namespace (the host's network) to a
+// host:port on the trusted side: a name is resolved with resolve (nil:
+// SystemResolver), and every address is held to the classifier egress
+// rules are (no loopback, link-local, metadata, ...), so a name rebound
+// to the host itself or the metadata service is refused. The model
+// route's proxy reaches the provider through it.
+func (n *Network) Dialer(resolve Resolver) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if resolve == nil {
+		resolve = SystemResolver
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		if v := netdest.Host(host); v.Unsafe() {
+			return nil, fmt.Errorf("%s: unsafe destination: %s", host, v.Why)
+		}
+		var addrs []netip.Addr
+		if a, err := netip.ParseAddr(host); err == nil {
+			addrs = []netip.Addr{a.Unmap()}
+		} else {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			got, err := resolve(rctx, host)
+			cancel()
+			if err != nil {
+				return nil, fmt.Errorf("resolving %s: %w", host, err)
+			}
+			for _, g := range got {
+				addrs = append(addrs, g.Unmap())
+			}
+		}
+		var errs []error
+		for _, a := range addrs {
+			if err := checkDestination(a); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", host, err))
+				continue
+			}
+			var c net.Conn
+			err := nsutil.Do(n.uplinkFD, func() error {
+				var d net.Dialer
+				var err error
+				c, err = d.DialContext(ctx, "tcp4", net.JoinHostPort(a.String(), port))
+				return err
+			})
+			if err == nil {
+				return c, nil
+			}
+			errs = append(errs, err)
+		}
+		if len(errs) == 0 {
+			return nil, fmt.Errorf("%s has no address", host)
+		}
+		return nil, errors.Join(errs...)
+	}
+}

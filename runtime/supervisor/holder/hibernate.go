@@ -66,6 +66,13 @@ func (h *holder) wake(secrets map[string][]byte) (any, *Error) {
 	if e != nil {
 		return nil, e
 	}
+	if v, ok := secrets[h.spec.ModelKeyRef]; ok && h.spec.ModelKeyRef != "" {
+		// The key as it is now: one rotated while the sandbox slept is the
+		// one its next request carries.
+		if err := h.modelKey.Set(v); err != nil {
+			return nil, fail(ErrUnavailable, "the provider key %s: %v", h.spec.ModelKeyRef, err)
+		}
+	}
 	src := func(deployment, ref string) ([]byte, error) {
 		if v, ok := secrets[ref]; ok && deployment == h.spec.Deployment {
 			return append([]byte(nil), v...), nil
