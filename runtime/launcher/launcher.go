@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -160,7 +161,7 @@ func (l *launch) startModelRoute(n *sandboxnet.Network, r bundle.Route) (*routep
 		secrets, deployment, ref := l.opts.Secrets, l.m.Deployment, r.TokenRef
 		key = func() ([]byte, error) { return secrets(deployment, ref) }
 	default:
-		return nil, fmt.Errorf("route %s: no secret source for the provider key %s", r.Purpose, r.TokenRef)
+		return nil, fmt.Errorf("route %s: secret %s (the provider key): no secret source", r.Purpose, r.TokenRef)
 	}
 	v, err := key()
 	valid := err == nil && routeproxy.ValidToken(v)
@@ -169,7 +170,16 @@ func (l *launch) startModelRoute(n *sandboxnet.Network, r bundle.Route) (*routep
 		if err == nil {
 			err = routeproxy.ErrBadToken
 		}
-		return nil, fmt.Errorf("route %s: the provider key %s: %w", r.Purpose, r.TokenRef, err)
+		return nil, fmt.Errorf("route %s: secret %s (the provider key): %w", r.Purpose, r.TokenRef, err)
+	}
+	// The provider's name must resolve, to addresses egress could have, at
+	// launch, as an egress rule's must; each connection resolves again.
+	u, err := url.Parse(r.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("route %s: upstream: %w", r.Purpose, err)
+	}
+	if err := n.CheckHost(context.Background(), l.opts.Resolve, u.Hostname()); err != nil {
+		return nil, fmt.Errorf("route %s: the provider host: %w", r.Purpose, err)
 	}
 	proxy, err := routeproxy.NewModel(r, routeproxy.ModelOptions{Key: key, Dial: n.Dialer(l.opts.Resolve), Roots: l.opts.ModelRoots})
 	if err != nil {
