@@ -160,7 +160,10 @@ func (e *env) scene(t testing.TB, profile, factsPatch string) *testbundle.Scene 
 	}
 	sc := testbundle.New(t, testbundle.Options{Host: e.host, Rootfs: e.image.Rootfs, Profile: profile,
 		RegistryPatch: fmt.Sprintf(`{"network":{"mode":"sandbox"},"image":{"version":%q,"digest":%q,"erofs":%s},"deployments":{"host-alice":{"peers":{"uids":[0],"gids":[1000]}}}}`, e.image.Version, e.image.Digest, erofs),
-		FactsPatch:    string(facts)})
+		FactsPatch:    string(facts),
+		// The compiler reads the daemon's models.json (the model route's
+		// generated one is made from it), so it exists before the compile.
+		Prepare: func(t testing.TB, host string) { writeAgentFiles(t, filepath.Join(host, "srv/paseo/state/pi-agent")) }})
 	e.prepareState(t, sc)
 	return sc
 }
