@@ -4,6 +4,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -45,13 +46,15 @@ func NewTestCA(names ...string) (*TestCA, error) {
 	if err != nil {
 		return nil, err
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	// RSA for the server's own key: busybox's TLS client (an agent's
+	// wget in the tests) speaks no ECDSA.
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return nil, err
 	}
 	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 	for _, n := range names {
 		if ip := parseIP(n); ip != nil {
 			leaf.IPAddresses = append(leaf.IPAddresses, ip)
@@ -69,9 +72,4 @@ func NewTestCA(names ...string) (*TestCA, error) {
 		PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})}, nil
 }
 
-func parseIP(s string) []byte {
-	if ip := net.ParseIP(s); ip != nil {
-		return ip
-	}
-	return nil
-}
+func parseIP(s string) net.IP { return net.ParseIP(s) }

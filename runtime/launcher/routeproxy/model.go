@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -152,9 +151,6 @@ func NewModel(r bundle.Route, o ModelOptions) (*Proxy, error) {
 				p.Stats.Refused.Add(1)
 				http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
 				return
-			}
-			if os.Getenv("PASEO_DEBUG_MODELROUTE") != "" {
-				fmt.Fprintln(os.Stderr, "model route:", err)
 			}
 			// The cause (a name, a certificate) is the operator's, not the agent's.
 			http.Error(w, "model provider unavailable", http.StatusBadGateway)
