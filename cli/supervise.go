@@ -44,7 +44,7 @@ sandbox through the protocol, or use kill/gc, to stop it.`,
 			}
 			cfg.Registry = in
 			if secretsDir != "" {
-				cfg.Secrets = launcher.SecretsDir(secretsDir)
+				cfg.Secrets, cfg.SecretsDir = launcher.SecretsDir(secretsDir), secretsDir
 			}
 			if cfg.Listener, err = activatedSocket(); err != nil {
 				return exitWith(ExitUnavailable, err)

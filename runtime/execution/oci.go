@@ -25,7 +25,7 @@ type OCI struct {
 	// launcher.Options.MCPToken).
 	MCPToken *routeproxy.Token
 	// ModelKey and ModelRoots: see launcher.Options.
-	ModelKey   *routeproxy.Token
+	ModelKey   func() ([]byte, error)
 	ModelRoots *x509.CertPool
 	Uplink     string
 	Resolve    sandboxnet.Resolver

@@ -65,13 +65,14 @@ type Options struct {
 	// Secrets under the route's tokenRef (paseo-policy launch, no daemon).
 	// Either way it never enters the sandbox or the run dir.
 	MCPToken *routeproxy.Token
-	// ModelKey holds the provider key for the model route (api-key mode):
-	// the supervisor's holder sets it from the secrets it was handed, and
-	// again at each wake. Nil: the route reads the key from Secrets under
-	// its tokenRef at every request, so a key rotated in the secrets dir
-	// is the one the next request carries. Either way the key never
-	// enters the sandbox, the bundle or the run dir.
-	ModelKey *routeproxy.Token
+	// ModelKey returns the provider key for the model route (api-key
+	// mode), at every request: the supervisor's holder reads its secrets
+	// dir, or serves the copy it was handed at start and at each wake.
+	// Nil: the route reads the key from Secrets under its tokenRef at
+	// every request, so a key rotated in the secrets dir is the one the
+	// next request carries. Either way the key never enters the sandbox,
+	// the bundle or the run dir.
+	ModelKey func() ([]byte, error)
 	// ModelRoots, when set, verify the model provider's certificate
 	// instead of the system trust store. Only tests set it (the fake
 	// model's test CA).
@@ -156,7 +157,7 @@ func (l *launch) startModelRoute(n *sandboxnet.Network, r bundle.Route) (*routep
 	var key func() ([]byte, error)
 	switch {
 	case l.opts.ModelKey != nil:
-		key = l.opts.ModelKey.Source()
+		key = l.opts.ModelKey
 	case l.opts.Secrets != nil:
 		secrets, deployment, ref := l.opts.Secrets, l.m.Deployment, r.TokenRef
 		key = func() ([]byte, error) { return secrets(deployment, ref) }

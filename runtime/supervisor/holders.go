@@ -86,7 +86,7 @@ func (s *Server) prepare(spec *holder.Spec, files bundle.Files) *Error {
 	if spec.ModelKeyRef, err = launcher.ModelKeyRef(files); err != nil {
 		return fail(ErrInternal, "bundle: %v", err)
 	}
-	spec.ModelRoots = s.cfg.ModelRoots
+	spec.ModelRoots, spec.SecretsDir = s.cfg.ModelRoots, s.cfg.SecretsDir
 	eg, err := files.Egress()
 	if err != nil {
 		return fail(ErrInternal, "bundle: %v", err)

@@ -52,6 +52,10 @@ type Config struct {
 	StateRoot string
 	RunscPath string
 	Secrets   launcher.SecretSource
+	// SecretsDir is the directory Secrets reads, when it is one
+	// (launcher.SecretsDir): holders read the model route's key there at
+	// every request, so a rotated key is used without a restart.
+	SecretsDir string
 	// ModelRoots, PEM, verify model providers instead of the system trust
 	// store. Only tests set it (the fake model's test CA).
 	ModelRoots []byte

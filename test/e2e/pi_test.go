@@ -102,6 +102,8 @@ type env struct {
 	image     imageInfo
 	// ca signed the fake model's certificate for llm.example.test.
 	ca *fakemodel.TestCA
+	// secrets, when set, replaces the package's secrets for launches.
+	secrets launcher.SecretSource
 	// host stands for / on the host; every scene of a test shares it, so a
 	// second sandbox sees the first one's workspace and sessions.
 	host string
@@ -140,6 +142,13 @@ func (e *env) setScript(t testing.TB, script ...fakemodel.Turn) {
 }
 
 func (e *env) decoyAddr() string { return e.decoyHost.Addr.String() }
+
+func (e *env) secretSource() launcher.SecretSource {
+	if e.secrets != nil {
+		return e.secrets
+	}
+	return secrets
+}
 
 // scene compiles facts for profile into a bundle running the image, and
 // prepares the daemon-owned state Pi reads: models.json, settings.json
@@ -257,7 +266,7 @@ func (e *env) launchID(t testing.TB, sc *testbundle.Scene, id string) *pi {
 	go func() {
 		res, err := launcher.Launch(lctx, launcher.Options{
 			BundleDir: sc.Bundle, StateRoot: sc.State, RunscPath: sc.Runsc, ID: id,
-			Secrets: secrets, Stdin: inR, Stdout: outW, Stderr: p.stderr, Uplink: e.world.Uplink, Resolve: e.resolve,
+			Secrets: e.secretSource(), Stdin: inR, Stdout: outW, Stderr: p.stderr, Uplink: e.world.Uplink, Resolve: e.resolve,
 			ModelRoots: e.ca.Roots,
 		})
 		outW.Close()

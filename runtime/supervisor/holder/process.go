@@ -65,6 +65,11 @@ type Spec struct {
 	// model route: the holder keeps it for the route proxy (and takes the
 	// one a wake brings), never for the sandbox.
 	ModelKeyRef string `json:"modelKeyRef,omitempty"`
+	// SecretsDir, when the supervisor reads one, is where the model
+	// route's proxy reads the provider key at every request, so a key
+	// rotated there is the next request's, asleep or running. Without it
+	// the holder serves the copy it was handed (at start, at each wake).
+	SecretsDir string `json:"secretsDir,omitempty"`
 	// ModelRoots, PEM, verify the model provider instead of the system
 	// trust store (tests only: supervisor.Config.ModelRoots).
 	ModelRoots []byte `json:"modelRoots,omitempty"`
@@ -219,7 +224,7 @@ func (h *holder) run(readyF *os.File) int {
 		roots.AppendCertsFromPEM(h.spec.ModelRoots)
 	}
 	backend := execution.OCI{StateRoot: h.spec.StateRoot, RunscPath: h.spec.RunscPath, Uplink: h.spec.Uplink, MCPToken: &h.token,
-		ModelKey: &h.modelKey, ModelRoots: roots,
+		ModelKey: h.modelKeySource(), ModelRoots: roots,
 		Secrets: func(deployment, ref string) ([]byte, error) {
 			// The supervisor resolved these for this holder's deployment only.
 			if v, ok := secrets[ref]; ok && deployment == h.spec.Deployment {
@@ -277,4 +282,15 @@ func (h *holder) run(readyF *os.File) int {
 	<-h.released
 	h.ln.Close()
 	return 0
+}
+
+// modelKeySource is where the model route finds the provider key: the
+// secrets dir at every request when the supervisor named one, else the
+// copy this holder keeps.
+func (h *holder) modelKeySource() func() ([]byte, error) {
+	if dir, ref, dep := h.spec.SecretsDir, h.spec.ModelKeyRef, h.spec.Deployment; dir != "" && ref != "" {
+		src := launcher.SecretsDir(dir)
+		return func() ([]byte, error) { return src(dep, ref) }
+	}
+	return h.modelKey.Source()
 }
