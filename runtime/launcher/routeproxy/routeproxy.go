@@ -7,6 +7,10 @@
 // daemon. The daemon's bearer never enters the sandbox: the proxy adds
 // the current one (Token) to every request it forwards and refuses a
 // request that brings an Authorization header of its own.
+//
+// The model route (model.go, NewModel) is the same server for the model
+// provider: the provider key added outside the sandbox, only the
+// profile's requests of the provider API forwarded, over verified TLS.
 package routeproxy
 
 import (
