@@ -59,7 +59,7 @@ func script(sc *scene, w *world) []fakemodel.Turn {
 		"echo \"read outside: $(cat " + sc.canary + " 2>&1)\"",
 		// The provider key: the sandbox's variable and every process's
 		// environment hold only the model route's stand-in.
-		"echo \"model key: $FAKE_LLM_KEY $(cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c '^FAKE_LLM_KEY=sk-')\"",
+		"echo \"model key: $FAKE_LLM_KEY; environments holding a key: $(cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c '^FAKE_LLM_KEY=sk-')\"",
 		connect("other host", w.decoy.Addr.String()),
 		connect("metadata", w.metadata.Addr.String()),
 		rawMCP(w.mcp.port),

@@ -149,7 +149,7 @@ func (r *report) observe(sc *scene, w *world, stdout string) {
 	drops := r.Packets["drop-egress"]
 	r.Blocked = []attempt{
 		{"write outside the workspace (" + sc.outside + ")", os.IsNotExist(outsideErr), "nothing on the host; Pi: " + short(toolError(w, sc.outside), 100)},
-		{"read the provider key in the sandbox ($FAKE_LLM_KEY, /proc/*/environ)", !strings.Contains(r.toolOut, r.apiKey) && !strings.Contains(stdout, r.apiKey) && lines["model key"] == "paseo-model-route 0",
+		{"read the provider key in the sandbox ($FAKE_LLM_KEY, /proc/*/environ)", !strings.Contains(r.toolOut, r.apiKey) && !strings.Contains(stdout, r.apiKey) && lines["model key"] == "paseo-model-route; environments holding a key: 0",
 			"the sandbox: " + short(lines["model key"], 60)},
 		{"read the daemon user's SSH key (" + sc.canary + ")", !strings.Contains(r.toolOut, r.marker) && !strings.Contains(stdout, r.marker) && lines["read outside"] != "",
 			"the sandbox: " + short(lines["read outside"], 100)},
