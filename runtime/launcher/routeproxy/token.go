@@ -34,6 +34,10 @@ func (t *Token) Set(v []byte) error {
 	return nil
 }
 
+// Clear forgets the value: requests are refused (503) until the next Set,
+// and a launch that needs it is refused.
+func (t *Token) Clear() { t.v.Store(nil) }
+
 // ValidToken reports whether v may be a bearer.
 func ValidToken(v []byte) bool {
 	if len(v) == 0 || len(v) > MaxTokenBytes {

@@ -68,9 +68,10 @@ func (h *holder) wake(secrets map[string][]byte) (any, *Error) {
 	}
 	if v, ok := secrets[h.spec.ModelKeyRef]; ok && h.spec.ModelKeyRef != "" {
 		// The key as it is now: one rotated while the sandbox slept is the
-		// one its next request carries.
+		// one its next request carries. A bad one is forgotten, so the
+		// wake's model route refuses it rather than keep the old key.
 		if err := h.modelKey.Set(v); err != nil {
-			return nil, fail(ErrUnavailable, "the provider key %s: %v", h.spec.ModelKeyRef, err)
+			h.modelKey.Clear()
 		}
 	}
 	src := func(deployment, ref string) ([]byte, error) {
