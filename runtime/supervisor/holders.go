@@ -83,9 +83,6 @@ func (s *Server) prepare(spec *holder.Spec, files bundle.Files) *Error {
 		}
 		spec.Secrets[ref] = v
 	}
-	if spec.ModelKeyRef, err = launcher.ModelKeyRef(files); err != nil {
-		return fail(ErrInternal, "bundle: %v", err)
-	}
 	spec.ModelRoots, spec.SecretsDir = s.cfg.ModelRoots, s.cfg.SecretsDir
 	eg, err := files.Egress()
 	if err != nil {
@@ -100,8 +97,13 @@ func (s *Server) prepare(spec *holder.Spec, files bundle.Files) *Error {
 		hosts = append(hosts, r.Host)
 	}
 	for _, r := range eg.Routes {
-		// The model route's proxy dials the provider from the holder.
-		if u, err := url.Parse(r.Upstream); err == nil && r.Purpose == "model" {
+		if r.Purpose != "model" {
+			continue
+		}
+		// The holder keeps the provider key for the model route's proxy,
+		// which dials the provider from the holder.
+		spec.ModelKeyRef = r.TokenRef
+		if u, err := url.Parse(r.Upstream); err == nil {
 			hosts = append(hosts, u.Hostname())
 		}
 	}
