@@ -119,7 +119,9 @@ func newEnv(t testing.TB, script ...fakemodel.Turn) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.ca, err = fakemodel.NewTestCA("llm.example.test"); err != nil {
+	// By name (the test resolver's) and by address (a supervisor that
+	// resolves as the host does names the model by its address).
+	if e.ca, err = fakemodel.NewTestCA("llm.example.test", e.model.Addr.String()); err != nil {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
