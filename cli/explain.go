@@ -116,6 +116,11 @@ func detail(g grant.Grant) string {
 	case grant.Egress:
 		return g.Proto + "/" + strconv.Itoa(g.Port) + " " + g.Purpose
 	case grant.Route:
+		if g.Purpose == "model" {
+			// The requests and the header the key goes in are authority.
+			return "gateway:" + strconv.Itoa(g.Port) + " " + g.Path + " -> " + g.Upstream + " api " + g.API +
+				" key " + g.TokenRef + " in " + g.Credential + " requests [" + strings.Join(g.Requests, ", ") + "]"
+		}
 		d := "gateway:" + strconv.Itoa(g.Port) + " " + g.Method + " " + g.Path + " -> " + g.Upstream
 		if g.Purpose == "mcp" {
 			// The scope is authority: shown even when empty.

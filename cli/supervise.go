@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"os"
@@ -20,7 +23,7 @@ import (
 
 func newSupervise(g *globals) *cobra.Command {
 	var cfg supervisor.Config
-	var registry, secretsDir string
+	var registry, secretsDir, modelCA string
 	cmd := &cobra.Command{
 		Use:   "supervise",
 		Short: "Serve the sandbox protocol on a Unix socket (root; see docs/supervisor.md)",
@@ -44,7 +47,12 @@ sandbox through the protocol, or use kill/gc, to stop it.`,
 			}
 			cfg.Registry = in
 			if secretsDir != "" {
-				cfg.Secrets = launcher.SecretsDir(secretsDir)
+				cfg.Secrets, cfg.SecretsDir = launcher.SecretsDir(secretsDir), secretsDir
+			}
+			if modelCA != "" {
+				if cfg.ModelRoots, err = readModelCA(modelCA); err != nil {
+					return exitWith(ExitUsage, err)
+				}
 			}
 			if cfg.Listener, err = activatedSocket(); err != nil {
 				return exitWith(ExitUnavailable, err)
@@ -76,6 +84,7 @@ sandbox through the protocol, or use kill/gc, to stop it.`,
 	f.StringVar(&cfg.RunscPath, "runsc", defaultRunsc(), "the pinned runsc binary")
 	f.StringVar(&secretsDir, "secrets-dir", "", "root-only directory holding <deployment-id>/<secretRef> files (root-owned, 0600)")
 	f.StringVar(&cfg.Uplink, "uplink-netns", "", "network namespace (path) sandbox veth peers live in (default: this process's)")
+	f.StringVar(&modelCA, "model-ca", "", "PEM file of the CA certificates the model route verifies providers against, instead of the system trust store (a private model gateway)")
 	f.DurationVar(&cfg.HolderLinger, "holder-linger", 24*time.Hour, "how long an ended sandbox's unread output waits for a daemon, after the last connection, before its holder exits")
 	return cmd
 }
@@ -109,4 +118,33 @@ func activatedSocket() (*net.UnixListener, error) {
 		return nil, fmt.Errorf("systemd passed a %s socket, not a Unix stream socket", l.Addr().Network())
 	}
 	return ul, nil
+}
+
+// readModelCA reads --model-ca: PEM holding at least one CA certificate,
+// and nothing that is not one (a key in it is refused, not ignored).
+func readModelCA(path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--model-ca: %w", err)
+	}
+	n := 0
+	for rest := data; ; n++ {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			if len(bytes.TrimSpace(rest)) > 0 {
+				return nil, fmt.Errorf("--model-ca %s: not PEM after %d certificates", path, n)
+			}
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("--model-ca %s: a %s block; only CERTIFICATE blocks belong there", path, b.Type)
+		}
+		if _, err := x509.ParseCertificate(b.Bytes); err != nil {
+			return nil, fmt.Errorf("--model-ca %s: %w", path, err)
+		}
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("--model-ca %s: no certificate", path)
+	}
+	return data, nil
 }

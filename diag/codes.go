@@ -53,6 +53,7 @@ const (
 	// Credentials.
 	CredentialShape   Code = "PP-CRED-SHAPE"            // fields that do not fit the credential mode
 	CredentialExposed Code = "PP-CRED-AUTHFILE-PRESENT" // an auth.json would be visible in a mode that must not see it
+	ModelRoute        Code = "PP-MODEL-ROUTE"           // the model route cannot be built as the facts and the daemon's models.json say (no TLS, an API the profile does not route, models.json headers or another base URL)
 
 	// Authority the compiler never grants.
 	HostNetwork Code = "PP-NET-HOST"    // network mode host

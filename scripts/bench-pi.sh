@@ -41,6 +41,11 @@
 #      and the EROFS files of the directories it changed rebuilt
 #      (PI_BENCH_IMAGE, test/e2e/bench_test.go). VARIANTS (default "stock")
 #      picks them.
+#   7. The model route's cost on a turn (BenchmarkPiModelRoute, issue 24):
+#      the warm sandboxed Pi's first token and streamed reply through the
+#      route (key added, request rebuilt, TLS to the fake model) against
+#      the direct connection (credential none, plain HTTP through the
+#      egress filter), 10 turns each in one run.
 #
 # Exits 0 whether or not the target is met (it is a benchmark); the target
 # is printed as MET or MISSED. Knobs (environment): ROUNDS (samples of every
@@ -276,6 +281,20 @@ if [[ $skip != *" 5 "* && -n $variants ]]; then
     echo "   $v: wake B (variant) s: $(samples "$tmp/abw-$k-B.m" $W first-response-ns)"
     { grep -h 'checkpoint of a warm Pi' "$tmp/abw-$k-A.txt" | head -1 | sed 's/^ */   A: /'; grep -h 'checkpoint of a warm Pi' "$tmp/abw-$k-B.txt" | head -1 | sed 's/^ */   B: /'; } || true
     ab_lines+=("A/B $v: wake: image $(s "$a") s, variant $(s "$b") s, variant/image $(ratio "$b" "$a")")
+  done
+fi
+
+# --- 7. the model route's cost on a turn (issue 24) ------------------------------------
+if [[ $skip != *" 7 "* ]]; then
+  echo
+  echo "== 7. a turn through the model route against the direct connection (BenchmarkPiModelRoute): 10 turns each, one run"
+  bench "$tmp/route.txt" '^BenchmarkPiModelRoute$' 10x
+  metrics "$tmp/route.txt" >"$tmp/route.m"
+  for v in route direct; do
+    ft=$(awk -v n="BenchmarkPiModelRoute/$v" '$1 == n && $2 == "first-token-ms" { print $3 }' "$tmp/route.m")
+    rp=$(awk -v n="BenchmarkPiModelRoute/$v" '$1 == n && $2 == "reply-ms" { print $3 }' "$tmp/route.m")
+    echo "   $v: first token ${ft:-n/a} ms, streamed reply ${rp:-n/a} ms (medians)"
+    ab_lines+=("model route ($v): first token ${ft:-n/a} ms, streamed reply ${rp:-n/a} ms")
   done
 fi
 

@@ -52,11 +52,14 @@ type imageInfo struct {
 // script is the model's side of the turn: one assistant message with tool
 // calls that write the workspace file, write outside the workspace, call
 // an allowed and a forbidden daemon tool; a bash call that reads a file
-// outside, connects to another host and to the metadata address, and asks
+// outside, reads the model key, connects to another host and to the metadata address, and asks
 // the kernel who it is; then a closing text.
 func script(sc *scene, w *world) []fakemodel.Turn {
 	bash := strings.Join([]string{
 		"echo \"read outside: $(cat " + sc.canary + " 2>&1)\"",
+		// The provider key: the sandbox's variable and every process's
+		// environment hold only the model route's stand-in.
+		"echo \"model key: $FAKE_LLM_KEY; environments holding a key: $(cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c '^FAKE_LLM_KEY=sk-')\"",
 		connect("other host", w.decoy.Addr.String()),
 		connect("metadata", w.metadata.Addr.String()),
 		rawMCP(w.mcp.port),

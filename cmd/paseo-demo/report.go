@@ -123,23 +123,20 @@ func (r *report) observe(sc *scene, w *world, stdout string) {
 		}
 	}
 
-	allowPackets, model := uint64(0), ""
-	for tag, n := range r.Packets {
-		if strings.HasPrefix(tag, "allow-") {
-			allowPackets += n
-			model = tag
-		}
-	}
-	authorized := 0
+	authorized, overTLS := 0, 0
 	for _, q := range w.fm.Requests() {
 		if q.Authorized {
 			authorized++
 		}
+		if q.TLS && q.ServerName == modelHost {
+			overTLS++
+		}
 	}
-	mcp := r.Routes["mcp"]
+	mcp, model := r.Routes["mcp"], r.Routes["model"]
 	calls := w.mcp.ToolCalls()
 	r.Used = []evidence{
-		{"egress to the model (" + model + ")", fmt.Sprintf("%d connections opened; the model answered %d requests carrying the injected key", allowPackets, authorized)},
+		{"route model (the provider key added outside the sandbox, by the gateway proxy)", fmt.Sprintf("%d requests forwarded, %d over TLS to %s; the model answered %d carrying the key the route added; the sandbox's own key: %s",
+			model.Forwarded, overTLS, modelHost, authorized, short(lines["model key"], 40))},
 		{"workspace bind mount (rw)", fmt.Sprintf("%s on the host, %q, owner %s", demoFile, r.Workspace.Content, r.Workspace.Owner)},
 		{"route mcp (the daemon's MCP, through the gateway proxy)", fmt.Sprintf("%d requests forwarded; the daemon ran %v", mcp.Forwarded, calls)},
 	}
@@ -152,6 +149,8 @@ func (r *report) observe(sc *scene, w *world, stdout string) {
 	drops := r.Packets["drop-egress"]
 	r.Blocked = []attempt{
 		{"write outside the workspace (" + sc.outside + ")", os.IsNotExist(outsideErr), "nothing on the host; Pi: " + short(toolError(w, sc.outside), 100)},
+		{"read the provider key in the sandbox ($FAKE_LLM_KEY, /proc/*/environ)", !strings.Contains(r.toolOut, r.apiKey) && !strings.Contains(stdout, r.apiKey) && lines["model key"] == "paseo-model-route; environments holding a key: 0",
+			"the sandbox: " + short(lines["model key"], 60)},
 		{"read the daemon user's SSH key (" + sc.canary + ")", !strings.Contains(r.toolOut, r.marker) && !strings.Contains(stdout, r.marker) && lines["read outside"] != "",
 			"the sandbox: " + short(lines["read outside"], 100)},
 		{"connect to another host (" + w.decoy.Addr.String() + ")", w.escapes(w.decoy) == 0 && strings.HasSuffix(lines["other host "+w.decoy.Addr.String()], "blocked"),
@@ -181,14 +180,8 @@ func (r *report) verdict() []string {
 	if r.Packets["drop-egress"] == 0 {
 		fails = append(fails, "the filter dropped no egress: the connection attempts did not reach it")
 	}
-	allowed := uint64(0)
-	for tag, n := range r.Packets {
-		if strings.HasPrefix(tag, "allow-") {
-			allowed += n
-		}
-	}
-	if allowed == 0 {
-		fails = append(fails, "no connection to the model passed the filter")
+	if r.Routes["model"].Forwarded == 0 {
+		fails = append(fails, "the model route forwarded nothing")
 	}
 	if r.Routes["mcp"].Forwarded == 0 {
 		fails = append(fails, "the MCP route forwarded nothing")

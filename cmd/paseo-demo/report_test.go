@@ -16,8 +16,8 @@ func TestVerdictFailsClosed(t *testing.T) {
 			GVisor:    gvisorReport{Confirmed: true},
 			Workspace: fileReport{Content: demoText, Owner: "1000:1000"},
 			Blocked:   []attempt{{Attempt: "metadata", Contained: true}},
-			Packets:   map[string]uint64{"allow-model": 2, "drop-egress": 4},
-			Routes:    map[string]launcher.RouteStats{"mcp": {Forwarded: 3}},
+			Packets:   map[string]uint64{"drop-egress": 4},
+			Routes:    map[string]launcher.RouteStats{"mcp": {Forwarded: 3}, "model": {Forwarded: 2}},
 			Exit:      &exit, apiKey: "sk-demo-1", marker: "canary-1",
 		}
 	}
@@ -29,7 +29,7 @@ func TestVerdictFailsClosed(t *testing.T) {
 		"gVisor":          func(r *report) { r.GVisor.Confirmed = false },
 		"not contained":   func(r *report) { r.Blocked[0].Contained = false },
 		"nothing dropped": func(r *report) { r.Packets["drop-egress"] = 0 },
-		"model unused":    func(r *report) { r.Packets["allow-model"] = 0 },
+		"model unused":    func(r *report) { r.Routes["model"] = launcher.RouteStats{} },
 		"route unused":    func(r *report) { r.Routes = nil },
 		"file owner":      func(r *report) { r.Workspace.Owner = "0:0" },
 		"exit":            func(r *report) { r.Exit = &one },

@@ -45,8 +45,9 @@ func supervise(t *demoT, sc *scene, w *world, stateRoot, runsc string, secrets m
 			}
 			return nil, fmt.Errorf("unknown secret %s for %s", ref, deployment)
 		},
-		Uplink:  w.net.Uplink,
-		Resolve: func(_ context.Context, host string) ([]netip.Addr, error) { return w.resolve(host) },
+		Uplink:     w.net.Uplink,
+		Resolve:    func(_ context.Context, host string) ([]netip.Addr, error) { return w.resolve(host) },
+		ModelRoots: w.ca.PEM,
 		// An ended sandbox's holder need not keep its output for a day.
 		HolderLinger: 10 * time.Second,
 	})

@@ -55,6 +55,9 @@ type world struct {
 	baseline map[*testnet.Server]int
 	fm       *fakemodel.Server
 	mcp      *mcpStandIn
+	// ca signed the fake model's certificate; only the model route's
+	// proxy is told to trust it.
+	ca *fakemodel.TestCA
 }
 
 const modelHost = "llm.example.test"
@@ -74,13 +77,18 @@ func newWorld(t *demoT) *world {
 // the world's addresses, so it comes after the world.
 func (w *world) serveModel(t *demoT, script []fakemodel.Turn, apiKey string) {
 	w.fm = fakemodel.New(fakemodel.Options{Script: script, APIKey: apiKey})
-	l, err := w.model.Listen("tcp4", netip.AddrPortFrom(w.model.Addr, 8080).String())
+	var err error
+	w.ca, err = fakemodel.NewTestCA(modelHost)
+	t.check(err, "model test CA")
+	l, err := w.model.Listen("tcp4", netip.AddrPortFrom(w.model.Addr, 8443).String())
 	t.check(err, "model listener")
-	go func() { _ = w.fm.Serve(l) }()
+	go func() { _ = w.fm.ServeTLS(l, w.ca.Cert) }()
 	t.Cleanup(func() { w.fm.Close() })
 }
 
-func (w *world) modelURL() string { return "http://" + modelHost + ":8080/v1" }
+// modelURL is the model as the facts name it: https, which the model route
+// (the key added outside the sandbox) requires.
+func (w *world) modelURL() string { return "https://" + modelHost + ":8443/v1" }
 
 // resolve pins the model's name to the model host, as the supervisor's
 // resolver would pin it to what DNS says.

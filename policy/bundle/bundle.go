@@ -48,6 +48,10 @@ const (
 	// commondir there, so Git takes its HEAD for another worktree's, and
 	// the real one would make the agent's own branch "already checked out".
 	GitHeadFile = "files/git-HEAD"
+	// ModelsFile is the models.json Pi reads when the model route is
+	// granted: the selected provider only, its baseUrl the route on the
+	// gateway and its apiKey ModelRoutePlaceholder.
+	ModelsFile = "files/models.json"
 )
 
 // GitHostWorktreeHead is GitHeadFile's content: a ref no branch is, so no
@@ -99,8 +103,22 @@ type Route struct {
 	// reaches the daemon.
 	Methods []string `json:"methods"`
 	Tools   []string `json:"tools"`
-	Fact    string   `json:"fact"`
+	// The model route (purpose model): the provider API, the header the
+	// proxy puts the key (TokenRef) in, and the "METHOD /path" requests it
+	// forwards, below Path, to Upstream (https, verified against the
+	// provider's name). Empty on the MCP route.
+	API        string   `json:"api,omitempty"`
+	Credential string   `json:"credential,omitempty"`
+	Requests   []string `json:"requests,omitempty"`
+	Fact       string   `json:"fact"`
 }
+
+// ModelRoutePlaceholder is the credential the sandbox holds in place of
+// the provider key when the model route is granted: Pi must send some
+// key, the route accepts this one only, and drops it for the real one.
+// It is public, the same for every sandbox, and worth nothing anywhere
+// else.
+const ModelRoutePlaceholder = "paseo-model-route"
 
 // Manifest is manifest.json: every grant with its reason and fact, and the
 // digests that tie the bundle to its inputs.

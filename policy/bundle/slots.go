@@ -60,7 +60,9 @@ func slotsOf(files Files, m *Manifest) ([]SecretSlot, error) {
 	for i, g := range m.Grants {
 		switch g := g.(type) {
 		case grant.Env:
-			if g.Fact != credentialFact {
+			if g.Fact != credentialFact || g.Value == ModelRoutePlaceholder {
+				// The model route's stand-in is no slot: the key it
+				// stands for never enters the bundle or the sandbox.
 				continue
 			}
 			ref, ok := PlaceholderRef(g.Value)

@@ -122,9 +122,20 @@ func TestOnlyPlaceholderForSecrets(t *testing.T) {
 	if len(diags) > 0 {
 		t.Fatal(diags)
 	}
+	// The provider key has no placeholder either (issue 24): the model
+	// route adds it, and the sandbox's variable holds the route's public
+	// stand-in.
 	cfg := string(r.Files[bundle.ConfigFile])
-	if !strings.Contains(cfg, `"FAKE_LLM_KEY=`+SecretPlaceholder("alice/fake-llm")+`"`) {
-		t.Errorf("config.json lacks the credential placeholder")
+	if !strings.Contains(cfg, `"FAKE_LLM_KEY=`+bundle.ModelRoutePlaceholder+`"`) {
+		t.Errorf("config.json lacks the model route's placeholder key")
+	}
+	for _, name := range r.Files.Names() {
+		if strings.Contains(string(r.Files[name]), secretPrefix) {
+			t.Errorf("%s carries a secret placeholder; nothing in an api-key bundle is filled at launch", name)
+		}
+	}
+	if models := string(r.Files[bundle.ModelsFile]); !strings.Contains(models, `"apiKey": "`+bundle.ModelRoutePlaceholder+`"`) || !strings.Contains(models, `"baseUrl": "http://`+gatewayName+`:18080/v1"`) {
+		t.Errorf("files/models.json does not point the provider at the route:\n%s", models)
 	}
 	// The MCP bearer has no placeholder: the route proxy adds it, so no
 	// file of the bundle carries one or a header for it.

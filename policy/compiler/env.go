@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/grant"
 )
 
@@ -31,8 +32,10 @@ func (c *compilation) env(p *grant.Plan) {
 		p.Add(e)
 	}
 	if f.Credential.Mode == "api-key" && f.Credential.Env != "" {
-		add(f.Credential.Env, SecretPlaceholder(f.Credential.SecretRef),
-			"provider API key; a placeholder the launcher replaces in its private copy", "credential.secretRef")
+		// Pi needs some key to call the model at all; the real one stays
+		// with the model route's proxy, which accepts this one only.
+		add(f.Credential.Env, bundle.ModelRoutePlaceholder,
+			"a placeholder worth nothing outside the model route; the provider key (credential.secretRef) never enters the sandbox: the route adds it", "credential.secretRef")
 	}
 	names := make([]string, 0, len(c.prof.Env))
 	for k := range c.prof.Env {

@@ -111,7 +111,7 @@ var goldenFiles = []string{bundle.ConfigFile, bundle.EgressFile, bundle.Manifest
 
 // optionalGolden are bundle files only some launches get; when a compile
 // has none, the golden dir must have none either.
-var optionalGolden = []string{bundle.MCPConfigFile, bundle.GitHeadFile}
+var optionalGolden = []string{bundle.MCPConfigFile, bundle.GitHeadFile, bundle.ModelsFile}
 
 func TestGolden(t *testing.T) {
 	for _, name := range caseNames(t) {

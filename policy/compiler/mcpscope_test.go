@@ -2,9 +2,11 @@ package compiler
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
+	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/grant"
 )
 
@@ -47,9 +49,14 @@ func TestMCPScopeRendered(t *testing.T) {
 		t.Fatal("no mcp route grant")
 	}
 	eg, err := r.Files.Egress()
-	if err != nil || len(eg.Routes) != 1 {
-		t.Fatalf("egress: %v", err)
+	if err != nil || len(eg.Routes) != 2 {
+		t.Fatalf("egress: %v (want the model and the MCP route)", err)
 	}
+	mcp := slices.IndexFunc(eg.Routes, func(r bundle.Route) bool { return r.Purpose == "mcp" })
+	if mcp < 0 {
+		t.Fatal("egress.json has no mcp route")
+	}
+	eg.Routes[0] = eg.Routes[mcp]
 	var opts []string
 	for _, m := range eg.Routes[0].Methods {
 		opts = append(opts, "method="+m)

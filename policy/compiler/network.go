@@ -28,7 +28,9 @@ func (c *compilation) network(p *grant.Plan) {
 	}
 	purposes := c.prof.Egress
 	f := c.facts
-	if slices.Contains(purposes, "model") {
+	if c.modelRouted() {
+		c.modelRoute(p)
+	} else if slices.Contains(purposes, "model") {
 		if host, port, scheme, ok := c.endpoint("model.baseURL", f.Model.BaseURL); ok {
 			p.Add(grant.Egress{Host: host, Proto: "tcp", Port: port, Purpose: "model",
 				Provenance: why("the selected model endpoint ("+scheme+")", "model.baseURL")})

@@ -59,6 +59,10 @@ type compilation struct {
 	gitEnv []grant.Env
 	// the projected settings.json, checked once every mount is known
 	settings *source
+	// the model route (modelroute.go): the provider API it serves and the
+	// generated models.json
+	modelAPI string
+	models   []byte
 }
 
 // Plan is what the renderers read, and all they read: the grants, and the
@@ -70,6 +74,9 @@ type Plan struct {
 	Header bundle.Manifest // manifest.json without its grants and outputs
 	DNS    string          // registry.network.dns
 	Pins   []bundle.Pin    // one per bind with a host source, by destination
+	// Models is files/models.json when the model route is granted: the
+	// daemon's entry for the selected provider, pointed at the route.
+	Models []byte
 }
 
 func (c *compilation) plan() *Plan {
@@ -100,6 +107,7 @@ func (c *compilation) plan() *Plan {
 	if p.Header, err = c.header(); err != nil {
 		c.diags.Addf(diag.Internal, "", "manifest header: %v", err)
 	}
+	p.Models = c.models
 	if p.Pins, err = c.pins(g); err != nil {
 		c.diags.Addf(diag.Internal, "", "pins: %v", err)
 	}

@@ -40,6 +40,9 @@ func Render(plan *Plan) (bundle.Files, *bundle.Manifest, error) {
 		if m, ok := g.(grant.Mount); ok && m.Source == bundle.GitHeadFile {
 			files[bundle.GitHeadFile] = []byte(bundle.GitHostWorktreeHead)
 		}
+		if m, ok := g.(grant.Mount); ok && m.Source == bundle.ModelsFile {
+			files[bundle.ModelsFile] = plan.Models
+		}
 	}
 	m := renderManifest(plan, files)
 	if files[bundle.ManifestFile], err = bundle.MarshalManifest(m); err != nil {
@@ -91,7 +94,7 @@ func RenderEgress(plan *grant.Plan, dns string) *bundle.Egress {
 			// Empty, not null: the proxy forwards nothing outside these.
 			e.Routes = append(e.Routes, bundle.Route{Purpose: g.Purpose, Listen: gatewayHost, Port: g.Port, Method: g.Method, Path: g.Path,
 				Upstream: g.Upstream, Fact: g.Fact, CallerAgentID: g.CallerAgentID, TokenRef: g.TokenRef,
-				Methods: orEmpty(g.Methods), Tools: orEmpty(g.Tools)})
+				Methods: orEmpty(g.Methods), Tools: orEmpty(g.Tools), API: g.API, Credential: g.Credential, Requests: g.Requests})
 		}
 	}
 	return e

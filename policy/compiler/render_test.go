@@ -34,7 +34,7 @@ func TestRenderFromPlanAlone(t *testing.T) {
 			}
 			header := *m
 			header.Grants, header.Outputs = nil, nil
-			rebuilt := &Plan{Plan: grant.Plan{Grants: m.Grants}, Header: header, DNS: r.Plan.DNS, Pins: r.Plan.Pins}
+			rebuilt := &Plan{Plan: grant.Plan{Grants: m.Grants}, Header: header, DNS: r.Plan.DNS, Pins: r.Plan.Pins, Models: r.Plan.Models}
 			for i := range 2 {
 				files, _, err := Render(rebuilt)
 				if err != nil {

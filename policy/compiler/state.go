@@ -9,6 +9,7 @@ import (
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/pathform"
+	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/compiler/pathsafe"
 	"paseo.dev/paseo-policy/policy/grant"
 )
@@ -48,6 +49,8 @@ func (c *compilation) agentDirProjection() []grant.Mount {
 	out := []grant.Mount{{Destination: agent.dest, Type: "tmpfs", Source: "tmpfs",
 		Options:    []string{"nosuid", "nodev", "noexec", "mode=0700", uid, gid, "size=" + strconv.FormatInt(agentDirBytes, 10)},
 		Provenance: why("PI_CODING_AGENT_DIR: a private projection destroyed with the sandbox; Pi's locks and start-up writes land here, and nothing written here reaches another Pi", "state.agentDir")}}
+	var daemonModels []byte // nil: the daemon wrote none
+	modelsBad := false
 	for _, name := range c.prof.State.AgentFiles {
 		p := agent.dest + "/" + name
 		if !c.src.exists(p, "state", c.dep.Roots.State) {
@@ -61,8 +64,27 @@ func (c *compilation) agentDirProjection() []grant.Mount {
 		if name == "settings.json" {
 			c.settings = &s
 		}
+		if name == "models.json" && c.modelRouted() {
+			// Read for the selected provider's entry, never bound: the
+			// sandbox gets the generated one below.
+			data, err := c.res.ReadSmall(rootOf(c.dep.Roots.State, s.host), s.host, modelsBytes)
+			if err != nil {
+				c.diags.Addf(diag.ModelRoute, modelsFact, "models.json must be a regular file of at most %d bytes", modelsBytes)
+				modelsBad = true
+				continue
+			}
+			daemonModels = append([]byte{}, data...)
+			continue
+		}
 		out = append(out, grant.Mount{Destination: s.dest, Type: "bind", Source: s.host, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
 			Provenance: why("the daemon's "+name+", read-only: the sandbox cannot change what a later Pi is configured to load", fact)})
+	}
+	if c.modelRouted() && !modelsBad {
+		if c.models = c.modelsDoc(daemonModels, c.modelPort()); c.models != nil {
+			out = append(out, grant.Mount{Destination: agent.dest + "/models.json", Type: "bind", Source: bundle.ModelsFile,
+				Options:    []string{"bind", "ro", "nosuid", "nodev", "noexec"},
+				Provenance: why("generated models.json: the selected provider only, at the model route on the gateway with a placeholder key; the provider key stays outside the sandbox", modelsFact)})
+		}
 	}
 	return out
 }
@@ -93,7 +115,9 @@ func (c *compilation) ownedByAgent(fact, dir, holds string) bool {
 func (c *compilation) apart(fact, dir, holds string, others []grant.Mount) bool {
 	overlap := map[string]string{}
 	for _, g := range others {
-		if g.Fact != fact && g.IsBind() {
+		// A bundle file (the generated models.json) is no host directory
+		// anyone could write into.
+		if g.Fact != fact && g.IsBind() && !slices.Contains(bundle.InternalSources, g.Source) {
 			overlap[g.Destination] = g.Fact
 		}
 	}

@@ -27,6 +27,14 @@ func TestDiffClassifies(t *testing.T) {
 	routeSwapped.Tools = []string{"create_agent"}
 	routeOtherAgent := route
 	routeOtherAgent.CallerAgentID, routeOtherAgent.Methods, routeOtherAgent.Tools = "b", []string{"tools/list"}, nil
+	model := Route{Purpose: "model", Proto: "tcp", Port: 18080, Path: "/v1", Upstream: "https://llm.example.test/v1", TokenRef: "alice/k",
+		API: "openai-completions", Credential: "authorization-bearer", Requests: []string{"POST /chat/completions", "GET /models"}}
+	modelMore := model
+	modelMore.Requests = []string{"POST /chat/completions", "GET /models", "POST /files"}
+	modelFewer := model
+	modelFewer.Requests = []string{"POST /chat/completions"}
+	modelElsewhere := model
+	modelElsewhere.Upstream = "https://other.example.test/v1"
 	nnp := NoNewPrivileges{On: true}
 	network := NetworkMode{Mode: "sandbox"}
 	networkNone := NetworkMode{Mode: "none"}
@@ -54,6 +62,10 @@ func TestDiffClassifies(t *testing.T) {
 		{"mcp scope narrowed", List{route}, List{routeFewer}, []string{"narrowed"}, false},
 		{"mcp tool swapped", List{route}, List{routeSwapped}, []string{"widened"}, true},
 		{"mcp caller changed with fewer tools", List{route}, List{routeOtherAgent}, []string{"changed"}, true},
+		{"model request added", List{model}, List{modelMore}, []string{"widened"}, true},
+		{"model requests narrowed", List{model}, List{modelFewer}, []string{"narrowed"}, false},
+		{"model upstream changed", List{model}, List{modelElsewhere}, []string{"changed"}, true},
+		{"model route replaces egress", List{egress}, List{model}, []string{"removed", "added"}, true},
 		{"no-new-privileges dropped", List{nnp}, List{NoNewPrivileges{}}, []string{"widened"}, true},
 		{"network to none", List{network}, List{networkNone}, []string{"narrowed"}, false},
 		{"network from none", List{networkNone}, List{network}, []string{"changed"}, true},

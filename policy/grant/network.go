@@ -91,19 +91,37 @@ func (g Egress) Validate() error {
 }
 
 // Route is a private path the launcher proxies from the sandbox's gateway
-// to a daemon endpoint the sandbox cannot reach, for exactly the methods
-// and tools named (the MCP scope).
+// to an endpoint the sandbox cannot reach. Purpose mcp: the daemon's MCP
+// listener, for exactly the methods and tools named (the MCP scope), with
+// the daemon's bearer added. Purpose model: the model provider at
+// Upstream (https), for exactly the Requests named (the provider API's
+// methods and paths), with the provider key added in the API's
+// Credential header; Path is the prefix those paths lie under.
 type Route struct {
-	Purpose       string // mcp
+	Purpose       string // mcp | model
 	Proto         string
 	Port          int
-	Method, Path  string // the one HTTP request forwarded
-	Upstream      string // the daemon URL the proxy forwards to
+	Method, Path  string // mcp: the one HTTP request forwarded; model: "" and the path prefix
+	Upstream      string // the URL the proxy forwards to
 	CallerAgentID string
-	TokenRef      string // the secret reference of the bearer the proxy adds
+	TokenRef      string // the secret reference of the bearer or key the proxy adds
 	Methods       []string
 	Tools         []string
+	// model only: the provider API (openai-completions, ...), the header
+	// the key goes in (ModelCredentials), and "METHOD /path" per request
+	// the route forwards, the path below Path.
+	API        string
+	Credential string
+	Requests   []string
 	Provenance
+}
+
+// ModelCredentials are the credential headers a model route may add, by
+// provider API: what Pi's provider clients send the key in.
+var ModelCredentials = map[string]string{
+	"openai-completions": "authorization-bearer",
+	"openai-responses":   "authorization-bearer",
+	"anthropic-messages": "x-api-key",
 }
 
 func (Route) Kind() Kind              { return KindRoute }
@@ -119,13 +137,14 @@ func (g Route) Against(old Grant) Direction {
 	o := old.(Route)
 	a, b := o, g
 	a.Methods, a.Tools, b.Methods, b.Tools = nil, nil, nil, nil
+	a.Requests, b.Requests = nil, nil
 	if !sameAuthority(a, b) {
 		return Changed
 	}
 	added := func(olds, news []string) bool {
 		return slices.ContainsFunc(news, func(s string) bool { return !slices.Contains(olds, s) })
 	}
-	if added(o.Methods, g.Methods) || added(o.Tools, g.Tools) {
+	if added(o.Methods, g.Methods) || added(o.Tools, g.Tools) || added(o.Requests, g.Requests) {
 		return Widened
 	}
 	return Narrowed
@@ -138,10 +157,36 @@ func (g Route) Validate() error {
 		return errors.New("route proto must be tcp")
 	case g.Port < 1 || g.Port > 65535:
 		return errors.New("route port must be 1-65535")
-	case g.Method == "" || !absolute(g.Path):
-		return errors.New("route needs a method and an absolute path")
 	case g.Upstream == "":
 		return errors.New("route needs an upstream")
+	case g.Purpose == "model":
+		return g.validateModel()
+	case g.Method == "" || !absolute(g.Path):
+		return errors.New("route needs a method and an absolute path")
+	case g.API != "" || g.Credential != "" || len(g.Requests) > 0:
+		return errors.New("only a model route names a provider API, credential header and requests")
+	}
+	return nil
+}
+
+func (g Route) validateModel() error {
+	switch {
+	case !strings.HasPrefix(g.Upstream, "https://"):
+		return errors.New("a model route forwards over TLS only: its upstream must be https")
+	case g.Method != "" || (g.Path != "" && !absolute(g.Path)) || strings.HasSuffix(g.Path, "/"):
+		return errors.New("a model route has no single method, and its path is an absolute prefix without a trailing slash")
+	case ModelCredentials[g.API] == "" || ModelCredentials[g.API] != g.Credential:
+		return errors.New("a model route names a provider API it knows the credential header of")
+	case g.TokenRef == "":
+		return errors.New("a model route names the secret of the key it adds")
+	case len(g.Requests) == 0 || g.CallerAgentID != "" || len(g.Methods) > 0 || len(g.Tools) > 0:
+		return errors.New("a model route forwards the requests it names, and nothing of the MCP scope")
+	}
+	for _, r := range g.Requests {
+		m, p, ok := strings.Cut(r, " ")
+		if !ok || (m != "GET" && m != "POST") || !absolute(p) || strings.ContainsAny(p, "?#% ") {
+			return errors.New("a model route's request is \"GET|POST /path\"")
+		}
 	}
 	return nil
 }

@@ -46,6 +46,9 @@ type Encoded struct {
 	TokenRef      string   `json:"tokenRef,omitempty"`
 	Methods       []string `json:"methods,omitempty"`
 	Tools         []string `json:"tools,omitempty"`
+	API           string   `json:"api,omitempty"`
+	Credential    string   `json:"credential,omitempty"`
+	Requests      []string `json:"requests,omitempty"`
 
 	Reason string `json:"reason"`
 	Fact   string `json:"fact"`
@@ -93,6 +96,7 @@ func (g Route) encode() Encoded {
 	w := head(g)
 	w.Proto, w.Port, w.Method, w.Path, w.Upstream = g.Proto, g.Port, g.Method, g.Path, g.Upstream
 	w.CallerAgentID, w.TokenRef, w.Methods, w.Tools = g.CallerAgentID, g.TokenRef, g.Methods, g.Tools
+	w.API, w.Credential, w.Requests = g.API, g.Credential, g.Requests
 	return w
 }
 
@@ -306,7 +310,8 @@ func typed(w Encoded) (Grant, error) {
 		g = Egress{Host: w.Subject, Proto: w.Proto, Port: w.Port, Purpose: w.Purpose, Provenance: p}
 	case KindRoute:
 		g = Route{Purpose: w.Subject, Proto: w.Proto, Port: w.Port, Method: w.Method, Path: w.Path, Upstream: w.Upstream,
-			CallerAgentID: w.CallerAgentID, TokenRef: w.TokenRef, Methods: w.Methods, Tools: w.Tools, Provenance: p}
+			CallerAgentID: w.CallerAgentID, TokenRef: w.TokenRef, Methods: w.Methods, Tools: w.Tools,
+			API: w.API, Credential: w.Credential, Requests: w.Requests, Provenance: p}
 	default:
 		return nil, fmt.Errorf("kind %q is not one this decoder knows", w.Kind)
 	}

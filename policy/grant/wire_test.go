@@ -44,6 +44,8 @@ func every() List {
 		Egress{Host: "llm.example.test", Proto: "tcp", Port: 443, Purpose: "model", Provenance: p("egress")},
 		Route{Purpose: "mcp", Proto: "tcp", Port: 6767, Method: "POST", Path: "/mcp/agents", Upstream: "http://127.0.0.1:6767/mcp/agents",
 			CallerAgentID: "a", TokenRef: "paseo/mcp", Methods: []string{"tools/list"}, Tools: []string{"list_agents"}, Provenance: p("route")},
+		Route{Purpose: "model", Proto: "tcp", Port: 18080, Path: "/v1", Upstream: "https://llm.example.test/v1", TokenRef: "alice/k",
+			API: "anthropic-messages", Credential: "x-api-key", Requests: []string{"POST /v1/messages"}, Provenance: p("model")},
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -234,6 +235,20 @@ func egressDestinations(d Decoded) error {
 	for _, rule := range d.Egress.Rules {
 		if v := netdest.Host(rule.Host); v.Unsafe() {
 			return fmt.Errorf("egress rule %s:%d: unsafe destination: %s", rule.Host, rule.Port, v.Why)
+		}
+	}
+	// The model route's proxy dials its upstream from the host: the same
+	// classes are refused there, and the key travels over TLS only.
+	for _, r := range d.Egress.Routes {
+		if r.Purpose != "model" {
+			continue
+		}
+		u, err := url.Parse(r.Upstream)
+		if err != nil || u.Scheme != "https" || u.Hostname() == "" {
+			return fmt.Errorf("model route: the upstream must be an https URL")
+		}
+		if v := netdest.Host(u.Hostname()); v.Unsafe() {
+			return fmt.Errorf("model route %s: unsafe destination: %s", u.Hostname(), v.Why)
 		}
 	}
 	return nil

@@ -101,10 +101,37 @@ func TestBrokenBundlesAreRefused(t *testing.T) {
 	}
 }
 
+// A model route whose upstream the compiler would have refused (an unsafe
+// host, plain http) is a finding too.
+func TestUnsafeModelRouteRefused(t *testing.T) {
+	src := filepath.Join("..", "..", "golden", "host-pi-session-api-key")
+	for _, up := range []string{"https://169.254.169.254/v1", "https://localhost:8443/v1", "http://llm.example.test:8443/v1"} {
+		t.Run(up, func(t *testing.T) {
+			files, err := bundle.Read(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eg := string(files[bundle.EgressFile])
+			files[bundle.EgressFile] = []byte(strings.Replace(eg, `"upstream": "https://llm.example.test:8443/v1"`, `"upstream": "`+up+`"`, 1))
+			if string(files[bundle.EgressFile]) == eg {
+				t.Fatal("golden egress.json lacks the model route")
+			}
+			r := Files(files, src, Options{})
+			found := false
+			for _, f := range r.Findings {
+				found = found || f.Check == "egress-destinations"
+			}
+			if !found {
+				t.Errorf("egress-destinations did not fire; findings: %+v", r.Findings)
+			}
+		})
+	}
+}
+
 // An egress rule the compiler would have refused is a finding, in every
 // notation the classifier knows.
 func TestUnsafeEgressRefused(t *testing.T) {
-	src := filepath.Join("..", "..", "golden", "host-pi-session-api-key")
+	src := filepath.Join("..", "..", "golden", "host-pi-session-no-credential")
 	for _, host := range []string{"169.254.169.254", "metadata.google.internal", "0x7f.1", "2130706433", "::ffff:127.0.0.1", "localhost"} {
 		t.Run(host, func(t *testing.T) {
 			files, err := bundle.Read(src)

@@ -40,6 +40,9 @@ type Model struct {
 	ID       string `json:"id"`
 	BaseURL  string `json:"baseURL"`
 	Thinking string `json:"thinking,omitempty"`
+	// API is the provider API Pi speaks to the model (models.json's api),
+	// for the model route; the daemon's models.json may say it instead.
+	API string `json:"api,omitempty"`
 }
 
 type Credential struct {
@@ -190,10 +193,13 @@ type Profile struct {
 		AgentFiles []string `json:"agentFiles"`
 		SessionDir string   `json:"sessionDir"`
 	} `json:"state"`
-	Limits       map[string]float64 `json:"limits"`
-	Egress       []string           `json:"egress"`
-	MCP          *MCPScope          `json:"mcp,omitempty"`
-	Capabilities []string           `json:"capabilities"`
+	Limits map[string]float64 `json:"limits"`
+	Egress []string           `json:"egress"`
+	MCP    *MCPScope          `json:"mcp,omitempty"`
+	// ModelRoute lists, per provider API, the "METHOD /path" requests the
+	// model route forwards (paths below model.baseURL's).
+	ModelRoute   map[string][]string `json:"modelRoute,omitempty"`
+	Capabilities []string            `json:"capabilities"`
 }
 
 type Word struct {

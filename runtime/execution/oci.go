@@ -2,6 +2,7 @@ package execution
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -23,8 +24,11 @@ type OCI struct {
 	// MCPToken is the route proxy's holder of the daemon's bearer (see
 	// launcher.Options.MCPToken).
 	MCPToken *routeproxy.Token
-	Uplink   string
-	Resolve  sandboxnet.Resolver
+	// ModelKey and ModelRoots: see launcher.Options.
+	ModelKey   func() ([]byte, error)
+	ModelRoots *x509.CertPool
+	Uplink     string
+	Resolve    sandboxnet.Resolver
 }
 
 func (OCI) Name() string { return "oci-runsc" }
@@ -66,7 +70,7 @@ func (p *ociProcess) begin(ctx context.Context, launch func(context.Context, lau
 	go func() {
 		defer close(r.done)
 		r.res, r.err = launch(lctx, launcher.Options{
-			BundleDir: p.bundle, ID: p.id, StateRoot: o.StateRoot, RunscPath: o.RunscPath, Secrets: secrets, MCPToken: o.MCPToken,
+			BundleDir: p.bundle, ID: p.id, StateRoot: o.StateRoot, RunscPath: o.RunscPath, Secrets: secrets, MCPToken: o.MCPToken, ModelKey: o.ModelKey, ModelRoots: o.ModelRoots,
 			Stdin: in, Stdout: countingWriter{p.outW, &p.written}, Stderr: countingWriter{p.errW, &p.written},
 			OutputBefore: p.written.Load(), Uplink: o.Uplink, Resolve: o.Resolve,
 			OnStart: func() {

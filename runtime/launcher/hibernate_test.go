@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -15,20 +18,25 @@ import (
 	"testing"
 	"time"
 
+	"paseo.dev/paseo-policy/internal/testkit/fakemodel"
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 )
 
 // hibernateScript counts the lines it reads (state only the sandbox's
-// memory holds), writes each to the workspace and, on "net", reaches the
-// model host through the egress rules.
+// memory holds), writes each to the workspace and, on "net", asks the
+// model for its models through the model route on the gateway, with the
+// stand-in key the sandbox has (the route adds the real one). Its input
+// stays open a while: a client that half-closes is one that went away,
+// to Go's server, which then drops the request.
 const hibernateScript = `n=0
 while read line; do
   n=$((n+1))
+  [ -n "$first" ] || first="kept:$line"
   echo "$line" >> "$PASEO_AGENT_CWD/lines.txt"
   if [ "$line" = net ]; then
-    echo hi | /bin/busybox timeout 4 /bin/busybox nc -w 2 llm.example.test 8443 | /bin/busybox head -n1 | /bin/busybox sed "s/^/net $n /"
+    (printf 'GET /v1/models HTTP/1.0\r\nHost: paseo-gateway\r\nAuthorization: Bearer %s\r\n\r\n' "$FAKE_LLM_KEY"; /bin/busybox sleep 2) | /bin/busybox timeout 8 /bin/busybox nc -w 6 paseo-gateway 18080 | /bin/busybox head -n1 | /bin/busybox tr -d '\r' | /bin/busybox sed "s/^/net $n /"
   else
     echo "got $n $line key=$FAKE_LLM_KEY"
   fi
@@ -51,7 +59,7 @@ func (s *sandbox) startRun(t *testing.T, id string, secrets SecretSource, wakeUp
 	r := &hibernateRun{in: inW, out: bufio.NewReader(outR), done: make(chan struct{})}
 	started := make(chan struct{})
 	opts := Options{BundleDir: s.bundle, ID: id, StateRoot: s.state, RunscPath: s.runsc, Secrets: secrets,
-		Stdin: inR, Stdout: outW, Uplink: s.uplink, Resolve: s.resolve,
+		Stdin: inR, Stdout: outW, Uplink: s.uplink, Resolve: s.resolve, ModelRoots: s.modelRoots,
 		OnNetwork: func(n *sandboxnet.Network) { r.netns = n },
 		OnStart:   func() { close(started) }}
 	go func() {
@@ -102,19 +110,32 @@ func (r *hibernateRun) ended(t *testing.T) {
 	r.in.Close()
 }
 
-func hibernateSandbox(t *testing.T) (*sandbox, *testnet.Server) {
+// hibernateSandbox is the hibernate script in api-key mode, with the fake
+// model over TLS on its test host behind the model route.
+func hibernateSandbox(t *testing.T) (*sandbox, *fakemodel.Server) {
 	world := testnet.New(t)
 	model := world.Host("model")
-	srv := model.Serve(t, 8443, "model-banner")
+	ca, err := fakemodel.NewTestCA("llm.example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fm := fakemodel.New(fakemodel.Options{APIKey: "s3cr3t-value"})
+	l, err := model.Listen("tcp4", netip.AddrPortFrom(model.Addr, 8443).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: fm.Handler(), TLSConfig: &tls.Config{Certificates: []tls.Certificate{ca.Cert}}, ErrorLog: log.New(io.Discard, "", 0)}
+	go hs.ServeTLS(l, "", "")
+	t.Cleanup(func() { hs.Close() })
 	s := compileScript(t, hibernateScript, `{"network":{"mode":"sandbox"}}`)
-	s.uplink = world.Uplink
+	s.uplink, s.modelRoots = world.Uplink, ca.Roots
 	s.resolve = func(_ context.Context, host string) ([]netip.Addr, error) {
 		if host == "llm.example.test" {
 			return []netip.Addr{model.Addr}, nil
 		}
 		return nil, fmt.Errorf("unknown host %s", host)
 	}
-	return s, srv
+	return s, fm
 }
 
 func (s *sandbox) secretsDigest(t *testing.T, src SecretSource) string {
@@ -131,17 +152,18 @@ func (s *sandbox) secretsDigest(t *testing.T, src SecretSource) string {
 }
 
 // A checkpointed sandbox (network sandbox, staged binds, EROFS layers)
-// restores with new stdio pipes, the same id, its memory (the line count
-// and the injected key), a rebuilt network on the same link that still
-// reaches exactly the egress, and a workspace that still takes writes;
+// restores with new stdio pipes, the same id, its memory (the line count),
+// a rebuilt network on the same link whose model route adds the key as it
+// is at each wake (rotated while the sandbox slept: the next request
+// carries the new one), and a workspace that still takes writes;
 // the image is root-only while it exists and gone after the wake; after
 // the last run nothing is left.
 func TestHibernateWake(t *testing.T) {
-	s, srv := hibernateSandbox(t)
+	s, fm := hibernateSandbox(t)
 	key := staticSecret("s3cr3t-value")
 	id := "pp-hib-" + fmt.Sprint(os.Getpid())
 	r := s.startRun(t, id, key, false)
-	if got := r.line(t, "one"); got != "got 1 one key=s3cr3t-value" {
+	if got := r.line(t, "one"); got != "got 1 one key="+bundle.ModelRoutePlaceholder {
 		t.Fatalf("first run answered %q", got)
 	}
 	link := r.netns.Gateway
@@ -152,9 +174,15 @@ func TestHibernateWake(t *testing.T) {
 		}
 		r.ended(t)
 		t.Logf("round %d: the checkpointed launch ended with %+v (%v); image %d files", round, r.res, r.err, len(img.Files))
-		if want := s.secretsDigest(t, key); img.SecretsDigest == "" || img.SecretsDigest != want {
-			t.Fatalf("round %d: the image records secrets digest %q, the values injected digest to %q", round, img.SecretsDigest, want)
+		// The provider key is no slot: the image's digest does not
+		// depend on it, so a rotated key wakes.
+		if other := s.secretsDigest(t, staticSecret("another-key")); img.SecretsDigest != other {
+			t.Fatalf("round %d: the image's secrets digest %q depends on the provider key", round, img.SecretsDigest)
 		}
+		// Rotated at the provider and in the secrets while it sleeps.
+		rotated := fmt.Sprintf("s3cr3t-value-%d", round)
+		fm.SetAPIKey(rotated)
+		key = staticSecret(rotated)
 		fi, err := os.Stat(HibernateDir(s.state, id))
 		if err != nil || fi.Mode().Perm() != 0o700 {
 			t.Fatalf("hibernate dir: %v %v, want 0700", fi, err)
@@ -179,12 +207,12 @@ func TestHibernateWake(t *testing.T) {
 		if Hibernated(s.state, id) {
 			t.Errorf("round %d: the image outlived the wake", round)
 		}
-		want := fmt.Sprintf("got %d w%d key=s3cr3t-value", 2*round-2, round)
+		want := fmt.Sprintf("got %d w%d key=%s", 2*round-2, round, bundle.ModelRoutePlaceholder)
 		if got := r.line(t, fmt.Sprintf("w%d", round)); got != want {
 			t.Fatalf("round %d: woken sandbox answered %q, want %q", round, got, want)
 		}
-		if got, want := r.line(t, "net"), fmt.Sprintf("net %d model-banner", 2*round-1); got != want {
-			t.Fatalf("round %d: egress after wake: %q, want %q (server saw %d connections)", round, got, want, srv.Conns())
+		if got, want := r.line(t, "net"), fmt.Sprintf("net %d HTTP/1.0 200 OK", 2*round-1); got != want {
+			t.Fatalf("round %d: the model route after wake: %q, want %q (the model saw %d requests)", round, got, want, len(fm.Requests()))
 		}
 	}
 	r.in.Close()
@@ -200,9 +228,10 @@ func TestHibernateWake(t *testing.T) {
 }
 
 // A wake refuses, keeping the image for the caller to delete, when a bind
-// source was swapped for a symlink, when the injected key was rotated,
-// when an image file changed, and when there is no image; nothing starts
-// and nothing is left but the image.
+// source was swapped for a symlink, when an image file changed, and when
+// there is no image; nothing starts and nothing is left but the image. (A
+// rotated provider key is no refusal any more: the key is not in the
+// image, and the woken route adds the new one, TestHibernateWake.)
 func TestWakeFailsClosed(t *testing.T) {
 	s, _ := hibernateSandbox(t)
 	key := staticSecret("s3cr3t-value")
@@ -234,7 +263,6 @@ func TestWakeFailsClosed(t *testing.T) {
 	restore := swapForSymlink(t, ws, t.TempDir())
 	wantRefused("workspace swapped for a symlink", key, "symlink")
 	restore()
-	wantRefused("rotated key", staticSecret("rotated-value"), "rotated")
 
 	ents, err := os.ReadDir(imageDir(s.state, id))
 	if err != nil || len(ents) == 0 {
@@ -328,40 +356,65 @@ func TestOutputBeforeCounts(t *testing.T) {
 	s.assertClean(t)
 }
 
-// What threat 66 rests on, pinned for the pinned runsc: a checkpoint holds
-// the injected key in clear (the agent's memory, uncompressed), so the
-// image is as secret as the key; only the root-only directory protects it.
-// A runsc that encrypts or compresses images fails this test, and the
-// threat model should say so.
-func TestCheckpointHoldsTheKey(t *testing.T) {
-	s, _ := hibernateSandbox(t)
-	key := staticSecret("s3cr3t-value-for-the-image")
+// Issue 24, inverted from TestCheckpointHoldsTheKey: with the model route
+// the provider key is nowhere in the sandbox, so no checkpoint can hold
+// it. The sandbox uses the route (the route proxy, outside, holds and
+// sends the key) and is then checkpointed; no image file, nor the image
+// description, holds a byte sequence of the key, and the sandbox's own
+// environment and files named only the stand-in. The control: the same
+// scan finds a value the sandbox did hold (sent to it on stdin, so it
+// sits in the shell's memory) in clear, in the pinned runsc's image.
+func TestCheckpointHoldsNoKey(t *testing.T) {
+	s, fm := hibernateSandbox(t)
+	const theKey = "s3cr3t-value"
+	const held = "held-value-in-sandbox-memory-51c7"
+	key := staticSecret(theKey)
 	id := "pp-hibkey-" + fmt.Sprint(os.Getpid())
 	r := s.startRun(t, id, key, false)
-	if got := r.line(t, "one"); !strings.Contains(got, "s3cr3t-value-for-the-image") {
-		t.Fatalf("the agent did not see its key: %q", got)
+	if got := r.line(t, held); got != "got 1 "+held+" key="+bundle.ModelRoutePlaceholder {
+		t.Fatalf("the sandbox answered %q, want the route's stand-in as its key", got)
+	}
+	if got := r.line(t, "net"); got != "net 2 HTTP/1.0 200 OK" {
+		t.Fatalf("the model route: %q (the model saw %d requests)", got, len(fm.Requests()))
+	}
+	if reqs := fm.Requests(); len(reqs) != 1 || !reqs[0].Authorized {
+		t.Fatalf("the model did not get the key through the route: %+v", reqs)
 	}
 	img, err := Checkpoint(CheckpointOptions{ID: id, StateRoot: s.state, RunscPath: s.runsc})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.ended(t)
-	var holding []string
-	for name := range img.Files {
-		data, err := os.ReadFile(filepath.Join(imageDir(s.state, id), name))
-		if err != nil {
-			t.Fatal(err)
+	scan := func(value string) (holding []string) {
+		for name := range img.Files {
+			data, err := os.ReadFile(filepath.Join(imageDir(s.state, id), name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bytes.Contains(data, []byte(value)) {
+				holding = append(holding, name)
+			}
 		}
-		if bytes.Contains(data, []byte("s3cr3t-value-for-the-image")) {
-			holding = append(holding, name)
-		}
+		return holding
 	}
-	if len(holding) == 0 {
-		t.Errorf("no image file holds the key in clear (files %v): the pinned runsc changed; update threat 66", img.Files)
+	if holding := scan(theKey); len(holding) > 0 {
+		t.Errorf("image files hold the provider key: %v", holding)
+	}
+	if holding := scan("kept:" + held); len(holding) == 0 {
+		t.Errorf("control: no image file holds the value the sandbox held (files %v): the scan proves nothing; the pinned runsc changed (threat 66)", img.Files)
 	}
 	data, _ := os.ReadFile(filepath.Join(HibernateDir(s.state, id), ImageFile))
-	if bytes.Contains(data, []byte("s3cr3t-value-for-the-image")) {
+	if bytes.Contains(data, []byte(theKey)) {
 		t.Error("the image description holds the key")
+	}
+	for _, f := range []string{bundle.ConfigFile, bundle.ModelsFile} {
+		if b, _ := os.ReadFile(filepath.Join(s.bundle, f)); bytes.Contains(b, []byte(theKey)) {
+			t.Errorf("the bundle's %s holds the key", f)
+		}
+	}
+	ws, _ := os.ReadFile(filepath.Join(s.host, "srv/paseo/workspace/proj-feature/lines.txt"))
+	if bytes.Contains(ws, []byte(theKey)) {
+		t.Error("the workspace holds the key")
 	}
 	if err := RemoveHibernation(s.state, id); err != nil {
 		t.Fatal(err)

@@ -9,11 +9,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,9 +65,21 @@ type Options struct {
 	// Secrets under the route's tokenRef (paseo-policy launch, no daemon).
 	// Either way it never enters the sandbox or the run dir.
 	MCPToken *routeproxy.Token
-	Stdin    io.Reader
-	Stdout   io.Writer
-	Stderr   io.Writer
+	// ModelKey returns the provider key for the model route (api-key
+	// mode), at every request: the supervisor's holder reads its secrets
+	// dir, or serves the copy it was handed at start and at each wake.
+	// Nil: the route reads the key from Secrets under its tokenRef at
+	// every request, so a key rotated in the secrets dir is the one the
+	// next request carries. Either way the key never enters the sandbox,
+	// the bundle or the run dir.
+	ModelKey func() ([]byte, error)
+	// ModelRoots, when set, verify the model provider's certificate
+	// instead of the system trust store. Only tests set it (the fake
+	// model's test CA).
+	ModelRoots *x509.CertPool
+	Stdin      io.Reader
+	Stdout     io.Writer
+	Stderr     io.Writer
 	// Grace is how long a container gets between SIGTERM and SIGKILL.
 	Grace time.Duration
 	// Uplink is the network namespace sandbox veth peers live in (network
@@ -145,6 +159,50 @@ func startRoute(n *sandboxnet.Network, r bundle.Route, tok *routeproxy.Token) (*
 		return nil, fmt.Errorf("route %s: listening on the gateway: %w", r.Purpose, err)
 	}
 	proxy.Serve(l)
+	return proxy, nil
+}
+
+// startModelRoute runs the model route's proxy on the gateway. The key
+// must be there at launch, as a missing credential always refused one;
+// after that a request the key source cannot serve gets 503.
+func (l *launch) startModelRoute(n *sandboxnet.Network, r bundle.Route) (*routeproxy.Proxy, error) {
+	var key func() ([]byte, error)
+	switch {
+	case l.opts.ModelKey != nil:
+		key = l.opts.ModelKey
+	case l.opts.Secrets != nil:
+		secrets, deployment, ref := l.opts.Secrets, l.m.Deployment, r.TokenRef
+		key = func() ([]byte, error) { return secrets(deployment, ref) }
+	default:
+		return nil, fmt.Errorf("route %s: secret %s (the provider key): no secret source", r.Purpose, r.TokenRef)
+	}
+	v, err := key()
+	valid := err == nil && routeproxy.ValidToken(v)
+	clear(v)
+	if !valid {
+		if err == nil {
+			err = routeproxy.ErrBadToken
+		}
+		return nil, fmt.Errorf("route %s: secret %s (the provider key): %w", r.Purpose, r.TokenRef, err)
+	}
+	// The provider's name must resolve, to addresses egress could have, at
+	// launch, as an egress rule's must; each connection resolves again.
+	u, err := url.Parse(r.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("route %s: upstream: %w", r.Purpose, err)
+	}
+	if err := n.CheckHost(context.Background(), l.opts.Resolve, u.Hostname()); err != nil {
+		return nil, fmt.Errorf("route %s: the provider host: %w", r.Purpose, err)
+	}
+	proxy, err := routeproxy.NewModel(r, routeproxy.ModelOptions{Key: key, Dial: n.Dialer(l.opts.Resolve), Roots: l.opts.ModelRoots})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := n.ListenGateway(r.Port)
+	if err != nil {
+		return nil, fmt.Errorf("route %s: listening on the gateway: %w", r.Purpose, err)
+	}
+	proxy.Serve(ln)
 	return proxy, nil
 }
 
@@ -395,11 +453,15 @@ func (l *launch) network(ctx context.Context) error {
 	}
 	l.spec.netnsPath = net.NetnsPath
 	for _, r := range l.eg.Routes {
-		tok, err := routeToken(l.opts, l.files, l.m.Deployment, r)
-		if err != nil {
-			return err
+		var proxy *routeproxy.Proxy
+		if routeproxy.IsModel(r) {
+			proxy, err = l.startModelRoute(net, r)
+		} else {
+			var tok *routeproxy.Token
+			if tok, err = routeToken(l.opts, l.files, l.m.Deployment, r); err == nil {
+				proxy, err = startRoute(net, r, tok)
+			}
 		}
-		proxy, err := startRoute(net, r, tok)
 		if err != nil {
 			return err
 		}
@@ -667,9 +729,9 @@ func (r *runDir) materialize(plan *launchplan.Plan, secrets SecretSource) error 
 			return err
 		}
 	}
-	for _, name := range []string{bundle.HostsFile, bundle.ResolvFile, bundle.GitHeadFile} {
-		if _, ok := files[name]; !ok && name == bundle.GitHeadFile {
-			continue // only a main worktree's layout has one
+	for _, name := range []string{bundle.HostsFile, bundle.ResolvFile, bundle.GitHeadFile, bundle.ModelsFile} {
+		if _, ok := files[name]; !ok && (name == bundle.GitHeadFile || name == bundle.ModelsFile) {
+			continue // only a main worktree's layout has a HEAD, only a model route a models.json
 		}
 		// Readable by the sandbox user through the gofer.
 		if err := r.writeFile(name, files[name], 0o644); err != nil {

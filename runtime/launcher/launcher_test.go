@@ -3,6 +3,7 @@ package launcher
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,13 +33,26 @@ type sandbox struct {
 	uplink    string
 	resolve   sandboxnet.Resolver
 	onNetwork func(*sandboxnet.Network)
+	// modelRoots verify the test model's TLS certificate (the model route).
+	modelRoots *x509.CertPool
 }
 
 // compileScript compiles the reference facts with the pi-session argv
 // replaced by a busybox shell script.
 func compileScript(t *testing.T, script string, registryPatch string) *sandbox {
 	t.Helper()
-	sc := testbundle.New(t, testbundle.Options{Argv: testbundle.Script(script), RegistryPatch: registryPatch})
+	return compileScriptFacts(t, script, registryPatch, "")
+}
+
+// directModel is the facts patch of a launch without a provider key
+// (credential mode none): its model host is a plain egress destination,
+// which the network tests use as "the one host the sandbox may reach".
+// With a key (api-key), the model is reached only through the model route.
+const directModel = `{"credential":{"mode":"none","env":null,"secretRef":null}}`
+
+func compileScriptFacts(t *testing.T, script, registryPatch, factsPatch string) *sandbox {
+	t.Helper()
+	sc := testbundle.New(t, testbundle.Options{Argv: testbundle.Script(script), RegistryPatch: registryPatch, FactsPatch: factsPatch})
 	return &sandbox{host: sc.Host, bundle: sc.Bundle, state: sc.State, runsc: sc.Runsc}
 }
 
@@ -63,8 +77,9 @@ func staticSecret(v string) SecretSource {
 }
 
 // The agent runs in gVisor as the sandbox user with no capabilities, sees
-// the injected secret while the bundle keeps the placeholder, writes the
-// workspace, and cannot see host paths it was not granted.
+// only the model route's stand-in for the key (the key never enters the
+// sandbox or the bundle), writes the workspace, and cannot see host paths
+// it was not granted.
 func TestLaunchEnforcesBundle(t *testing.T) {
 	canary := filepath.Join(t.TempDir(), "canary")
 	if err := os.WriteFile(canary, []byte("host-secret-canary"), 0o644); err != nil {
@@ -85,7 +100,7 @@ exit 7`
 	if err != nil {
 		t.Fatalf("launch: %v\nstderr: %s", err, stderr)
 	}
-	for _, want := range []string{"gvisor=yes", "uid=1000 gid=1000", "CapEff:\t0000000000000000", "key=s3cr3t-value", "write=ok", "canary=hidden", "rootfs=readonly"} {
+	for _, want := range []string{"gvisor=yes", "uid=1000 gid=1000", "CapEff:\t0000000000000000", "key=paseo-model-route", "write=ok", "canary=hidden", "rootfs=readonly"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s\nstderr: %s", want, out, stderr)
 		}
@@ -97,9 +112,12 @@ exit 7`
 	if err != nil || string(data) != "written\n" {
 		t.Errorf("workspace write not visible on the host: %q %v", data, err)
 	}
+	if strings.Contains(out, "s3cr3t-value") {
+		t.Error("the key reached the sandbox")
+	}
 	cfg, _ := os.ReadFile(filepath.Join(s.bundle, bundle.ConfigFile))
-	if bytes.Contains(cfg, []byte("s3cr3t-value")) || !bytes.Contains(cfg, []byte("@@paseo-secret:alice/fake-llm@@")) {
-		t.Error("the reviewed bundle was modified with the secret")
+	if bytes.Contains(cfg, []byte("s3cr3t-value")) || bytes.Contains(cfg, []byte("@@paseo-secret:")) {
+		t.Error("the reviewed bundle holds the key or a slot for it")
 	}
 	s.assertClean(t)
 }
@@ -134,7 +152,11 @@ func (s *sandbox) assertClean(t *testing.T) {
 func TestLaunchFailsClosed(t *testing.T) {
 	script := "echo started > $PASEO_AGENT_CWD/started"
 	t.Run("missing secret", func(t *testing.T) {
-		s := compileScript(t, script, "")
+		// The key is needed by the model route alone, which only a
+		// sandbox network has.
+		s := compileScript(t, script, `{"network":{"mode":"sandbox"}}`)
+		world := testnet.New(t)
+		s.uplink = world.Uplink
 		_, _, _, err := s.launch(t, nil)
 		wantUnavailable(t, err, "secret alice/fake-llm")
 		s.assertNotStarted(t)
@@ -164,10 +186,17 @@ func TestLaunchFailsClosed(t *testing.T) {
 		s.assertNotStarted(t)
 	})
 	t.Run("egress name that cannot be resolved", func(t *testing.T) {
-		s := compileScript(t, script, `{"network":{"mode":"sandbox"}}`)
+		s := compileScriptFacts(t, script, `{"network":{"mode":"sandbox"}}`, directModel)
 		s.uplink = testnet.New(t).Uplink
 		_, _, _, err := s.launch(t, staticSecret("v"))
 		wantUnavailable(t, err, "resolving egress host")
+		s.assertNotStarted(t)
+	})
+	t.Run("model route host that cannot be resolved", func(t *testing.T) {
+		s := compileScript(t, script, `{"network":{"mode":"sandbox"}}`)
+		s.uplink = testnet.New(t).Uplink
+		_, _, _, err := s.launch(t, staticSecret("v"))
+		wantUnavailable(t, err, "resolving llm.example.test")
 		s.assertNotStarted(t)
 	})
 }

@@ -66,7 +66,7 @@ func TestLaunchSandboxNetwork(t *testing.T) {
 		nc("uplink-host", model.Gateway.String(), 2222) +
 		nc("loopback", "127.0.0.1", loop.Addr().(*net.TCPAddr).Port) +
 		"/bin/busybox sleep 3\n"
-	s := compileScript(t, script, `{"network":{"mode":"sandbox"}}`)
+	s := compileScriptFacts(t, script, `{"network":{"mode":"sandbox"}}`, directModel)
 	s.uplink = world.Uplink
 	s.resolve = func(_ context.Context, host string) ([]netip.Addr, error) {
 		if host == "llm.example.test" {
@@ -155,7 +155,7 @@ func TestLaunchResolverDNS(t *testing.T) {
 		"/bin/busybox nslookup decoy.test " + decoy.Addr.String() + " >/dev/null 2>&1 && echo rogue=answered || echo rogue=silent\n" +
 		"echo hi | /bin/busybox timeout 4 /bin/busybox nc -w 2 decoy.test 8443 | /bin/busybox grep -q . && echo decoy=reached || echo decoy=blocked\n" +
 		"echo hi | /bin/busybox timeout 4 /bin/busybox nc -w 2 llm.example.test 8443\n"
-	s := compileScript(t, script, `{"network":{"mode":"sandbox","dns":"resolver","resolver":"`+dnsHost.Addr.String()+`"}}`)
+	s := compileScriptFacts(t, script, `{"network":{"mode":"sandbox","dns":"resolver","resolver":"`+dnsHost.Addr.String()+`"}}`, directModel)
 	s.uplink = world.Uplink
 	s.resolve = func(_ context.Context, host string) ([]netip.Addr, error) {
 		if a, ok := names[host]; ok {

@@ -26,8 +26,11 @@ func sha256hex(s string) string {
 // sandbox at all.
 func TestLaunchSecretsDirScoped(t *testing.T) {
 	dir := secretsTree(t)
+	// A bundle with the key's slot (the launch before the model route):
+	// the secrets dir's scoping is the same for the route's key.
 	t.Run("own ref", func(t *testing.T) {
-		s := compileScript(t, keyDigest, "")
+		s := compileScriptFacts(t, keyDigest, "", directModel)
+		testbundle.KeyInEnv(t, s.bundle, "FAKE_LLM_KEY", "alice/fake-llm")
 		res, out, stderr, err := s.launch(t, SecretsDir(dir))
 		if err != nil || res.ExitCode != 0 {
 			t.Fatalf("launch: %v (exit %d)\nstderr: %s", err, res.ExitCode, stderr)
@@ -38,9 +41,8 @@ func TestLaunchSecretsDirScoped(t *testing.T) {
 		s.assertClean(t)
 	})
 	t.Run("another deployment's ref", func(t *testing.T) {
-		sc := testbundle.New(t, testbundle.Options{Argv: testbundle.Script(keyDigest),
-			FactsPatch: `{"credential":{"secretRef":"bob/fake-llm"}}`})
-		s := &sandbox{host: sc.Host, bundle: sc.Bundle, state: sc.State, runsc: sc.Runsc}
+		s := compileScriptFacts(t, keyDigest, "", directModel)
+		testbundle.KeyInEnv(t, s.bundle, "FAKE_LLM_KEY", "bob/fake-llm")
 		_, _, _, err := s.launch(t, SecretsDir(dir))
 		wantUnavailable(t, err, "no such secret in this deployment")
 		if strings.Contains(err.Error(), "bob-key") {

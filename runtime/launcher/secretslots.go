@@ -14,8 +14,8 @@ import (
 )
 
 // SecretRefs lists, sorted and once each, the refs the bundle's slots
-// name: what a launch asks its SecretSource for (with the manifest's
-// deployment).
+// name and the provider key of its model route: what a launch asks its
+// SecretSource for (with the manifest's deployment).
 func SecretRefs(files bundle.Files) ([]string, error) {
 	slots, err := bundle.SecretSlots(files)
 	if err != nil {
@@ -25,8 +25,32 @@ func SecretRefs(files bundle.Files) ([]string, error) {
 	for _, s := range slots {
 		refs = append(refs, s.Ref)
 	}
+	model, err := ModelKeyRef(files)
+	if err != nil {
+		return nil, err
+	}
+	if model != "" {
+		refs = append(refs, model)
+	}
 	slices.Sort(refs)
 	return slices.Compact(refs), nil
+}
+
+// ModelKeyRef is the secret reference of the provider key the bundle's
+// model route adds ("" when it has none). The key is handed to the route
+// proxy only; it is no slot, so it is in no file and no checkpoint, and a
+// key rotated while a sandbox sleeps is simply the one its wake gets.
+func ModelKeyRef(files bundle.Files) (string, error) {
+	eg, err := files.Egress()
+	if err != nil {
+		return "", err
+	}
+	for _, r := range eg.Routes {
+		if r.Purpose == "model" {
+			return r.TokenRef, nil
+		}
+	}
+	return "", nil
 }
 
 // ErrStrayPlaceholder is bundle.ErrStrayPlaceholder: a launch refused for

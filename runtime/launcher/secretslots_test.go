@@ -3,6 +3,8 @@ package launcher
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,12 +16,19 @@ import (
 	"paseo.dev/paseo-policy/policy/bundle"
 )
 
-// goldenBundle is the compiler's reviewed api-key bundle (credential env,
-// and an MCP config without a bearer): the layout the launcher must fill
-// and nothing more.
+// goldenBundle is a bundle with the one secret slot the launcher fills:
+// the compiler's reviewed bundle without a credential, with the key's
+// slot added as api-key bundles had it before the model route
+// (testbundle.KeyInEnv; the compiler writes no slot now, issue 24), and an
+// MCP config without a bearer.
 func goldenBundle(t *testing.T) bundle.Files {
 	t.Helper()
-	files, err := bundle.Read(testbundle.Repo(t, "golden/host-pi-session-api-key"))
+	dir := filepath.Join(t.TempDir(), "bundle")
+	if err := os.CopyFS(dir, os.DirFS(testbundle.Repo(t, "golden/host-pi-session-direct-model"))); err != nil {
+		t.Fatal(err)
+	}
+	testbundle.KeyInEnv(t, dir, "FAKE_LLM_KEY", "alice/fake-llm")
+	files, err := bundle.Read(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -85,6 +86,7 @@ func (s *Server) prepare(spec *holder.Spec, files bundle.Files) *Error {
 		}
 		spec.Secrets[ref] = v
 	}
+	spec.ModelRoots, spec.SecretsDir = s.cfg.ModelRoots, s.cfg.SecretsDir
 	eg, err := files.Egress()
 	if err != nil {
 		return fail(rpcerr.Internal, "bundle: %v", err)
@@ -93,12 +95,27 @@ func (s *Server) prepare(spec *holder.Spec, files bundle.Files) *Error {
 	if resolve == nil {
 		resolve = sandboxnet.SystemResolver
 	}
+	hosts := []string{}
 	for _, r := range eg.Rules {
-		if _, err := netip.ParseAddr(r.Host); err == nil || spec.Pins[r.Host] != nil {
+		hosts = append(hosts, r.Host)
+	}
+	for _, r := range eg.Routes {
+		if r.Purpose != "model" {
+			continue
+		}
+		// The holder keeps the provider key for the model route's proxy,
+		// which dials the provider from the holder.
+		spec.ModelKeyRef = r.TokenRef
+		if u, err := url.Parse(r.Upstream); err == nil {
+			hosts = append(hosts, u.Hostname())
+		}
+	}
+	for _, host := range hosts {
+		if _, err := netip.ParseAddr(host); err == nil || spec.Pins[host] != nil {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		addrs, err := resolve(ctx, r.Host)
+		addrs, err := resolve(ctx, host)
 		cancel()
 		if err != nil {
 			// The launcher refuses the launch and names the host.
@@ -107,7 +124,7 @@ func (s *Server) prepare(spec *holder.Spec, files bundle.Files) *Error {
 		if spec.Pins == nil {
 			spec.Pins = map[string][]netip.Addr{}
 		}
-		spec.Pins[r.Host] = addrs
+		spec.Pins[host] = addrs
 	}
 	return nil
 }

@@ -2,11 +2,17 @@ package supervisor
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"paseo.dev/paseo-policy/internal/testkit/testnet"
+	"paseo.dev/paseo-policy/policy/schema"
 	"paseo.dev/paseo-policy/runtime/launcher"
 	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
@@ -14,8 +20,31 @@ import (
 // The supervisor resolves a bundle's secrets in the deployment the facts
 // and the peer are bound to: host-alice's facts naming host-bob's ref get
 // no sandbox, and the refusal carries neither B's value nor its refs;
-// the same facts with their own ref start.
+// the same facts with their own ref start. The key is the model route's
+// (issue 24), so the sandbox has a network: a test world's uplink and
+// the model's name resolved to a test host.
 func TestSupervisorScopesSecretsToTheDeployment(t *testing.T) {
+	world := testnet.New(t)
+	model := world.Host("model")
+	testSupervisorScopesSecrets(t, func(f *fixture) {
+		var reg map[string]any
+		if err := json.Unmarshal(f.sc.Registry, &reg); err != nil {
+			t.Fatal(err)
+		}
+		reg["network"] = map[string]any{"mode": "sandbox", "dns": "pinned"}
+		data, _ := json.Marshal(reg)
+		f.cfg.Registry = schema.Input{Name: "registry.json", Data: data}
+		f.cfg.Uplink = world.Uplink
+		f.cfg.Resolve = func(_ context.Context, host string) ([]netip.Addr, error) {
+			if host == "llm.example.test" {
+				return []netip.Addr{model.Addr}, nil
+			}
+			return nil, fmt.Errorf("unknown host %s", host)
+		}
+	})
+}
+
+func testSupervisorScopesSecrets(t *testing.T, network func(*fixture)) {
 	dir := filepath.Join(t.TempDir(), "secrets")
 	for p, v := range map[string]string{
 		"host-alice/alice/fake-llm": "alice-key",
@@ -32,7 +61,8 @@ func TestSupervisorScopesSecretsToTheDeployment(t *testing.T) {
 	}
 	f := newFixture(t, 200)
 	f.stop()
-	f.cfg.Secrets = launcher.SecretsDir(dir)
+	f.cfg.Secrets, f.cfg.SecretsDir = launcher.SecretsDir(dir), dir
+	network(f)
 	f.start(t)
 	c := f.dial(t)
 

@@ -54,9 +54,17 @@ type Config struct {
 	StateRoot string
 	RunscPath string
 	Secrets   launcher.SecretSource
-	Uplink    string
-	Resolve   sandboxnet.Resolver
-	Bridge    bridge.Limits
+	// SecretsDir is the directory Secrets reads, when it is one
+	// (launcher.SecretsDir): holders read the model route's key there at
+	// every request, so a rotated key is used without a restart.
+	SecretsDir string
+	// ModelRoots, PEM, verify model providers instead of the system trust
+	// store: supervise --model-ca (a private model gateway), and the tests'
+	// fake model CA.
+	ModelRoots []byte
+	Uplink     string
+	Resolve    sandboxnet.Resolver
+	Bridge     bridge.Limits
 	// HolderLinger is how long an ended sandbox's output waits, unread and
 	// undeleted, before its holder exits (zero: 24 hours).
 	HolderLinger time.Duration

@@ -48,6 +48,9 @@ import (
 
 const canaryEnv = "PASEO_ACCEPTANCE_CANARY"
 
+// directModel is the facts patch of a launch without a provider key.
+const directModel = `{"credential":{"mode":"none","env":null,"secretRef":null}}`
+
 // The sandbox's link comes from a one-link pool so its gateway address
 // (the uplink host itself, as the sandbox sees it) is known when the probe's
 // argv is compiled.
@@ -275,7 +278,11 @@ func (s *scene) compile(t *testing.T, argv []string, limits string) *testbundle.
 		patch += `,"limits":` + limits
 	}
 	patch += "}"
-	sb := testbundle.New(t, testbundle.Options{Host: s.host, Argv: argv, RegistryPatch: patch,
+	// Credential mode none: the model host is then the one egress
+	// destination, which allowed-https and the neighbour sanity check
+	// reach. With a key, the model is reached only through the model
+	// route (outside_modelkey_test.go).
+	sb := testbundle.New(t, testbundle.Options{Host: s.host, Argv: argv, RegistryPatch: patch, FactsPatch: directModel,
 		RootfsFiles: map[string]string{"/bin/paseo-probe": s.probeBin, sandboxCA: s.caFile}})
 	s.plant(t)
 	return sb

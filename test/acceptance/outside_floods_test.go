@@ -97,7 +97,7 @@ func (s *scene) egressFlood(t *testing.T) OutsideAttack {
 		Goal:    fmt.Sprintf("open %d connections at once to the shared allowed model host, past the sandbox's cap (%d here, test-sized so the rate cap of %d a burst stays out of the way; the default is %d), and starve a neighbour", n, limit, sandboxnet.DefaultCaps.Burst, sandboxnet.DefaultCaps.Conns),
 		Control: "the same sandbox with the live-connection cap lifted (rate cap unchanged)"}
 	flood := testbundle.BuildStatic(t, "./test/cmd/paseo-flood")
-	sb := testbundle.New(t, testbundle.Options{Host: s.host, RegistryPatch: `{"network":{"mode":"sandbox"}}`,
+	sb := testbundle.New(t, testbundle.Options{Host: s.host, RegistryPatch: `{"network":{"mode":"sandbox"}}`, FactsPatch: directModel,
 		Argv:        []string{"/bin/paseo-flood", "-addr", "llm.example.test:8443", "-n", fmt.Sprint(n), "-hold", "4s"},
 		RootfsFiles: map[string]string{"/bin/paseo-flood": flood}})
 	s.plant(t)

@@ -40,7 +40,12 @@ func daemonReadsCheckpoint(t *testing.T) OutsideAttack {
 		Goal:    "read a hibernated sandbox's checkpoint image as the daemon user and find the injected model key in the agent's memory",
 		Control: "the same image files in daemon-readable storage (directories 0755, files 0644) instead of the launcher's root-only hibernate directory"}
 	key := "pp-hib-" + randomHex(16)
-	sc := testbundle.New(t, testbundle.Options{Argv: testbundle.Script(`read line; echo "seen ${#FAKE_LLM_KEY}"; read line`)})
+	// The image holds whatever the agent held. With the model route the
+	// provider key is not among it (model-key-in-checkpoint); a secret in
+	// the sandbox's memory is what this attack looks for, so the sandbox
+	// gets one as the launch before the route gave it the key.
+	sc := testbundle.New(t, testbundle.Options{Argv: testbundle.Script(`read line; echo "seen ${#FAKE_LLM_KEY}"; read line`), FactsPatch: directModel})
+	testbundle.KeyInEnv(t, sc.Bundle, "FAKE_LLM_KEY", "alice/fake-llm")
 	id := "pp-acchib-" + randomHex(4)
 	src := func(deployment, ref string) ([]byte, error) { return []byte(key), nil }
 	inR, inW := io.Pipe()

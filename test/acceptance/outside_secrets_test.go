@@ -81,9 +81,24 @@ func hexDigest(s string) string {
 }
 
 // secretScene compiles a busybox bundle for deployment host-alice (network
-// none) whose argv ends in the model slot, with facts patched.
-func secretScene(t *testing.T, factsPatch string) *testbundle.Scene {
-	return testbundle.New(t, testbundle.Options{Argv: append(testbundle.Script(secretScript), "slot:model"), FactsPatch: factsPatch})
+// none) whose argv ends in the model slot, with facts patched, and gives
+// it the credential env slot of ref. The compiler writes no slot for the
+// provider key any more (the model route adds it, issue 24; the
+// model-key attacks), but the launcher still fills a bundle's slots from
+// the deployment's secrets, and the model route reads its key through
+// the same scoped source: these attacks keep testing both.
+func secretScene(t *testing.T, factsPatch, ref string) *testbundle.Scene {
+	patch := `{"credential":{"mode":"none","env":null,"secretRef":null}}`
+	if factsPatch != "" {
+		merged, err := testtree.MergePatch([]byte(patch), []byte(factsPatch))
+		if err != nil {
+			t.Fatal(err)
+		}
+		patch = string(merged)
+	}
+	sc := testbundle.New(t, testbundle.Options{Argv: append(testbundle.Script(secretScript), "slot:model"), FactsPatch: patch})
+	testbundle.KeyInEnv(t, sc.Bundle, "FAKE_LLM_KEY", ref)
+	return sc
 }
 
 // launchSecrets runs sc; refused is true when the launch was refused as
@@ -124,7 +139,7 @@ func (w *secretWorld) otherDeploymentsSecret(t *testing.T) OutsideAttack {
 		src   launcher.SecretSource
 	}{{&a.Contained, launcher.SecretsDir(w.scoped)}, {&a.ControlRun, w.flatSource}} {
 		for _, at := range attempts {
-			sc := secretScene(t, `{"credential":{"secretRef":"`+at.ref+`"}}`)
+			sc := secretScene(t, "", at.ref)
 			side.tally.Attempts++
 			out, refused := launchSecrets(t, sc, side.src, launcher.ErrSecretUnknown)
 			switch {
@@ -151,7 +166,7 @@ func (w *secretWorld) placeholderInAnotherFact(t *testing.T) OutsideAttack {
 	value := w.values["host-alice/alice/fake-llm"]
 
 	// At compile: each fact carrying the marker is refused with its code.
-	clean := secretScene(t, "")
+	clean := secretScene(t, "", "alice/fake-llm")
 	for _, patch := range []string{`{"model":{"id":"fake-1` + ph + `"}}`, `{"model":{"baseURL":"https://llm.example.test:8443/v1/` + ph + `"}}`} {
 		facts, err := testtree.MergePatch(clean.Facts, []byte(patch))
 		if err != nil {
@@ -173,7 +188,7 @@ func (w *secretWorld) placeholderInAnotherFact(t *testing.T) OutsideAttack {
 		return bytes.Replace(cfg, []byte(`"fake/fake-1"`), []byte(`"fake/fake-1`+ph+`"`), 1)
 	}
 	// At launch: the edited bundle verifies, and the product refuses it.
-	sc := secretScene(t, "")
+	sc := secretScene(t, "", "alice/fake-llm")
 	testbundle.Rewrite(t, sc.Bundle, bundle.ConfigFile, intoArgv)
 	a.Contained.Attempts++
 	if out, refused := launchSecrets(t, sc, launcher.SecretsDir(w.scoped), launcher.ErrStrayPlaceholder); refused {
@@ -186,7 +201,7 @@ func (w *secretWorld) placeholderInAnotherFact(t *testing.T) OutsideAttack {
 	// the old launcher did; the manifest's record of the credential slot
 	// is dropped, since the test has done the filling, so the launcher
 	// runs it as it stands.
-	sc = secretScene(t, "")
+	sc = secretScene(t, "", "alice/fake-llm")
 	testbundle.Rewrite(t, sc.Bundle, bundle.ConfigFile, intoArgv)
 	testbundle.Rewrite(t, sc.Bundle, bundle.ConfigFile, func(b []byte) []byte { return bytes.ReplaceAll(b, []byte(ph), []byte(value)) })
 	testbundle.Rewrite(t, sc.Bundle, bundle.ManifestFile, func(b []byte) []byte {

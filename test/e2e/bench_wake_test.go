@@ -84,7 +84,7 @@ func (e *env) wakeRun(tb testing.TB, sc *testbundle.Scene, id string, wake bool)
 	go func() {
 		res, err := run(lctx, launcher.Options{
 			BundleDir: sc.Bundle, StateRoot: sc.State, RunscPath: sc.Runsc, ID: id,
-			Secrets: secrets, Stdin: inR, Stdout: outW, Stderr: p.stderr, Uplink: e.world.Uplink, Resolve: e.resolve,
+			Secrets: secrets, Stdin: inR, Stdout: outW, Stderr: p.stderr, Uplink: e.world.Uplink, Resolve: e.resolve, ModelRoots: e.ca.Roots,
 		})
 		outW.Close()
 		inR.Close()

@@ -111,7 +111,7 @@ func TestPiOfficialContainer(t *testing.T) {
 
 	cfg := supervisor.Config{Registry: schema.Input{Name: "registry.json", Data: sc.Registry},
 		Socket: socket, SocketGID: officialSocketGID, StateRoot: state, RunscPath: sc.Runsc,
-		Secrets: dockerSecrets, Uplink: e.world.Uplink, Resolve: e.resolve}
+		Secrets: dockerSecrets, Uplink: e.world.Uplink, Resolve: e.resolve, ModelRoots: e.ca.PEM}
 	// systemd's part (docs/deploy/paseo-sandbox.socket): the socket unit
 	// holds the listening socket, so the supervisor's restarts keep the
 	// inode the container bound.

@@ -38,7 +38,7 @@ func TestPiContinuityThroughSupervisor(t *testing.T) {
 	socket := filepath.Join(dir, "supervisor.sock")
 	cfg := supervisor.Config{Registry: schema.Input{Name: "registry.json", Data: sc.Registry},
 		Socket: socket, SocketGID: 0, StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: secrets,
-		Uplink: e.world.Uplink, Resolve: e.resolve}
+		Uplink: e.world.Uplink, Resolve: e.resolve, ModelRoots: e.ca.PEM}
 	// supervise starts a supervisor over the test's state; the returned
 	// function stops it the way SIGTERM does, leaving its sandboxes to
 	// their holders.

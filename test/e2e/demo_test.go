@@ -61,7 +61,7 @@ func TestPiDemo(t *testing.T) {
 	if want := "sha256:" + strings.Fields(string(recorded) + " ")[0]; rep.Runsc.Digest != want || rep.Image.Digest != im.Digest || rep.Image.Version != im.Version {
 		t.Errorf("digests: runsc %s (want %s), image %s %s (want %s %s)", rep.Runsc.Digest, want, rep.Image.Version, rep.Image.Digest, im.Version, im.Digest)
 	}
-	if len(rep.Blocked) != 5 || len(rep.Used) != 3 || rep.Packets["drop-egress"] == 0 || len(rep.Steps) == 0 {
+	if len(rep.Blocked) != 6 || len(rep.Used) != 3 || rep.Packets["drop-egress"] == 0 || len(rep.Steps) == 0 {
 		t.Errorf("report: %d attempts, %d grants used, drop-egress %d, %d steps", len(rep.Blocked), len(rep.Used), rep.Packets["drop-egress"], len(rep.Steps))
 	}
 	for _, a := range rep.Blocked {

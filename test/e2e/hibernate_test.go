@@ -170,7 +170,7 @@ func (e *env) hibernateHarness(t *testing.T, registry []byte, state, runsc strin
 	h := &hibernateHarness{e: e, socket: filepath.Join(dir, "supervisor.sock"), tr: &stream{}}
 	h.cfg = supervisor.Config{Registry: schema.Input{Name: "registry.json", Data: registry},
 		Socket: h.socket, SocketGID: 0, StateRoot: state, RunscPath: runsc, Secrets: secrets,
-		Uplink: e.world.Uplink, Resolve: e.resolve}
+		Uplink: e.world.Uplink, Resolve: e.resolve, ModelRoots: e.ca.PEM}
 	h.supervise(t)
 	return h
 }

@@ -27,7 +27,9 @@ func TestPiAsDeploymentUser(t *testing.T) {
 	sc := testbundle.New(t, testbundle.Options{Host: e.host, Rootfs: e.image.Rootfs, Profile: "pi-session",
 		RegistryPatch: fmt.Sprintf(`{"network":{"mode":"sandbox"},"image":{"version":%q,"digest":%q,"erofs":%s},
 			"deployments":{"host-alice":{"peers":{"uids":[0],"gids":[1000]},"user":{"uid":%d,"gid":%d}}}}`, e.image.Version, e.image.Digest, erofs, uid, uid),
-		FactsPatch: fmt.Sprintf(`{"model":{"baseURL":%q},"mcp":{"agentsURL":"http://127.0.0.1:%d/mcp/agents"}}`, modelURL, e.daemon.port)})
+		FactsPatch: fmt.Sprintf(`{"model":{"baseURL":%q},"mcp":{"agentsURL":"http://127.0.0.1:%d/mcp/agents"}}`, modelURL, e.daemon.port),
+		// The compiler reads the daemon's models.json (the model route's).
+		Prepare: func(t testing.TB, host string) { writeAgentFiles(t, filepath.Join(host, "srv/paseo/state/pi-agent")) }})
 	e.prepareState(t, sc)
 	ws := sc.Workspace()
 	ext := filepath.Join(sc.Host, "srv/paseo/launch/paseo-pi-extension-a1/paseo-integration.mjs")

@@ -8,9 +8,11 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -38,8 +40,10 @@ import (
 const (
 	apiKey   = "sk-e2e-injected-0f3a9c"
 	mcpToken = "mcp-run-token-77d2"
-	// The model endpoint as the facts name it; the launcher pins the name.
-	modelURL = "http://llm.example.test:8080/v1"
+	// The model endpoint as the facts name it: the fake model speaks TLS
+	// with a certificate of the env's test CA, which only the model
+	// route's proxy is told to trust (launcher.Options.ModelRoots).
+	modelURL = "https://llm.example.test:8443/v1"
 )
 
 type imageInfo struct {
@@ -96,6 +100,10 @@ type env struct {
 	fm        *fakemodel.Server
 	daemon    *mcpDaemon
 	image     imageInfo
+	// ca signed the fake model's certificate for llm.example.test.
+	ca *fakemodel.TestCA
+	// secrets, when set, replaces the package's secrets for launches.
+	secrets launcher.SecretSource
 	// host stands for / on the host; every scene of a test shares it, so a
 	// second sandbox sees the first one's workspace and sessions.
 	host string
@@ -107,8 +115,13 @@ func newEnv(t testing.TB, script ...fakemodel.Turn) *env {
 	e.decoyHost = e.world.Host("decoy")
 	e.decoy = e.decoyHost.Serve(t, 8443, "decoy")
 	e.setScript(t, script...)
-	l, err := e.model.Listen("tcp4", netip.AddrPortFrom(e.model.Addr, 8080).String())
+	l, err := e.model.Listen("tcp4", netip.AddrPortFrom(e.model.Addr, 8443).String())
 	if err != nil {
+		t.Fatal(err)
+	}
+	// By name (the test resolver's) and by address (a supervisor that
+	// resolves as the host does names the model by its address).
+	if e.ca, err = fakemodel.NewTestCA("llm.example.test", e.model.Addr.String()); err != nil {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -116,8 +129,8 @@ func newEnv(t testing.TB, script ...fakemodel.Turn) *env {
 		fm := e.fm
 		e.mu.Unlock()
 		fm.Handler().ServeHTTP(w, r)
-	})}
-	go srv.Serve(l)
+	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{e.ca.Cert}}, ErrorLog: log.New(io.Discard, "", 0)}
+	go srv.ServeTLS(l, "", "")
 	t.Cleanup(func() { srv.Close() })
 	e.daemon = newMCPDaemon(t)
 	return e
@@ -131,6 +144,13 @@ func (e *env) setScript(t testing.TB, script ...fakemodel.Turn) {
 }
 
 func (e *env) decoyAddr() string { return e.decoyHost.Addr.String() }
+
+func (e *env) secretSource() launcher.SecretSource {
+	if e.secrets != nil {
+		return e.secrets
+	}
+	return secrets
+}
 
 // scene compiles facts for profile into a bundle running the image, and
 // prepares the daemon-owned state Pi reads: models.json, settings.json
@@ -151,7 +171,10 @@ func (e *env) scene(t testing.TB, profile, factsPatch string) *testbundle.Scene 
 	}
 	sc := testbundle.New(t, testbundle.Options{Host: e.host, Rootfs: e.image.Rootfs, Profile: profile,
 		RegistryPatch: fmt.Sprintf(`{"network":{"mode":"sandbox"},"image":{"version":%q,"digest":%q,"erofs":%s},"deployments":{"host-alice":{"peers":{"uids":[0],"gids":[1000]}}}}`, e.image.Version, e.image.Digest, erofs),
-		FactsPatch:    string(facts)})
+		FactsPatch:    string(facts),
+		// The compiler reads the daemon's models.json (the model route's
+		// generated one is made from it), so it exists before the compile.
+		Prepare: func(t testing.TB, host string) { writeAgentFiles(t, filepath.Join(host, "srv/paseo/state/pi-agent")) }})
 	e.prepareState(t, sc)
 	return sc
 }
@@ -245,7 +268,8 @@ func (e *env) launchID(t testing.TB, sc *testbundle.Scene, id string) *pi {
 	go func() {
 		res, err := launcher.Launch(lctx, launcher.Options{
 			BundleDir: sc.Bundle, StateRoot: sc.State, RunscPath: sc.Runsc, ID: id,
-			Secrets: secrets, Stdin: inR, Stdout: outW, Stderr: p.stderr, Uplink: e.world.Uplink, Resolve: e.resolve,
+			Secrets: e.secretSource(), Stdin: inR, Stdout: outW, Stderr: p.stderr, Uplink: e.world.Uplink, Resolve: e.resolve,
+			ModelRoots: e.ca.Roots,
 		})
 		outW.Close()
 		p.result = result{res, err}
@@ -358,7 +382,7 @@ func (e *env) startSupervisor(tb testing.TB, sc *testbundle.Scene) string {
 	socket := filepath.Join(dir, "supervisor.sock")
 	srv, err := supervisor.New(supervisor.Config{Registry: schema.Input{Name: "registry.json", Data: sc.Registry},
 		Socket: socket, SocketGID: 0, StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: secrets,
-		Uplink: e.world.Uplink, Resolve: e.resolve})
+		Uplink: e.world.Uplink, Resolve: e.resolve, ModelRoots: e.ca.PEM})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"paseo.dev/paseo-policy/internal/testkit/fakemodel"
+	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/runtime/supervisor"
 )
 
@@ -34,9 +35,10 @@ func TestPiMCPTokenRotation(t *testing.T) {
 		listAgents, fakemodel.Text("first"),
 		listAgents, fakemodel.Text("after the restart"),
 		listAgents, fakemodel.Text("after the reattach"),
-		// The model key is in Pi's environment: the probe must see it
-		// (the control that shows it can find a secret).
-		fakemodel.Bash(look(tokA)+"; "+look(tokB)+"; "+look(apiKey)), fakemodel.Text("looked"),
+		// The model key is not in the sandbox either (the model route adds
+		// it); the model route's stand-in is in Pi's environment: the
+		// probe must see that (the control that shows it can find one).
+		fakemodel.Bash(look(tokA)+"; "+look(tokB)+"; "+look(apiKey)+"; "+look(bundle.ModelRoutePlaceholder)), fakemodel.Text("looked"),
 	)
 	sc := e.scene(t, "pi-session", "")
 	socket := e.startSupervisor(t, sc)
@@ -90,7 +92,7 @@ func TestPiMCPTokenRotation(t *testing.T) {
 	if got := turn(epoch, "list agents once more"); !strings.Contains(got, "agents listed by paseo") {
 		t.Errorf("after the reattach with the new token: %q", got)
 	}
-	if got := turn(epoch, "look for the tokens"); strings.Count(got, "token-absent") != 2 || strings.Count(got, "token-inside") != 1 {
+	if got := turn(epoch, "look for the tokens"); strings.Count(got, "token-absent") != 3 || strings.Count(got, "token-inside") != 1 {
 		t.Errorf("a token is inside the sandbox: %q", got)
 	}
 	var bearers []string

@@ -76,9 +76,15 @@ func TestTypeScriptClient(t *testing.T) {
 	_ = os.Chmod(sockDir, 0o755)
 	socket := filepath.Join(sockDir, "supervisor.sock")
 	pidFile := filepath.Join(cfgDir, "supervisor.pid")
+	// The model route verifies the fake model's certificate against the
+	// test CA (supervise --model-ca; the holders get it in their spec).
+	caFile := filepath.Join(cfgDir, "model-ca.pem")
+	if err := os.WriteFile(caFile, e.ca.PEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	sup := &restarter{argv: []string{bin, "supervise", "--registry", registry, "--socket", socket, "--socket-group", "0",
-		"--state-root", sc.State, "--runsc", sc.Runsc, "--secrets-dir", secretsDir, "--uplink-netns", e.world.Uplink},
-		pidFile: pidFile}
+		"--state-root", sc.State, "--runsc", sc.Runsc, "--secrets-dir", secretsDir, "--uplink-netns", e.world.Uplink,
+		"--model-ca", caFile}, pidFile: pidFile}
 	sup.start(t)
 	dialSupervisor(t, socket).Close()
 
@@ -166,7 +172,7 @@ func TestTypeScriptClient(t *testing.T) {
 	}
 	// Whatever a failed run left, a supervisor over the same state adopts and deletes.
 	srv, err := supervisor.New(supervisor.Config{Registry: schema.Input{Name: "registry.json", Data: sc.Registry},
-		StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: secrets, Uplink: e.world.Uplink})
+		StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: secrets, Uplink: e.world.Uplink, ModelRoots: e.ca.PEM})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +182,18 @@ func TestTypeScriptClient(t *testing.T) {
 // tsScene is e.scene for a supervisor that resolves names as the host does: the model is
 // named by its address, so `paseo-policy supervise` needs no test resolver.
 func (e *env) tsScene(t *testing.T) *testbundle.Scene {
-	url := fmt.Sprintf("http://%s:8080/v1", e.model.Addr)
+	url := fmt.Sprintf("https://%s:8443/v1", e.model.Addr)
+	// The daemon's models.json, naming the model by its address, exists
+	// before the compile: the model route's generated one is made from it.
+	agentFiles := func(t testing.TB, agent string) {
+		writeAgentFiles(t, agent)
+		p := filepath.Join(agent, "models.json")
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(t, p, strings.ReplaceAll(string(data), modelURL, url))
+	}
 	facts := []byte(fmt.Sprintf(`{"model":{"baseURL":%q},"mcp":{"agentsURL":"http://127.0.0.1:%d/mcp/agents"}}`, url, e.daemon.port))
 	erofs, err := json.Marshal(e.image.Erofs)
 	if err != nil {
@@ -184,7 +201,8 @@ func (e *env) tsScene(t *testing.T) *testbundle.Scene {
 	}
 	sc := testbundle.New(t, testbundle.Options{Host: e.host, Rootfs: e.image.Rootfs, Profile: "pi-session",
 		RegistryPatch: fmt.Sprintf(`{"network":{"mode":"sandbox"},"image":{"version":%q,"digest":%q,"erofs":%s},"deployments":{"host-alice":{"peers":{"uids":[0],"gids":[1000]}}}}`, e.image.Version, e.image.Digest, erofs),
-		FactsPatch:    string(facts)})
+		FactsPatch:    string(facts),
+		Prepare:       func(t testing.TB, host string) { agentFiles(t, filepath.Join(host, "srv/paseo/state/pi-agent")) }})
 	e.prepareState(t, sc)
 	// The agent files prepareState wrote name the model by the test resolver's name.
 	agent := filepath.Join(sc.Host, "srv/paseo/state/pi-agent", "models.json")

@@ -39,7 +39,7 @@ func TestPiSession(t *testing.T) {
 		fakemodel.WriteFile(outside, "escaped\n"),
 		fakemodel.Text("tried"),
 		// The decoy's SYN is dropped, so the connect is bounded by timeout.
-		fakemodel.Bash("cat "+canary+"; timeout 3 bash -c 'exec 3<>/dev/tcp/"+e.decoyAddr()+"/8443' && echo decoy-reached || echo decoy-blocked"),
+		fakemodel.Bash("cat "+canary+"; timeout 3 bash -c 'exec 3<>/dev/tcp/"+e.decoyAddr()+"/8443' && echo decoy-reached || echo decoy-blocked; echo key=$FAKE_LLM_KEY; cat /proc/self/environ /proc/1/environ 2>/dev/null | tr '\\0' '\\n' | grep -c "+apiKey[:8]+" || :"),
 		fakemodel.Text("ran"),
 		fakemodel.Slow(strings.Repeat("slow ", 60), 60, 6*time.Second),
 	)
@@ -80,6 +80,11 @@ func TestPiSession(t *testing.T) {
 	if !strings.Contains(toolOut, "No such file") || !strings.Contains(toolOut, "decoy-blocked") {
 		t.Errorf("bash tool output does not show the canary missing: %q", toolOut)
 	}
+	// The model route (issue 24): the sandbox's variable is the route's
+	// stand-in, and no environment in it holds the key.
+	if strings.Contains(toolOut, apiKey) || !strings.Contains(toolOut, "key=paseo-model-route") {
+		t.Errorf("the sandbox's environment: %q, want the route's placeholder and no key", toolOut)
+	}
 
 	// Abort during a streaming turn: aborted message and agent_settled,
 	// then the response.
@@ -102,9 +107,12 @@ func TestPiSession(t *testing.T) {
 		t.Errorf("Pi exit %d, reason %q; stderr: %s", res.ExitCode, res.Reason, p.stderr.String())
 	}
 	for _, r := range e.requests() {
-		if !r.Authorized {
-			t.Errorf("the model saw a request without the injected key: %s %s", r.Method, r.Path)
+		if !r.Authorized || !r.TLS || r.ServerName != "llm.example.test" {
+			t.Errorf("the model saw %s %s: key %v, TLS %v, SNI %q; want the key the route added, over TLS to the provider's name", r.Method, r.Path, r.Authorized, r.TLS, r.ServerName)
 		}
+	}
+	if rs := res.Routes["model"]; rs.Forwarded < 5 || rs.Refused != 0 {
+		t.Errorf("model route: %+v, want every turn forwarded and nothing refused", rs)
 	}
 	bundleCfg, _ := os.ReadFile(filepath.Join(sc.Bundle, "config.json"))
 	if strings.Contains(string(bundleCfg), apiKey) {

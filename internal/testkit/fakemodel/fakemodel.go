@@ -131,6 +131,13 @@ type Recorded struct {
 	Authorized bool
 	// Status is the HTTP status sent.
 	Status int
+	// TLS and ServerName: whether the request came over TLS (ServeTLS),
+	// and the name the client asked for in its handshake (SNI).
+	TLS        bool
+	ServerName string
+	// Headers are the request's header names, canonical and sorted: what
+	// the client (Pi, or the route proxy) chose to send.
+	Headers []string
 	// Body is the raw request body of a chat request (nil otherwise). It
 	// never holds the key: that travels only in the Authorization header.
 	Body json.RawMessage
@@ -265,6 +272,7 @@ func (s *Server) Requests() []Recorded {
 	for i, r := range s.reqs {
 		out[i] = *r
 		out[i].Tools = append([]string(nil), r.Tools...)
+		out[i].Headers = append([]string(nil), r.Headers...)
 		out[i].Body = append(json.RawMessage(nil), r.Body...)
 	}
 	return out
@@ -313,7 +321,10 @@ func (s *Server) record(rec *Recorded) {
 // authorized checks the bearer key in constant time. The key is never
 // logged or copied anywhere.
 func (s *Server) authorized(r *http.Request) (ok, present bool) {
-	if s.opts.APIKey == "" {
+	s.mu.Lock()
+	want := s.opts.APIKey
+	s.mu.Unlock()
+	if want == "" {
 		return true, true
 	}
 	h := r.Header.Get("Authorization")
@@ -322,7 +333,15 @@ func (s *Server) authorized(r *http.Request) (ok, present bool) {
 		return false, h != ""
 	}
 	key = strings.TrimSpace(key)
-	return subtle.ConstantTimeCompare([]byte(key), []byte(s.opts.APIKey)) == 1, true
+	return subtle.ConstantTimeCompare([]byte(key), []byte(want)) == 1, true
+}
+
+// SetAPIKey makes k the key every request from now on must carry (a key
+// rotated at the provider).
+func (s *Server) SetAPIKey(k string) {
+	s.mu.Lock()
+	s.opts.APIKey = k
+	s.mu.Unlock()
 }
 
 // apiError is OpenAI's error body.
@@ -350,7 +369,14 @@ func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
 }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	rec := &Recorded{At: time.Now(), Method: r.Method, Path: r.URL.Path, Turn: -1}
+	rec := &Recorded{At: time.Now(), Method: r.Method, Path: r.URL.Path, Turn: -1, TLS: r.TLS != nil}
+	if r.TLS != nil {
+		rec.ServerName = r.TLS.ServerName
+	}
+	for h := range r.Header {
+		rec.Headers = append(rec.Headers, h)
+	}
+	sort.Strings(rec.Headers)
 	ok, present := s.authorized(r)
 	rec.Authorized = ok
 

@@ -7,6 +7,10 @@
 // daemon. The daemon's bearer never enters the sandbox: the proxy adds
 // the current one (Token) to every request it forwards and refuses a
 // request that brings an Authorization header of its own.
+//
+// The model route (model.go, NewModel) is the same server for the model
+// provider: the provider key added outside the sandbox, only the
+// profile's requests of the provider API forwarded, over verified TLS.
 package routeproxy
 
 import (
@@ -57,8 +61,10 @@ type Limits struct {
 var DefaultLimits = Limits{MaxConns: 32, ReadHeader: 10 * time.Second, Read: 30 * time.Second,
 	Idle: time.Minute, Write: 30 * time.Minute, MaxHeaderBytes: 64 << 10, MaxBody: 1 << 20}
 
-func (l Limits) withDefaults() Limits {
-	d := DefaultLimits
+func (l Limits) withDefaults() Limits { return defaults(l, DefaultLimits) }
+
+// defaults fills l's zero fields from d.
+func defaults(l, d Limits) Limits {
 	if l.MaxConns > 0 {
 		d.MaxConns = l.MaxConns
 	}
@@ -117,6 +123,8 @@ type Proxy struct {
 	// that request got to the guard (so a close before it is a cut).
 	mu      sync.Mutex
 	reached map[net.Conn]bool
+	// closeIdle drops a model route's idle connections to the provider.
+	closeIdle func()
 }
 
 type connKey struct{}
@@ -369,5 +377,8 @@ func (p *Proxy) Close() error {
 		err = p.srv.Close()
 	}
 	p.wg.Wait()
+	if p.closeIdle != nil {
+		p.closeIdle()
+	}
 	return err
 }

@@ -22,7 +22,7 @@ const MaxTokenBytes = 4096
 
 // ErrBadToken refuses an empty, oversized or non-printable token: it goes
 // into an HTTP header, where a control character would split the request.
-var ErrBadToken = errors.New("the MCP token must be 1-4096 printable ASCII characters without spaces")
+var ErrBadToken = errors.New("the MCP token (or model key) must be 1-4096 printable ASCII characters without spaces")
 
 // Set makes v the token every request from now on carries.
 func (t *Token) Set(v []byte) error {
@@ -33,6 +33,10 @@ func (t *Token) Set(v []byte) error {
 	t.v.Store(&s)
 	return nil
 }
+
+// Clear forgets the value: requests are refused (503) until the next Set,
+// and a launch that needs it is refused.
+func (t *Token) Clear() { t.v.Store(nil) }
 
 // ValidToken reports whether v may be a bearer.
 func ValidToken(v []byte) bool {
@@ -57,4 +61,19 @@ func (t *Token) current() (string, bool) {
 		return "", false
 	}
 	return *p, true
+}
+
+// ErrNoToken: nothing was Set yet.
+var ErrNoToken = errors.New("no value was handed over yet")
+
+// Source is t as a model route's key source: a fresh copy of the
+// current value at every call.
+func (t *Token) Source() func() ([]byte, error) {
+	return func() ([]byte, error) {
+		v, ok := t.current()
+		if !ok {
+			return nil, ErrNoToken
+		}
+		return []byte(v), nil
+	}
 }

@@ -534,3 +534,82 @@ func Remove(stateDir, id, uplink string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// CheckHost resolves host as Dialer does and refuses it unless it has an
+// address egress could be allowed to.
+func (n *Network) CheckHost(ctx context.Context, resolve Resolver, host string) error {
+	addrs, err := resolveSafe(ctx, resolve, host)
+	if err == nil && len(addrs) == 0 {
+		err = fmt.Errorf("%s has no IPv4 address", host)
+	}
+	return err
+}
+
+// resolveSafe is host's IPv4 addresses, each held to checkDestination.
+func resolveSafe(ctx context.Context, resolve Resolver, host string) ([]netip.Addr, error) {
+	if resolve == nil {
+		resolve = SystemResolver
+	}
+	if v := netdest.Host(host); v.Unsafe() {
+		return nil, fmt.Errorf("%s: unsafe destination: %s", host, v.Why)
+	}
+	var addrs []netip.Addr
+	if a, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{a.Unmap()}
+	} else {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		got, err := resolve(rctx, host)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("resolving %s: %w", host, err)
+		}
+		for _, g := range got {
+			addrs = append(addrs, g.Unmap())
+		}
+	}
+	for _, a := range addrs {
+		if err := checkDestination(a); err != nil {
+			return nil, fmt.Errorf("%s: %w", host, err)
+		}
+	}
+	return addrs, nil
+}
+
+// Dialer connects from the uplink namespace (the host's network) to a
+// host:port on the trusted side: a name is resolved with resolve (nil:
+// SystemResolver), and every address is held to the classifier egress
+// rules are (no loopback, link-local, metadata, ...), so a name rebound
+// to the host itself or the metadata service is refused. The model
+// route's proxy reaches the provider through it.
+func (n *Network) Dialer(resolve Resolver) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		// Every address is checked before any is dialled: a name that
+		// resolves to one unsafe address is refused whole.
+		addrs, err := resolveSafe(ctx, resolve, host)
+		if err != nil {
+			return nil, err
+		}
+		var errs []error
+		for _, a := range addrs {
+			var c net.Conn
+			err := nsutil.Do(n.uplinkFD, func() error {
+				var d net.Dialer
+				var err error
+				c, err = d.DialContext(ctx, "tcp4", net.JoinHostPort(a.String(), port))
+				return err
+			})
+			if err == nil {
+				return c, nil
+			}
+			errs = append(errs, err)
+		}
+		if len(errs) == 0 {
+			return nil, fmt.Errorf("%s has no address", host)
+		}
+		return nil, errors.Join(errs...)
+	}
+}

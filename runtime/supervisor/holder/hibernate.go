@@ -67,6 +67,14 @@ func (h *holder) wake(secrets map[string][]byte) (any, *Error) {
 	if e != nil {
 		return nil, e
 	}
+	if v, ok := secrets[h.spec.ModelKeyRef]; ok && h.spec.ModelKeyRef != "" {
+		// The key as it is now: one rotated while the sandbox slept is the
+		// one its next request carries. A bad one is forgotten, so the
+		// wake's model route refuses it rather than keep the old key.
+		if err := h.modelKey.Set(v); err != nil {
+			h.modelKey.Clear()
+		}
+	}
 	src := func(deployment, ref string) ([]byte, error) {
 		if v, ok := secrets[ref]; ok && deployment == h.spec.Deployment {
 			return append([]byte(nil), v...), nil

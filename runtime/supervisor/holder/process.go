@@ -2,6 +2,7 @@ package holder
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,6 +61,18 @@ type Spec struct {
 	Pins       map[string][]netip.Addr `json:"pins,omitempty"`
 	// MCPToken is the daemon's bearer at createSandbox, if it gave one.
 	MCPToken string `json:"mcpToken,omitempty"`
+	// ModelKeyRef names, among Secrets, the provider key of the bundle's
+	// model route: the holder keeps it for the route proxy (and takes the
+	// one a wake brings), never for the sandbox.
+	ModelKeyRef string `json:"modelKeyRef,omitempty"`
+	// SecretsDir, when the supervisor reads one, is where the model
+	// route's proxy reads the provider key at every request, so a key
+	// rotated there is the next request's, asleep or running. Without it
+	// the holder serves the copy it was handed (at start, at each wake).
+	SecretsDir string `json:"secretsDir,omitempty"`
+	// ModelRoots, PEM, verify the model provider instead of the system
+	// trust store (tests only: supervisor.Config.ModelRoots).
+	ModelRoots []byte `json:"modelRoots,omitempty"`
 	// Linger is how long an ended sandbox's holder keeps its output for a
 	// client after the last connection closed, before it exits on its own.
 	Linger time.Duration `json:"linger"`
@@ -123,9 +136,12 @@ type holder struct {
 	// token is the route proxy's daemon bearer; the supervisor replaces it
 	// (op mcpToken) when the daemon reattaches with a new one.
 	token routeproxy.Token
-	ln    net.Listener
-	sess  *bridge.Session
-	proc  execution.Process
+	// modelKey is the provider key the model route adds; set at start and
+	// at each wake from the secrets the supervisor resolved then.
+	modelKey routeproxy.Token
+	ln       net.Listener
+	sess     *bridge.Session
+	proc     execution.Process
 
 	done chan struct{}
 	exit execution.Exit
@@ -198,7 +214,17 @@ func (h *holder) run(readyF *os.File) int {
 		_ = h.token.Set([]byte(h.spec.MCPToken))
 		h.spec.MCPToken = ""
 	}
+	if v, ok := secrets[h.spec.ModelKeyRef]; ok && h.spec.ModelKeyRef != "" {
+		// A bad key leaves it unset: the launch is refused for it.
+		_ = h.modelKey.Set(v)
+	}
+	var roots *x509.CertPool
+	if len(h.spec.ModelRoots) > 0 {
+		roots = x509.NewCertPool()
+		roots.AppendCertsFromPEM(h.spec.ModelRoots)
+	}
 	backend := execution.OCI{StateRoot: h.spec.StateRoot, RunscPath: h.spec.RunscPath, Uplink: h.spec.Uplink, MCPToken: &h.token,
+		ModelKey: h.modelKeySource(), ModelRoots: roots,
 		Secrets: func(deployment, ref string) ([]byte, error) {
 			// The supervisor resolved these for this holder's deployment only.
 			if v, ok := secrets[ref]; ok && deployment == h.spec.Deployment {
@@ -256,4 +282,15 @@ func (h *holder) run(readyF *os.File) int {
 	<-h.released
 	h.ln.Close()
 	return 0
+}
+
+// modelKeySource is where the model route finds the provider key: the
+// secrets dir at every request when the supervisor named one, else the
+// copy this holder keeps.
+func (h *holder) modelKeySource() func() ([]byte, error) {
+	if dir, ref, dep := h.spec.SecretsDir, h.spec.ModelKeyRef, h.spec.Deployment; dir != "" && ref != "" {
+		src := launcher.SecretsDir(dir)
+		return func() ([]byte, error) { return src(dep, ref) }
+	}
+	return h.modelKey.Source()
 }

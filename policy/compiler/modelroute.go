@@ -1,0 +1,204 @@
+package compiler
+
+import (
+	"encoding/json"
+	"maps"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/policy/grant"
+)
+
+// The model route (issue 24). In api-key mode the provider key never
+// enters the sandbox: Pi talks to the model through the launcher's proxy
+// on the gateway, which adds the key (read from the deployment's secrets
+// at each request) in the provider API's credential header and forwards,
+// over TLS verified against the provider's name, only the requests the
+// profile lists for that API. The sandbox gets a placeholder key
+// (bundle.ModelRoutePlaceholder) and a generated models.json pointing the
+// selected provider at the route; the packet filter has no rule toward
+// the model host at all.
+
+// modelRoutePort is the route's port on the gateway; modelRoutePortAlt is
+// taken when the MCP route already listens there.
+const (
+	modelRoutePort    = 18080
+	modelRoutePortAlt = 18081
+)
+
+// modelsBytes bounds the daemon's models.json the compiler reads.
+const modelsBytes = 256 << 10
+
+const modelsFact = "state.agentDir/models.json"
+
+// modelRouted reports whether this launch gets the model route: a key to
+// keep out of the sandbox, and a network the sandbox could use it on.
+func (c *compilation) modelRouted() bool {
+	return c.facts.Credential.Mode == "api-key" && c.reg.Network.Mode == "sandbox" && slices.Contains(c.prof.Egress, "model")
+}
+
+// modelRouteURL is what Pi in the sandbox calls instead of model.baseURL.
+func (c *compilation) modelRouteURL(port int, prefix string) string {
+	return "http://" + net.JoinHostPort(gatewayName, strconv.Itoa(port)) + prefix
+}
+
+// modelUpstream checks model.baseURL as the route's upstream: https (the
+// key travels only over TLS), no query or fragment. It returns the
+// canonical upstream and the path prefix the route serves.
+func (c *compilation) modelUpstream() (upstream, prefix string, ok bool) {
+	host, port, _, ok := c.endpoint("model.baseURL", c.facts.Model.BaseURL)
+	if !ok {
+		return "", "", false
+	}
+	u, _ := url.Parse(c.facts.Model.BaseURL)
+	if u.Scheme != "https" {
+		c.diags.Addf(diag.ModelRoute, "model.baseURL", "api-key mode reaches the model through the route, which sends the key over TLS only: the base URL must be https")
+		return "", "", false
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.RawPath != "" || strings.Contains(u.Path, "//") {
+		c.diags.Addf(diag.ModelRoute, "model.baseURL", "the model route forwards below a plain path: no query, fragment, escapes or empty segments")
+		return "", "", false
+	}
+	prefix = strings.TrimSuffix(u.Path, "/")
+	return "https://" + net.JoinHostPort(host, strconv.Itoa(port)) + prefix, prefix, true
+}
+
+// modelRoute grants the route: the API is the facts' model.api or the
+// daemon's models.json's for the provider (which must agree), and the
+// requests are the profile's for that API.
+func (c *compilation) modelRoute(p *grant.Plan) {
+	upstream, prefix, ok := c.modelUpstream()
+	if !ok || c.modelAPI == "" {
+		return
+	}
+	reqs := c.prof.ModelRoute[c.modelAPI]
+	if len(reqs) == 0 {
+		c.diags.Addf(diag.ModelRoute, "model.api", "profile %s routes no request of API %s; an api-key launch of it is refused", c.prof.Name, c.modelAPI)
+		return
+	}
+	f := c.facts
+	p.Add(grant.Route{Purpose: "model", Proto: "tcp", Port: c.modelPort(), Path: prefix, Upstream: upstream,
+		TokenRef: f.Credential.SecretRef, API: c.modelAPI, Credential: grant.ModelCredentials[c.modelAPI], Requests: slices.Clone(reqs),
+		Provenance: why("the model through the launcher's per-sandbox proxy on the gateway, which adds the provider key (credential.secretRef) outside the sandbox and forwards over TLS, verified against the provider's name, only the requests named here (profile."+
+			c.prof.Name+".modelRoute); the sandbox has no route to the model host itself", "model.baseURL")})
+}
+
+func (c *compilation) modelPort() int {
+	if c.facts.MCP != nil {
+		if u, err := url.Parse(c.facts.MCP.AgentsURL); err == nil {
+			if port, ok := urlPort(u); ok && port == modelRoutePort {
+				return modelRoutePortAlt
+			}
+		}
+	}
+	return modelRoutePort
+}
+
+// modelProviderKeys are the provider keys of Pi 0.84.2's models.json the
+// generated file carries over for the selected provider; the others are
+// refused (headers and oauth would carry credentials into the bundle or
+// past the route), and baseUrl and apiKey are the route's.
+var modelProviderKeys = []string{"api", "apiKey", "authHeader", "baseUrl", "compat", "modelOverrides", "models", "name"}
+
+// modelsDoc builds files/models.json from the daemon's models.json (nil:
+// none): the selected provider's entry only, its baseUrl the route, its
+// apiKey the placeholder. Other providers are left out: their keys would
+// land in the bundle, and the sandbox reaches no other provider anyway.
+// It settles c.modelAPI.
+func (c *compilation) modelsDoc(daemon []byte, port int) []byte {
+	f := c.facts
+	entry := map[string]json.RawMessage{}
+	if daemon != nil {
+		var doc struct {
+			Providers map[string]map[string]json.RawMessage `json:"providers"`
+		}
+		if err := json.Unmarshal(daemon, &doc); err != nil {
+			c.diags.Addf(diag.ModelRoute, modelsFact, "models.json must be a JSON object of providers of at most %d bytes", modelsBytes)
+			return nil
+		}
+		if e, ok := doc.Providers[f.Model.Provider]; ok && e != nil {
+			entry = e
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(entry)) {
+		if !slices.Contains(modelProviderKeys, k) {
+			c.diags.Addf(diag.ModelRoute, modelsFact, "the selected provider's entry sets %q; with the model route only %s are carried into the sandbox (headers and OAuth would carry credentials)", k, strings.Join(modelProviderKeys, ", "))
+			return nil
+		}
+	}
+	api := f.Model.API
+	if raw, ok := entry["api"]; ok {
+		var a string
+		if json.Unmarshal(raw, &a) != nil || (api != "" && a != api) {
+			c.diags.Addf(diag.ModelRoute, "model.api", "the daemon's models.json names another API for the provider than model.api")
+			return nil
+		}
+		api = a
+	}
+	if api == "" {
+		c.diags.Addf(diag.ModelRoute, "model.api", "api-key mode routes the model by its provider API: name it in model.api or in the provider's models.json entry")
+		return nil
+	}
+	if grant.ModelCredentials[api] == "" {
+		c.diags.Addf(diag.ModelRoute, "model.api", "the model route knows no credential header for this API")
+		return nil
+	}
+	if raw, ok := entry["baseUrl"]; ok {
+		var b string
+		if json.Unmarshal(raw, &b) != nil || strings.TrimSuffix(b, "/") != strings.TrimSuffix(f.Model.BaseURL, "/") {
+			c.diags.Addf(diag.ModelRoute, modelsFact, "the selected provider's baseUrl is not model.baseURL, the route's upstream")
+			return nil
+		}
+	}
+	if !c.modelsPerModelOK(entry, api) {
+		return nil
+	}
+	prefix := ""
+	if u, err := url.Parse(f.Model.BaseURL); err == nil {
+		prefix = strings.TrimSuffix(u.Path, "/")
+	}
+	str := func(s string) json.RawMessage { b, _ := json.Marshal(s); return b }
+	entry["baseUrl"] = str(c.modelRouteURL(port, prefix))
+	entry["apiKey"] = str(bundle.ModelRoutePlaceholder)
+	entry["api"] = str(api)
+	out, err := bundle.Marshal(map[string]any{"providers": map[string]any{f.Model.Provider: entry}})
+	if err != nil {
+		c.diags.Addf(diag.ModelRoute, modelsFact, "models.json: the selected provider's entry cannot be re-encoded")
+		return nil
+	}
+	c.modelAPI = api
+	return out
+}
+
+// modelsPerModelOK refuses per-model settings that would leave the route:
+// a model's own baseUrl, api or headers.
+func (c *compilation) modelsPerModelOK(entry map[string]json.RawMessage, api string) bool {
+	var models []map[string]json.RawMessage
+	if raw, ok := entry["models"]; ok && json.Unmarshal(raw, &models) != nil {
+		c.diags.Addf(diag.ModelRoute, modelsFact, "the selected provider's models must be a list of objects")
+		return false
+	}
+	var overrides map[string]map[string]json.RawMessage
+	if raw, ok := entry["modelOverrides"]; ok && json.Unmarshal(raw, &overrides) != nil {
+		c.diags.Addf(diag.ModelRoute, modelsFact, "the selected provider's modelOverrides must be an object of objects")
+		return false
+	}
+	for _, ov := range overrides {
+		models = append(models, ov)
+	}
+	for _, m := range models {
+		_, hasBase := m["baseUrl"]
+		_, hasHeaders := m["headers"]
+		var a string
+		if raw, ok := m["api"]; ok && (json.Unmarshal(raw, &a) != nil || a != api) || hasBase || hasHeaders {
+			c.diags.Addf(diag.ModelRoute, modelsFact, "a model of the selected provider sets its own baseUrl, api or headers; the route serves one API at model.baseURL and adds the only credential")
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,281 @@
+package routeproxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	"paseo.dev/paseo-policy/policy/bundle"
+)
+
+// The model route (issue 24): the provider key stays outside the sandbox.
+// Pi in the sandbox calls http://paseo-gateway:<port><prefix>/… with a
+// placeholder key (bundle.ModelRoutePlaceholder); this proxy, outside the
+// sandbox, takes the requests the route names (method and path below the
+// prefix, nothing else on the provider's host), rebuilds each from what
+// it checked (the path it matched, a fresh header set, the body decoded
+// strictly and re-encoded), puts the current key in the API's credential
+// header, and forwards over TLS verified against the provider's own name.
+// Redirects are answered, never followed; answers (SSE streams included)
+// pass through as they come.
+
+// ModelLimits are DefaultLimits for a model route: a turn's request holds
+// the whole conversation (32 MiB of body, as much as a long session with
+// images needs), a minute to send it, and its streamed answer may take as
+// long as a tool call's.
+var ModelLimits = Limits{MaxConns: 32, ReadHeader: 10 * time.Second, Read: time.Minute,
+	Idle: time.Minute, Write: 30 * time.Minute, MaxHeaderBytes: 64 << 10, MaxBody: 32 << 20}
+
+// ModelOptions are what a model route needs besides its bundle entry.
+type ModelOptions struct {
+	// Limits: zero fields take ModelLimits.
+	Limits Limits
+	// Key returns the provider key now. It is called for every request,
+	// so a key rotated in the secrets is used from the next request on;
+	// the returned slice is cleared after use.
+	Key func() ([]byte, error)
+	// Dial connects to the provider's host:port. The launcher resolves the
+	// name on the trusted side, refuses unsafe addresses and dials from the
+	// uplink (the host's network).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Roots verify the provider's certificate; nil is the system trust
+	// store. Only tests set it (a test CA for the fake model).
+	Roots *x509.CertPool
+}
+
+// credentialHeaders are the request headers that carry a credential to
+// some provider. The sandbox may send only the API's own header, and
+// only with the placeholder; any other credential is refused, not
+// stripped, so a probe or a planted key shows in the counts.
+var credentialHeaders = []string{"Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key", "Proxy-Authorization", "Cookie"}
+
+// modelForwarded are the sandbox's request headers the provider gets;
+// everything else is dropped. Content-Type, the credential, Host and the
+// encoding are the proxy's own.
+var modelForwarded = map[string][]string{
+	"openai-completions": {"Accept"},
+	"openai-responses":   {"Accept", "Openai-Beta"},
+	"anthropic-messages": {"Accept", "Anthropic-Version", "Anthropic-Beta"},
+}
+
+// modelRequest is what the guard decided for one request.
+type modelRequest struct {
+	path string // the route's own spelling of the matched path
+	key  []byte
+}
+
+type modelKey struct{}
+
+// NewModel checks a model route and prepares its proxy.
+func NewModel(r bundle.Route, o ModelOptions) (*Proxy, error) {
+	u, err := url.Parse(r.Upstream)
+	switch {
+	case err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.RawPath != "":
+		return nil, fmt.Errorf("route %s: upstream must be https://host:port/path without query, user information or escapes", r.Purpose)
+	case r.Purpose != "model" || u.Path != r.Path || strings.HasSuffix(r.Path, "/"):
+		return nil, fmt.Errorf("route %s: a model route serves the upstream's own path prefix", r.Purpose)
+	case o.Key == nil || o.Dial == nil:
+		return nil, fmt.Errorf("route %s: no key source or dialer", r.Purpose)
+	case modelForwarded[r.API] == nil || (r.Credential != "authorization-bearer" && r.Credential != "x-api-key"):
+		return nil, fmt.Errorf("route %s: provider API %q or credential header %q is not one this proxy speaks", r.Purpose, r.API, r.Credential)
+	case len(r.Requests) == 0:
+		return nil, fmt.Errorf("route %s: forwards no request", r.Purpose)
+	}
+	for _, rq := range r.Requests {
+		m, p, ok := strings.Cut(rq, " ")
+		if !ok || (m != http.MethodGet && m != http.MethodPost) || !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "?#% ") {
+			return nil, fmt.Errorf("route %s: request %q is not \"GET|POST /path\"", r.Purpose, rq)
+		}
+	}
+	lim := defaults(o.Limits, ModelLimits)
+	p := &Proxy{route: r, limits: lim, upstream: u, reached: map[net.Conn]bool{}}
+	host := u.Hostname()
+	tr := &http.Transport{
+		// Never a proxy from the environment: the provider's own host only.
+		Proxy:       nil,
+		DialContext: o.Dial,
+		TLSClientConfig: &tls.Config{RootCAs: o.Roots, ServerName: host, MinVersion: tls.VersionTLS12,
+			NextProtos: []string{"http/1.1"}},
+		TLSHandshakeTimeout: 15 * time.Second,
+		// A long prompt may take minutes to its first token.
+		ResponseHeaderTimeout: 10 * time.Minute,
+		MaxIdleConnsPerHost:   8,
+		IdleConnTimeout:       90 * time.Second,
+	}
+	forwarded := modelForwarded[r.API]
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			d, _ := pr.In.Context().Value(modelKey{}).(*modelRequest)
+			pr.Out.URL = &url.URL{Scheme: "https", Host: u.Host, Path: d.path}
+			pr.Out.Host = u.Host
+			pr.Out.Header = http.Header{}
+			for _, h := range forwarded {
+				if v := pr.In.Header.Values(h); len(v) > 0 {
+					pr.Out.Header[h] = v
+				}
+			}
+			if pr.In.Method == http.MethodPost {
+				pr.Out.Header.Set("Content-Type", "application/json")
+			}
+			// Uncompressed, so a stream reaches Pi event by event.
+			pr.Out.Header.Set("Accept-Encoding", "identity")
+			pr.Out.Header.Set("User-Agent", "paseo-policy-model-route")
+			switch r.Credential {
+			case "authorization-bearer":
+				pr.Out.Header.Set("Authorization", "Bearer "+string(d.key))
+			case "x-api-key":
+				pr.Out.Header.Set("X-Api-Key", string(d.key))
+			}
+		},
+		Transport: tr,
+		ModifyResponse: func(resp *http.Response) error {
+			// Nothing of the provider's session state reaches the sandbox.
+			resp.Header.Del("Set-Cookie")
+			return nil
+		},
+		// SSE: pass bytes on as they come.
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+				p.Stats.Refused.Add(1)
+				http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+				return
+			}
+			// The cause (a name, a certificate) is the operator's, not the agent's.
+			http.Error(w, "model provider unavailable", http.StatusBadGateway)
+		},
+	}
+	p.srv = &http.Server{Handler: p.modelGuard(rp, o.Key), ReadHeaderTimeout: lim.ReadHeader, ReadTimeout: lim.Read,
+		IdleTimeout: lim.Idle, WriteTimeout: lim.Write, MaxHeaderBytes: lim.MaxHeaderBytes,
+		ConnState:   p.track,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) },
+		ErrorLog:    log.New(io.Discard, "", 0)}
+	p.closeIdle = tr.CloseIdleConnections
+	return p, nil
+}
+
+// match returns the route's spelling of the request's path when its
+// method and path are one of the route's requests.
+func (p *Proxy) match(req *http.Request) (string, int) {
+	if req.URL.RawPath != "" || req.URL.RawQuery != "" || req.URL.ForceQuery || !strings.HasPrefix(req.URL.Path, p.route.Path+"/") {
+		return "", http.StatusNotFound
+	}
+	rest := strings.TrimPrefix(req.URL.Path, p.route.Path)
+	methodOK := false
+	for _, rq := range p.route.Requests {
+		m, path, _ := strings.Cut(rq, " ")
+		if path != rest {
+			continue
+		}
+		if m == req.Method {
+			return p.route.Path + path, 0
+		}
+		methodOK = true
+	}
+	if methodOK {
+		return "", http.StatusMethodNotAllowed
+	}
+	return "", http.StatusNotFound
+}
+
+// ownCredential reports whether the request carries a credential other
+// than the placeholder in the API's own header.
+func (p *Proxy) ownCredential(h http.Header) bool {
+	for _, name := range credentialHeaders {
+		v := h.Values(name)
+		if len(v) == 0 {
+			continue
+		}
+		switch {
+		case len(v) == 1 && name == "Authorization" && p.route.Credential == "authorization-bearer" && v[0] == "Bearer "+bundle.ModelRoutePlaceholder:
+		case len(v) == 1 && name == "X-Api-Key" && p.route.Credential == "x-api-key" && v[0] == bundle.ModelRoutePlaceholder:
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+// modelGuard refuses everything but the route's requests before the
+// reverse proxy sees them, and hands it the checked path, body and key.
+func (p *Proxy) modelGuard(next http.Handler, key func() ([]byte, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		p.arrived(req)
+		refuse := func(code int, why string, scope bool) {
+			p.Stats.Refused.Add(1)
+			if scope {
+				p.Stats.OutOfScope.Add(1)
+			}
+			http.Error(w, why, code)
+		}
+		path, status := p.match(req)
+		switch {
+		case status == http.StatusNotFound:
+			refuse(status, "not a request this model route forwards", true)
+			return
+		case status != 0:
+			refuse(status, "method not allowed on this path of the model route", true)
+			return
+		case p.ownCredential(req.Header):
+			refuse(http.StatusForbidden, "this route adds the provider key itself; a credential from the sandbox is refused", false)
+			return
+		case req.ContentLength > p.limits.MaxBody:
+			refuse(http.StatusRequestEntityTooLarge, "request body too large", false)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, p.limits.MaxBody))
+		if err != nil {
+			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+				refuse(http.StatusRequestEntityTooLarge, "request body too large", false)
+			} else {
+				refuse(http.StatusBadRequest, "request body unreadable", false)
+			}
+			return
+		}
+		switch req.Method {
+		case http.MethodGet:
+			if len(body) > 0 {
+				refuse(http.StatusBadRequest, "a GET of the model route has no body", true)
+				return
+			}
+			req.Body, req.ContentLength = http.NoBody, 0
+		default:
+			if why := plainJSON(req.Header); why != "" {
+				refuse(http.StatusUnsupportedMediaType, why, true)
+				return
+			}
+			n, err := decodeStrict(body)
+			if err != nil || n.kind != kindObject {
+				refuse(http.StatusBadRequest, "the model route forwards one strict JSON object", true)
+				return
+			}
+			// The checked value, re-encoded, is the body from here on.
+			c := n.bytes()
+			req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(c)), int64(len(c))
+		}
+		k, err := key()
+		if err != nil || !ValidToken(k) {
+			clear(k)
+			refuse(http.StatusServiceUnavailable, "the provider key is not available to the route", false)
+			return
+		}
+		defer clear(k)
+		req = req.WithContext(context.WithValue(req.Context(), modelKey{}, &modelRequest{path: path, key: k}))
+		p.Stats.Forwarded.Add(1)
+		next.ServeHTTP(w, req)
+	})
+}
+
+// IsModel reports whether r is a model route.
+func IsModel(r bundle.Route) bool { return r.Purpose == "model" }
