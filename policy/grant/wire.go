@@ -199,6 +199,13 @@ func sameEncoding(a, b Encoded) bool {
 // typed picks the type for kind and subject. It returns an error for an
 // unknown kind or subject, and a nil grant for a value of the wrong type.
 func typed(w Encoded) (Grant, error) {
+	// An empty list decodes as nil: the encoder omits an empty list, so a
+	// decoded grant re-encodes to bytes that decode to the same grant.
+	for _, l := range []*[]string{&w.Args, &w.Options, &w.Methods, &w.Tools, &w.Requests} {
+		if len(*l) == 0 {
+			*l = nil
+		}
+	}
 	p := Provenance{Reason: w.Reason, Fact: w.Fact}
 	str := func() (string, bool) { s, ok := w.Value.(string); return s, ok }
 	boolean := func() (bool, bool) { b, ok := w.Value.(bool); return b, ok }
