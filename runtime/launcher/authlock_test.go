@@ -51,7 +51,7 @@ func oauthSandbox(t *testing.T, linkTo string) *sandbox {
 		t.Fatal(err)
 	}
 	sc := testbundle.New(t, testbundle.Options{Host: host, Argv: testbundle.Script(authLockScript), FactsPatch: strings.ReplaceAll(oauthFacts, `"/srv/`, `"`+host+`/srv/`)})
-	return &sandbox{host: sc.Host, bundle: sc.Bundle, state: sc.State, runsc: sc.Runsc}
+	return sceneSandbox(sc)
 }
 
 // run starts a launch (or wake) that ends when the test closes its stdin,

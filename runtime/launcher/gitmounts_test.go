@@ -375,7 +375,7 @@ try rmdir /bin/busybox rmdir $W/.git
 				t.Fatal(err)
 			}
 		}})
-	s := &sandbox{host: sc.Host, bundle: sc.Bundle, state: sc.State, runsc: sc.Runsc}
+	s := sceneSandbox(sc)
 	res, out, stderr, err := s.launch(t, staticSecret("sk"))
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("launch: %v %+v\n%s\n%s", err, res, out, stderr)

@@ -74,7 +74,7 @@ func TestDeploymentUserOwnsHostWorkspace(t *testing.T) {
 			ext := host + "/srv/paseo/launch/paseo-pi-extension-a1/paseo-integration.mjs"
 			sc := testbundle.New(t, testbundle.Options{Host: host, Argv: testbundle.Script(identityScript(ws, ext, host+"/srv/paseo/state/pi-agent")), RegistryPatch: tc.patch})
 			ownTree(t, ws, ext, 1001, 1001)
-			s := &sandbox{host: sc.Host, bundle: sc.Bundle, state: sc.State, runsc: sc.Runsc}
+			s := sceneSandbox(sc)
 			_, out, stderr, err := s.launch(t, staticSecret("v"))
 			if err != nil {
 				t.Fatalf("launch: %v %s", err, stderr)
@@ -109,7 +109,7 @@ func TestDeploymentUserDocker(t *testing.T) {
 			"state":{"agentDir":"/paseo-state/pi-agent","sessionDir":"/paseo-state/pi-sessions/agent-b2","cacheDir":"/paseo-state/pi-cache/agent-b2"},
 			"launch":{"extension":"/tmp/paseo-pi-extension-b2/paseo-integration.mjs","mcpConfig":"/tmp/paseo-pi-mcp-b2/mcp.json"}}`})
 	ownTree(t, ws, ext, 1000, 1000)
-	s := &sandbox{host: sc.Host, bundle: sc.Bundle, state: sc.State, runsc: sc.Runsc}
+	s := sceneSandbox(sc)
 	secret := func(deployment, ref string) ([]byte, error) {
 		if deployment != "docker-official" || ref != "alice/fake-llm" {
 			return nil, errors.New("unknown secret " + ref)

@@ -53,6 +53,11 @@ const directModel = `{"credential":{"mode":"none","env":null,"secretRef":null}}`
 func compileScriptFacts(t *testing.T, script, registryPatch, factsPatch string) *sandbox {
 	t.Helper()
 	sc := testbundle.New(t, testbundle.Options{Argv: testbundle.Script(script), RegistryPatch: registryPatch, FactsPatch: factsPatch})
+	return sceneSandbox(sc)
+}
+
+// sceneSandbox is the sandbox a compiled test scene launches as.
+func sceneSandbox(sc *testbundle.Scene) *sandbox {
 	return &sandbox{host: sc.Host, bundle: sc.Bundle, state: sc.State, runsc: sc.Runsc}
 }
 
@@ -264,7 +269,7 @@ func jsonString(s string) (string, error) {
 func TestImageUnchangedByLaunch(t *testing.T) {
 	sc := testbundle.New(t, testbundle.Options{Argv: testbundle.Script("echo hi > $PASEO_AGENT_CWD/x")})
 	before := listTree(t, sc.Rootfs)
-	s := &sandbox{host: sc.Host, bundle: sc.Bundle, state: sc.State, runsc: sc.Runsc}
+	s := sceneSandbox(sc)
 	if _, _, stderr, err := s.launch(t, staticSecret("v")); err != nil {
 		t.Fatalf("launch: %v %s", err, stderr)
 	}

@@ -59,7 +59,7 @@ echo "head=$($b cat "$PASEO_GIT_DIR/HEAD" 2>&1)"
 						t.Fatal(err)
 					}
 				}})
-			s := &sandbox{host: sc.Host, bundle: sc.Bundle, state: sc.State, runsc: sc.Runsc}
+			s := sceneSandbox(sc)
 			res, out, stderr, err := s.launch(t, staticSecret("sk"))
 			if err != nil || res.ExitCode != 0 {
 				t.Fatalf("launch: %v %+v\n%s\n%s", err, res, out, stderr)

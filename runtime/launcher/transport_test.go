@@ -20,7 +20,7 @@ func fakePiScene(t *testing.T, env ...string) *sandbox {
 	argv := append([]string{"/bin/busybox", "env"}, env...)
 	argv = append(argv, "/bin/pi", "--mode", "rpc", "--no-session")
 	sc := testbundle.New(t, testbundle.Options{Argv: argv, RootfsFiles: map[string]string{"/bin/pi": bin}})
-	return &sandbox{host: sc.Host, bundle: sc.Bundle, state: sc.State, runsc: sc.Runsc}
+	return sceneSandbox(sc)
 }
 
 type launched struct {
