@@ -37,8 +37,9 @@ func (v Violation) String() string {
 const cueModule = "cuelang.org/go"
 
 // cueImporters may import CUE; every other package works on the Go types
-// schema decodes into, so CUE's evaluation stays in one place (STYLE.md:
-// the launcher reads compiler output, never CUE; cmd does no CUE).
+// schema decodes into, so CUE's evaluation stays in one place: the
+// launcher reads the compiler's output, never CUE, and cmd does no CUE
+// (docs/spec.md, "Import direction").
 var cueImporters = map[string]string{
 	"policy/schema": "the CUE contracts and the one place facts, registry and profiles are unified and decoded",
 }
