@@ -104,6 +104,14 @@ var testOnly = []string{"test/acceptance", "test/e2e", "internal/archtest"}
 // hands it a bundle on disk).
 var launchSide = []string{"runtime/launcher", "runtime/execution", "runtime/bridge", "runtime/supervisor/holder"}
 
+// neutralSeams are the interfaces every backend meets, with the packages
+// no seam may depend on, even transitively: a seam that linked its
+// adapter would hand its callers the adapter's types, and a second
+// backend would have to drag the first one in.
+var neutralSeams = map[string][]string{
+	"runtime/execution": {"runtime/launcher"}, // the OCI adapter lives beside the launcher: runtime/launcher/ociexec
+}
+
 // notOnLaunchSide are what the launch side must not depend on, even
 // transitively (policy/compiler/pathsafe, a leaf, is fine).
 var notOnLaunchSide = []string{"policy/compiler", "policy/schema", "policy/profiles"}
@@ -120,7 +128,11 @@ func Check(pkgs []Package) []Violation {
 	for _, p := range pkgs {
 		known[p.Path] = true
 	}
-	for _, names := range [][]string{keys(cueImporters), keys(cueTestImporters), keys(execImporters), TestSupport, testOnly, launchSide, notOnLaunchSide} {
+	var forbidden []string
+	for _, fs := range neutralSeams {
+		forbidden = append(forbidden, fs...)
+	}
+	for _, names := range [][]string{keys(cueImporters), keys(cueTestImporters), keys(execImporters), TestSupport, testOnly, launchSide, notOnLaunchSide, seams(), forbidden} {
 		for _, n := range names {
 			if !known[n] {
 				add("stale-rule", n, "", "a rule names this package but the module has none; update internal/archtest")
@@ -150,6 +162,11 @@ func Check(pkgs []Package) []Violation {
 				}
 			}
 		}
+		for _, d := range p.Deps {
+			if within(d, neutralSeams[p.Path]) {
+				add("seam-imports-no-backend", p.Path, d, "a backend-neutral seam holds interfaces and neutral types; its adapters import it, never the other way")
+			}
+		}
 		if within(p.Path, launchSide) {
 			for _, d := range p.Deps {
 				if isCUE(d) || contains(notOnLaunchSide, d) {
@@ -160,6 +177,15 @@ func Check(pkgs []Package) []Violation {
 	}
 	sort.Slice(vs, func(i, j int) bool { return vs[i].String() < vs[j].String() })
 	return vs
+}
+
+func seams() []string {
+	out := make([]string, 0, len(neutralSeams))
+	for k := range neutralSeams {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func isCUE(imp string) bool { return imp == cueModule || strings.HasPrefix(imp, cueModule+"/") }

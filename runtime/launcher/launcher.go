@@ -30,6 +30,7 @@ import (
 
 	"paseo.dev/paseo-policy/internal/childproc"
 	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/runtime/execution"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
 	"paseo.dev/paseo-policy/runtime/launcher/preflight"
 	"paseo.dev/paseo-policy/runtime/launcher/routeproxy"
@@ -145,20 +146,9 @@ const (
 	LimitMemory = "memoryBytes"
 )
 
-// RouteStats is what one route proxy did.
-type RouteStats struct {
-	Forwarded int64 `json:"forwarded"`
-	Refused   int64 `json:"refused"`
-	// OutOfScope are the refused requests whose JSON-RPC body was
-	// malformed or outside the MCP scope; Filtered the tools dropped from
-	// tools/list answers.
-	OutOfScope int64 `json:"outOfScope,omitempty"`
-	Filtered   int64 `json:"filtered,omitempty"`
-	// RefusedConns are connections past the proxy's cap, closed at accept;
-	// Cut requests ended before the guard (headers too large or too slow).
-	RefusedConns int64 `json:"refusedConns,omitempty"`
-	Cut          int64 `json:"cut,omitempty"`
-}
+// RouteStats is what one route proxy did: the execution seam's neutral
+// counters (execution.RouteStats), which the launcher fills.
+type RouteStats = execution.RouteStats
 
 // startRoute runs the proxy of one private route on the sandbox's gateway.
 func startRoute(n *sandboxnet.Network, r bundle.Route, tok *routeproxy.Token) (*routeproxy.Proxy, error) {
@@ -304,9 +294,9 @@ type launch struct {
 	run    *runDir
 	// spec is the run copy of config.json, patched in memory and written
 	// once at start (runstate.go); state holds what the phases learn for it.
-	spec   *rspec.Spec
-	state  runtimeState
-	memcg  *memoryCgroup
+	spec  *rspec.Spec
+	state runtimeState
+	memcg *memoryCgroup
 	// polledOOM counts OOM kills where runsc owns the memory cgroup.
 	polledOOM atomic.Uint64
 	// wake, when set, restores a checkpoint instead of starting the agent
