@@ -2,6 +2,8 @@ package archtest
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -132,7 +134,7 @@ func Check(pkgs []Package) []Violation {
 	for _, fs := range neutralSeams {
 		forbidden = append(forbidden, fs...)
 	}
-	for _, names := range [][]string{keys(cueImporters), keys(cueTestImporters), keys(execImporters), TestSupport, testOnly, launchSide, notOnLaunchSide, seams(), forbidden} {
+	for _, names := range [][]string{keys(cueImporters), keys(cueTestImporters), keys(execImporters), TestSupport, testOnly, launchSide, notOnLaunchSide, slices.Sorted(maps.Keys(neutralSeams)), forbidden} {
 		for _, n := range names {
 			if !known[n] {
 				add("stale-rule", n, "", "a rule names this package but the module has none; update internal/archtest")
@@ -177,15 +179,6 @@ func Check(pkgs []Package) []Violation {
 	}
 	sort.Slice(vs, func(i, j int) bool { return vs[i].String() < vs[j].String() })
 	return vs
-}
-
-func seams() []string {
-	out := make([]string, 0, len(neutralSeams))
-	for k := range neutralSeams {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func isCUE(imp string) bool { return imp == cueModule || strings.HasPrefix(imp, cueModule+"/") }
