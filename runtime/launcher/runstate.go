@@ -22,8 +22,9 @@ import (
 // and nothing else; everything a reviewer approved stays as compiled.
 //
 // The run copy is the launch plan's decoded spec, copied where the launch
-// changes it and patched in memory as the phases learn each value; it is
-// written once, just before runsc starts, and never read back.
+// changes it; the secret slot is filled at materialize, the phases collect
+// the other values (runtimeState), and start patches them in and writes
+// the copy once, just before runsc starts. Nothing reads it back.
 
 // CgroupsPath is the cgroup of container id. runsc applies the spec's
 // resources only when a cgroups path is set, so every launch sets one.
