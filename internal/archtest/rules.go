@@ -2,6 +2,8 @@ package archtest
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -104,6 +106,14 @@ var testOnly = []string{"test/acceptance", "test/e2e", "internal/archtest"}
 // hands it a bundle on disk).
 var launchSide = []string{"runtime/launcher", "runtime/execution", "runtime/bridge", "runtime/supervisor/holder"}
 
+// neutralSeams are the interfaces every backend meets, with the packages
+// no seam may depend on, even transitively: a seam that linked its
+// adapter would hand its callers the adapter's types, and a second
+// backend would have to drag the first one in.
+var neutralSeams = map[string][]string{
+	"runtime/execution": {"runtime/launcher"}, // the OCI adapter lives beside the launcher: runtime/launcher/ociexec
+}
+
 // notOnLaunchSide are what the launch side must not depend on, even
 // transitively (policy/compiler/pathsafe, a leaf, is fine).
 var notOnLaunchSide = []string{"policy/compiler", "policy/schema", "policy/profiles"}
@@ -120,7 +130,11 @@ func Check(pkgs []Package) []Violation {
 	for _, p := range pkgs {
 		known[p.Path] = true
 	}
-	for _, names := range [][]string{keys(cueImporters), keys(cueTestImporters), keys(execImporters), TestSupport, testOnly, launchSide, notOnLaunchSide} {
+	var forbidden []string
+	for _, fs := range neutralSeams {
+		forbidden = append(forbidden, fs...)
+	}
+	for _, names := range [][]string{keys(cueImporters), keys(cueTestImporters), keys(execImporters), TestSupport, testOnly, launchSide, notOnLaunchSide, slices.Sorted(maps.Keys(neutralSeams)), forbidden} {
 		for _, n := range names {
 			if !known[n] {
 				add("stale-rule", n, "", "a rule names this package but the module has none; update internal/archtest")
@@ -148,6 +162,11 @@ func Check(pkgs []Package) []Violation {
 				if support[d] {
 					add("no-test-support-in-product", p.Path, d, "product code must not link fakes, test worlds or probes")
 				}
+			}
+		}
+		for _, d := range p.Deps {
+			if within(d, neutralSeams[p.Path]) {
+				add("seam-imports-no-backend", p.Path, d, "a backend-neutral seam holds interfaces and neutral types; its adapters import it, never the other way")
 			}
 		}
 		if within(p.Path, launchSide) {
