@@ -67,7 +67,7 @@ outdir=$(cd "$outdir" && pwd -P)
 
 inputs=$(
 	{
-		sha256sum "$here/build.sh" "$here/digest.sh" "$here/versions.env" "$here/pi/package.json" "$here/pi/package-lock.json" "$here/pi/bundle.mjs" "$here/pi/bundle-adapter.mjs" | cut -d' ' -f1
+		sha256sum "$here/build.sh" "$here/digest.sh" "$here/versions.env" "$here/pi/package.json" "$here/pi/package-lock.json" "$here/pi/bundle.mjs" "$here/pi/bundle-adapter.mjs" "$here/pi/ascii.mjs" | cut -d' ' -f1
 		echo "uid=$uid gid=$gid epoch=$epoch"
 	} | sha256sum | cut -d' ' -f1
 )
@@ -299,7 +299,7 @@ done
 # sha256 of their sha256sum listing by name (image/verify.sh recomputes it).
 bundle_files() { (cd "$1" && find . -maxdepth 1 -type f \( -name pi.bundle.js -o -name 'pi.chunk-*.js' -o -name image-resize-worker.js \) -printf '%f\n' | sort); }
 mapfile -t bfiles < <(bundle_files "$rootfs$pi_dist")
-(cd "$rootfs$pi_dist" && chown 0:0 "${bfiles[@]}" && chmod 0644 "${bfiles[@]}")
+(cd "$rootfs$pi_dist" && chown 0:0 "${bfiles[@]}" ./*.LEGAL.txt && chmod 0644 "${bfiles[@]}" ./*.LEGAL.txt)
 # The entry is a program (its #! line names the image's node); pi links to it.
 chmod 0755 "$rootfs$bundle"
 bundle_digest=sha256:$(cd "$rootfs$pi_dist" && sha256sum "${bfiles[@]}" | sha256sum | cut -d' ' -f1)
@@ -311,8 +311,8 @@ adapter_bundle=/opt/pi/node_modules/pi-mcp-adapter/index.paseo.ts
 ESBUILD_BINARY_PATH=$esb/node_modules/@esbuild/linux-x64/bin/esbuild PATH=$rootfs/usr/local/bin:$PATH \
 	node "$here/pi/bundle-adapter.mjs" "$esb/node_modules/esbuild" "$rootfs/opt/pi/node_modules/pi-mcp-adapter" >&2 || die "bundling pi-mcp-adapter failed"
 [[ -f $rootfs$adapter_bundle ]] || die "the adapter bundler did not write $adapter_bundle"
-chown 0:0 "$rootfs$adapter_bundle" "$rootfs/opt/pi/node_modules/pi-mcp-adapter/package.json"
-chmod 0644 "$rootfs$adapter_bundle" "$rootfs/opt/pi/node_modules/pi-mcp-adapter/package.json"
+chown 0:0 "$rootfs$adapter_bundle" "$rootfs$adapter_bundle.LEGAL.txt" "$rootfs/opt/pi/node_modules/pi-mcp-adapter/package.json"
+chmod 0644 "$rootfs$adapter_bundle" "$rootfs$adapter_bundle.LEGAL.txt" "$rootfs/opt/pi/node_modules/pi-mcp-adapter/package.json"
 adapter_digest=sha256:$(sha256sum "$rootfs$adapter_bundle" | cut -d' ' -f1)
 got=$("$rootfs/usr/local/bin/node" "$rootfs$bundle" --version)
 [[ $got == "$PI_VERSION" ]] || die "the bundle says it is Pi $got, expected $PI_VERSION"
@@ -339,6 +339,8 @@ printf '{"id":"seed","type":"get_commands"}\n' | unshare -m sh -c '
 grep -q '"name":"mcp"' "$seed/out.jsonl" || { tail -n 20 "$seed/err.txt" >&2; die "the seeding Pi did not load pi-mcp-adapter"; }
 install -d -m 0755 "$rootfs/opt/pi-jiti-seed"
 install -m 0644 "$seed/tmp/jiti/"* "$rootfs/opt/pi-jiti-seed/"
+# What jiti wrote is what V8 reads at every start: ASCII too (ascii.mjs).
+node --input-type=module -e 'import { check } from "'"$here"'/pi/ascii.mjs"; check(process.argv.slice(1));' "$rootfs/opt/pi-jiti-seed/"* || die "the jiti seed is not ASCII"
 
 # ---------------------------------------------------------------- contract
 cat >"$rootfs/etc/paseo-image.env" <<EOF

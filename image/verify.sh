@@ -71,6 +71,8 @@ got=sha256:$(cd "$rootfs$(dirname "$bfile")" && find . -maxdepth 1 -type f \( -n
 [[ $(readlink "$rootfs/usr/local/bin/pi") == "$bfile" ]] || die "/usr/local/bin/pi is not a link to the bundle $bfile"
 [[ $(head -n 1 "$rootfs$bfile") == "#!/usr/local/bin/node --single-threaded" ]] || die "the bundle $bfile does not start with #!/usr/local/bin/node --single-threaded"
 [[ -x $rootfs$bfile ]] || die "the bundle $bfile is not executable"
+# ASCII, as image/pi/ascii.mjs keeps them: V8 reads them as one-byte strings.
+nonascii=$(cd "$rootfs$(dirname "$bfile")" && LC_ALL=C grep -l -P '[^\x00-\x7F]' pi.bundle.js pi.chunk-*.js image-resize-worker.js) && die "not ASCII: $nonascii"
 ok "Pi bundle $bfile $bwant"
 # The adapter bundle (image.json "adapterBundle"), which the adapter's Pi
 # manifest names instead of its index.ts.
@@ -79,6 +81,7 @@ read -r afile awant < <(grep -o '"adapterBundle": {"file": "[^"]*", "digest": "[
 got=sha256:$(sha256sum "$rootfs$afile" | cut -d' ' -f1)
 [[ $got == "$awant" ]] || die "the adapter bundle $afile is $got, image.json says $awant"
 grep -q "\"./$(basename "$afile")\"" "$rootfs$(dirname "$afile")/package.json" || die "pi-mcp-adapter's package.json does not name $afile"
+nonascii=$(LC_ALL=C grep -l -P '[^\x00-\x7F]' "$rootfs$afile" "$rootfs"/opt/pi-jiti-seed/*) && die "not ASCII: $nonascii"
 ok "adapter bundle $afile $awant"
 
 # ---------------------------------------------------------------- 2. chroot

@@ -27,6 +27,7 @@
 import { createRequire } from "node:module";
 import * as fs from "node:fs";
 import * as path from "node:path";
+import * as ascii from "./ascii.mjs";
 
 const [esbuildDir, adapterDir] = process.argv.slice(2);
 if (!esbuildDir || !adapterDir) {
@@ -51,12 +52,16 @@ const result = await esbuild.build({
 	format: "esm",
 	target: "node22",
 	external: ["typebox", "typebox/*", "@sinclair/typebox", "@sinclair/typebox/*", "@earendil-works/*", "@mariozechner/*", "open", "recheck"],
-	legalComments: "eof",
+	// No comments, so the file is ASCII (ascii.mjs); the licences go to
+	// index.paseo.ts.LEGAL.txt.
+	minifyWhitespace: true,
+	legalComments: "external",
 	logLevel: "warning",
 	metafile: true,
 });
 manifest.pi.extensions = [`./${out}`];
 fs.writeFileSync(manifestPath, JSON.stringify(manifest, null, 2) + "\n");
+ascii.check([path.join(dir, out)]);
 const o = result.metafile.outputs[out];
 const external = [...new Set(o.imports.filter((i) => i.external && !i.path.startsWith("node:")).map((i) => i.path))].sort();
 console.log(`bundled ${Object.keys(result.metafile.inputs).length} modules into ${out}, ${o.bytes} bytes; left as imports: ${external.join(" ")}`);

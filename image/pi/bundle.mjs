@@ -28,6 +28,17 @@
 //     esbuild bundles, still evaluated only when first used.
 //  3. photon-node stays external: it reads its wasm relative to its own
 //     file (__dirname), so Node loads it from node_modules.
+//  4. jiti's static entry (which Pi's loader imports) evaluates all of
+//     babel when it is imported, for Bun's compiled binaries; here babel
+//     is required when jiti first transforms a file, which with the
+//     image's jiti seed is never: the start no longer runs babel's module
+//     code (about a fifth of the host bundle's start).
+//  5. highlight.js (all its ~190 languages, registered when it is
+//     evaluated) is required when Pi first highlights code, which an RPC
+//     session does not, instead of imported at the start.
+//  6. Two regular expressions in pi-tui hold non-ASCII characters; they
+//     are escaped, so every output file is ASCII (image/pi/ascii.mjs says
+//     why; the build fails if one is not).
 //
 // The bundle's #! line is NODE (the image's node, and the one option the
 // kernel passes it: image/build.sh) instead of Pi's `/usr/bin/env node`, so
@@ -42,6 +53,7 @@
 import { createRequire } from "node:module";
 import * as fs from "node:fs";
 import * as path from "node:path";
+import * as ascii from "./ascii.mjs";
 
 const [esbuildDir, pkgDir, node] = process.argv.slice(2);
 if (!esbuildDir || !pkgDir || !node?.startsWith("/")) {
@@ -52,8 +64,8 @@ const esbuild = createRequire(path.join(esbuildDir, "package.json"))(esbuildDir)
 const pkg = path.resolve(pkgDir);
 const modules = path.dirname(path.dirname(pkg)); // .../node_modules
 
-// [file under node_modules, from, to, expected count (-1: at least one),
-// a call that must be gone afterwards]
+// [file under node_modules, from, to (a string or a function of the
+// match), expected count (-1: at least one), what must be gone afterwards]
 const patches = [
 	[
 		"@earendil-works/pi-coding-agent/dist/core/extensions/loader.js",
@@ -76,13 +88,41 @@ const patches = [
 		-1,
 		/importOAuthModule\(/g,
 	],
+	[
+		"jiti/lib/jiti-static.mjs",
+		/^import _babelTransform from "\.\.\/dist\/babel\.cjs";$|transform: _babelTransform \}/gm,
+		(m) => (m.startsWith("import") ? "" : 'transform: (o) => require("../dist/babel.cjs")(o) }'),
+		2,
+		/_babelTransform/g,
+	],
+	[
+		"@earendil-works/pi-coding-agent/dist/utils/syntax-highlight.js",
+		/^import hljs from "highlight\.js\/lib\/index\.js";$|\bhljs\.(?=highlight\(|highlightAuto\(|getLanguage\()/gm,
+		(m) => (m.startsWith("import") ? 'let hljsModule;\nconst loadHljs = () => (hljsModule ??= require("highlight.js/lib/index.js"));' : "loadHljs()."),
+		4,
+		/\bhljs\./g,
+	],
+	[
+		"@earendil-works/pi-tui/dist/components/markdown.js",
+		/\[_\^=\+\*\/<>\(\)\[\\\]\|±≤≥≠≈∈→⇒∞∫∑√-\]/g,
+		ascii.escape,
+		1,
+		/\|±≤≥/g,
+	],
+	[
+		"@earendil-works/pi-tui/dist/latex.js",
+		/\[\\p\{L\}\\p\{N\}√\\u\{f0000\}\]/g,
+		ascii.escape,
+		1,
+		/\\p\{N\}√/g,
+	],
 ];
 const patchFiles = new Map(patches.map((p) => [path.join(modules, p[0]), p]));
 const seen = new Set();
 const patch = {
 	name: "paseo-pi-patches",
 	setup(build) {
-		build.onLoad({ filter: /\.js$/ }, (args) => {
+		build.onLoad({ filter: /\.m?js$/ }, (args) => {
 			const p = patchFiles.get(args.path);
 			if (!p) return undefined;
 			const [name, from, to, want, gone] = p;
@@ -113,7 +153,9 @@ const result = await esbuild.build({
 	banner: {
 		js: 'import { createRequire as __paseoCreateRequire } from "node:module";\nconst require = __paseoCreateRequire(import.meta.url);',
 	},
-	legalComments: "eof",
+	// No comments (ascii.mjs); the licences go to <file>.LEGAL.txt.
+	minifyWhitespace: true,
+	legalComments: "external",
 	logLevel: "warning",
 	metafile: true,
 	splitting: true,
@@ -129,6 +171,7 @@ const code = fs.readFileSync(entry, "utf8");
 if (!code.startsWith(stockHashbang)) throw new Error(`dist/pi.bundle.js does not start with ${JSON.stringify(stockHashbang)}: a new Pi needs the #! line looked at again`);
 fs.writeFileSync(entry, `#!${node}\n` + code.slice(stockHashbang.length));
 const outs = Object.entries(result.metafile.outputs);
+ascii.check(outs.filter(([o]) => o.endsWith(".js")).map(([o]) => path.join(pkg, o)));
 const bytes = outs.reduce((n, [, o]) => n + o.bytes, 0);
 const main = result.metafile.outputs["dist/pi.bundle.js"];
 console.log(`bundled ${Object.keys(result.metafile.inputs).length} modules into ${outs.length} files, ${bytes} bytes (dist/pi.bundle.js ${main.bytes})`);
