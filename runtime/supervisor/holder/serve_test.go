@@ -22,6 +22,14 @@ import (
 // holder API itself.
 func protocolHolder(t *testing.T) (sock string, stdin *bufio.Reader, stdout io.Writer) {
 	t.Helper()
+	h, stdin, stdout := newProtocolHolder(t)
+	return Socket(h.spec.StateRoot, h.spec.ID), stdin, stdout
+}
+
+// newProtocolHolder is protocolHolder's holder itself, for a test that
+// ends its "sandbox" (closes h.done).
+func newProtocolHolder(t *testing.T) (h *holder, stdin *bufio.Reader, stdout io.Writer) {
+	t.Helper()
 	root := t.TempDir()
 	h, err := newHolder(Spec{ID: "pp-t", StateRoot: root, Deployment: "d", Agent: "a", Profile: "p", Linger: time.Hour})
 	if err != nil {
@@ -40,7 +48,7 @@ func protocolHolder(t *testing.T) (sock string, stdin *bufio.Reader, stdout io.W
 		}
 	}()
 	t.Cleanup(func() { h.ln.Close(); outW.Close(); inR.Close() })
-	return Socket(root, "pp-t"), bufio.NewReader(inR), outW
+	return h, bufio.NewReader(inR), outW
 }
 
 // The socket is 0600 in a 0700 directory; the ops answer with their typed
