@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"paseo.dev/paseo-policy/internal/lineserve"
 	"paseo.dev/paseo-policy/runtime/bridge"
 	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
@@ -38,15 +39,7 @@ func newProtocolHolder(t *testing.T) (h *holder, stdin *bufio.Reader, stdout io.
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	h.sess = bridge.Start(inW, map[string]io.Reader{"stdout": outR}, bridge.Limits{MemBytes: 1 << 20, SpillBytes: 1 << 20, SpillDir: t.TempDir()})
-	go func() {
-		for {
-			c, err := h.ln.Accept()
-			if err != nil {
-				return
-			}
-			go h.serve(c.(*net.UnixConn))
-		}
-	}()
+	go func() { _ = lineserve.Accept(h.ln, h.serve) }()
 	t.Cleanup(func() { h.ln.Close(); outW.Close(); inR.Close() })
 	return h, bufio.NewReader(inR), outW
 }
