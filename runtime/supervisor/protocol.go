@@ -101,7 +101,10 @@ type Info struct {
 	Routes  map[string]launcher.RouteStats `json:"routes,omitempty"`
 }
 
-// The results of the ops that do not answer with Info.
+// The results of the ops that do not answer with Info. write, ack and
+// closeInput answer as the holder does, in types of their own: the
+// client-facing protocol stays apart from the holders' (as containerd's
+// client API from its shim API), so one can change without the other.
 
 // AttachResult answers attach: the new attachment's epoch (writes and
 // closeInput name it) and the cursor its replay starts after. The fields
