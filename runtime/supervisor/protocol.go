@@ -45,8 +45,8 @@ type Request struct {
 // Head is what the connection loop reads of every request.
 func (r Request) Head() lineserve.Head { return lineserve.Head{V: r.V, ID: r.ID, Op: r.Op} }
 
-// Response answers a request by id: ok with the op's result (one type
-// per op, ops.go), or an error. A refused connection's one response (busy)
+// Response answers a request by id: ok with the op's result (ops.go
+// names each op's type), or an error. A refused connection's one response (busy)
 // and a frame too broken to have an id answer with id "".
 type Response = lineserve.Response[*Error]
 
