@@ -118,6 +118,12 @@ var neutralSeams = map[string][]string{
 // transitively (policy/compiler/pathsafe, a leaf, is fine).
 var notOnLaunchSide = []string{"policy/compiler", "policy/schema", "policy/profiles"}
 
+// lineCarriers carry the supervisor's and the holders' JSON lines, the
+// client side and the server side. They know no layer: what an op means,
+// its error codes and who may ask stay in runtime/supervisor, so the loop
+// cannot grow a protocol's rules (nor an import cycle with it).
+var lineCarriers = []string{"internal/linerpc", "internal/lineserve"}
+
 // Check returns every violation in pkgs, sorted. A rule that names a
 // package pkgs lacks is a violation too: after a move the rules must move
 // with it instead of silently allowing nothing or guarding nothing.
@@ -134,7 +140,7 @@ func Check(pkgs []Package) []Violation {
 	for _, fs := range neutralSeams {
 		forbidden = append(forbidden, fs...)
 	}
-	for _, names := range [][]string{keys(cueImporters), keys(cueTestImporters), keys(execImporters), TestSupport, testOnly, launchSide, notOnLaunchSide, slices.Sorted(maps.Keys(neutralSeams)), forbidden} {
+	for _, names := range [][]string{keys(cueImporters), keys(cueTestImporters), keys(execImporters), TestSupport, testOnly, launchSide, notOnLaunchSide, slices.Sorted(maps.Keys(neutralSeams)), forbidden, lineCarriers} {
 		for _, n := range names {
 			if !known[n] {
 				add("stale-rule", n, "", "a rule names this package but the module has none; update internal/archtest")
@@ -173,6 +179,14 @@ func Check(pkgs []Package) []Violation {
 			for _, d := range p.Deps {
 				if isCUE(d) || contains(notOnLaunchSide, d) {
 					add("launch-reads-output-only", p.Path, d, "the launch side reads the compiler's output, it never compiles or evaluates CUE")
+				}
+			}
+		}
+		if contains(lineCarriers, p.Path) {
+			for _, d := range p.Deps {
+				// known: the module's own runtime/, not the standard library's.
+				if known[d] && within(d, []string{"runtime", "policy"}) {
+					add("line-carriers-know-no-layer", p.Path, d, "the JSON-lines client and server loops carry lines; the protocols' meaning stays in runtime/supervisor")
 				}
 			}
 		}

@@ -1,8 +1,6 @@
 package supervisor
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -104,30 +102,4 @@ func (s *Server) Refused() int {
 	s.gate.mu.Lock()
 	defer s.gate.mu.Unlock()
 	return s.gate.refused
-}
-
-// opOf finds the op of a frame from its first bytes (a top-level "op" key
-// anywhere before the cut), so that only a write may grow past MaxFrame
-// without the supervisor buffering a large frame of any other op.
-func opOf(prefix []byte) string {
-	dec := json.NewDecoder(bytes.NewReader(prefix))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return ""
-	}
-	for dec.More() {
-		key, err := dec.Token()
-		if err != nil {
-			return ""
-		}
-		if key == "op" {
-			op, _ := dec.Token()
-			s, _ := op.(string)
-			return s
-		}
-		var skip json.RawMessage
-		if dec.Decode(&skip) != nil {
-			return ""
-		}
-	}
-	return ""
 }

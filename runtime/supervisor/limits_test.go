@@ -178,19 +178,6 @@ func TestFrameTimeoutAndSizes(t *testing.T) {
 	}
 }
 
-func TestOpOf(t *testing.T) {
-	for in, want := range map[string]string{
-		`{"v":1,"id":"a","op":"write","data":"AAAA`: "write",
-		`{"facts":{"op":"x"},"op":"list"}`:          "list",
-		`{"facts":{"a":"bbbbbbbbbbbb`:               "",
-		`["op","write"]`:                            "",
-	} {
-		if got := opOf([]byte(in)); got != want {
-			t.Errorf("opOf(%s) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // A deployment holding its maxSandboxes is refused one more, concurrent
 // creations included; another deployment is still served; delete frees a
 // place.

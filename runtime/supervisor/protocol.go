@@ -11,6 +11,7 @@ package supervisor
 import (
 	"encoding/json"
 
+	"paseo.dev/paseo-policy/internal/lineserve"
 	"paseo.dev/paseo-policy/runtime/launcher"
 	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
@@ -41,14 +42,13 @@ type Request struct {
 	MCPToken string `json:"mcpToken,omitempty"`
 }
 
-// Response answers a request by id.
-type Response struct {
-	V      int    `json:"v"`
-	ID     string `json:"id"`
-	OK     bool   `json:"ok"`
-	Result any    `json:"result,omitempty"`
-	Error  *Error `json:"error,omitempty"`
-}
+// Head is what the connection loop reads of every request.
+func (r Request) Head() lineserve.Head { return lineserve.Head{V: r.V, ID: r.ID, Op: r.Op} }
+
+// Response answers a request by id: ok with the op's result (ops.go
+// names each op's type), or an error. A refused connection's one response (busy)
+// and a frame too broken to have an id answer with id "".
+type Response = lineserve.Response[*Error]
 
 // Event is an output record pushed to an attached client.
 type Event struct {
@@ -99,4 +99,45 @@ type Info struct {
 	// and, per private route, requests forwarded and refused.
 	Packets map[string]uint64              `json:"packets,omitempty"`
 	Routes  map[string]launcher.RouteStats `json:"routes,omitempty"`
+}
+
+// The results of the ops that do not answer with Info. write, ack and
+// closeInput answer as the holder does, in types of their own: the
+// client-facing protocol stays apart from the holders' (as containerd's
+// client API from its shim API), so one can change without the other.
+
+// AttachResult answers attach: the new attachment's epoch (writes and
+// closeInput name it) and the cursor its replay starts after. The fields
+// are in the order the protocol has always sent them (it began as a map,
+// whose keys encoding/json sorts).
+type AttachResult struct {
+	Cursor uint64 `json:"cursor"`
+	Epoch  uint64 `json:"epoch"`
+}
+
+// WriteResult answers write: Applied is false for an input id the bridge
+// already applied (a retried write).
+type WriteResult struct {
+	Applied bool `json:"applied"`
+}
+
+// AckResult answers ack.
+type AckResult struct {
+	Acked uint64 `json:"acked"`
+}
+
+// CloseResult answers closeInput.
+type CloseResult struct {
+	Closed bool `json:"closed"`
+}
+
+// SignalResult answers signal with the signal sent, by its full name
+// (SIGTERM).
+type SignalResult struct {
+	Signal string `json:"signal"`
+}
+
+// DeleteResult answers delete with the id of the sandbox deleted.
+type DeleteResult struct {
+	Deleted string `json:"deleted"`
 }

@@ -16,6 +16,7 @@ package holder
 import (
 	"time"
 
+	"paseo.dev/paseo-policy/internal/lineserve"
 	"paseo.dev/paseo-policy/runtime/launcher"
 	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
@@ -30,11 +31,11 @@ const (
 	OpWrite      = "write"      // Epoch, InputID, Data → WriteResult
 	OpAck        = "ack"        // Cursor → AckResult
 	OpCloseInput = "closeInput" // Epoch → CloseResult
-	OpMCPToken   = "mcpToken"   // MCPToken → {"mcpToken": true}
+	OpMCPToken   = "mcpToken"   // MCPToken → TokenResult
 	OpStop       = "stop"       // → State, once the sandbox ended
 	OpHibernate  = "hibernate"  // → State: checkpointed, stdio and bridge kept
 	OpWake       = "wake"       // Secrets → State: restored
-	OpRelease    = "release"    // → {"released": id}; the holder exits after answering
+	OpRelease    = "release"    // → ReleaseResult; the holder exits after answering
 )
 
 // Request is one line from the supervisor.
@@ -54,14 +55,11 @@ type Request struct {
 	Secrets map[string][]byte `json:"secrets,omitempty"`
 }
 
-// Response answers a request by id.
-type Response struct {
-	V      int    `json:"v"`
-	ID     string `json:"id"`
-	OK     bool   `json:"ok"`
-	Result any    `json:"result,omitempty"`
-	Error  *Error `json:"error,omitempty"`
-}
+// Head is what the connection loop reads of every request.
+func (r Request) Head() lineserve.Head { return lineserve.Head{V: r.V, ID: r.ID, Op: r.Op} }
+
+// Response answers a request by id (a frame too broken to have one: id "").
+type Response = lineserve.Response[*Error]
 
 // Event is an output record (or the end of an attachment) pushed on an
 // attach connection.
@@ -132,6 +130,16 @@ type AckResult struct {
 // CloseResult answers closeInput.
 type CloseResult struct {
 	Closed bool `json:"closed"`
+}
+
+// TokenResult answers mcpToken (the token itself is never echoed).
+type TokenResult struct {
+	MCPToken bool `json:"mcpToken"`
+}
+
+// ReleaseResult answers release with the sandbox id whose holder exits.
+type ReleaseResult struct {
+	Released string `json:"released"`
 }
 
 // MaxFrame bounds one request line: a write's 1 MiB of data, base64'd,

@@ -14,8 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"paseo.dev/paseo-policy/internal/lineserve"
 	"paseo.dev/paseo-policy/runtime/bridge"
 	"paseo.dev/paseo-policy/runtime/execution"
 	"paseo.dev/paseo-policy/runtime/launcher"
@@ -195,11 +194,7 @@ func newHolder(spec Spec) (*holder, error) {
 	if err := os.MkdirAll(Dir(spec.StateRoot), 0o700); err != nil {
 		return nil, err
 	}
-	sock := Socket(spec.StateRoot, spec.ID)
-	_ = os.Remove(sock)
-	old := unix.Umask(0o177)
-	ln, err := net.Listen("unix", sock)
-	unix.Umask(old)
+	ln, err := lineserve.Listen(Socket(spec.StateRoot, spec.ID), 0o600, -1)
 	if err != nil {
 		return nil, err
 	}
@@ -268,17 +263,11 @@ func (h *holder) run(readyF *os.File) int {
 	h.touched()
 	go h.linger()
 	go func() {
-		for {
-			c, err := h.ln.Accept()
-			if err != nil {
-				return
-			}
+		_ = lineserve.Accept(h.ln, func(c *net.UnixConn) {
 			h.contacted(+1)
-			go func() {
-				defer h.contacted(-1)
-				h.serve(c.(*net.UnixConn))
-			}()
-		}
+			defer h.contacted(-1)
+			h.serve(c)
+		})
 	}()
 	<-h.released
 	h.ln.Close()

@@ -1,106 +1,46 @@
 package holder
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"net"
-	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"paseo.dev/paseo-policy/internal/lineio"
+	"paseo.dev/paseo-policy/internal/lineserve"
 	"paseo.dev/paseo-policy/runtime/bridge"
 	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
 // serve answers one connection. Only root may talk to a holder: the socket
-// is 0600 in a 0700 directory, and the peer is checked anyway.
+// is 0600 in a 0700 directory, and the peer is checked anyway (anyone
+// else is closed on without an answer).
 func (h *holder) serve(c *net.UnixConn) {
-	defer c.Close()
-	if uid, err := peerUID(c); err != nil || uid != 0 {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel() // ends a stream this connection started
-	cn := &conn{c: c, enc: json.NewEncoder(c)}
-	br := bufio.NewReaderSize(c, 64<<10)
-	for {
-		line, err := readLine(br)
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				_ = cn.send(Response{V: Version, Error: rpcerr.New(rpcerr.Malformed, "%v", err)})
+	p := lineserve.Protocol[Request, *Error]{
+		Version:    Version,
+		MaxFrame:   MaxFrame,
+		ReadBuffer: 64 << 10,
+		Admit: func(p lineserve.Peer) (func(), *Error) {
+			if p.UID != 0 {
+				return nil, nil
 			}
-			return
-		}
-		var req Request
-		dec := json.NewDecoder(bytes.NewReader(line))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil || req.V != Version || req.ID == "" {
-			_ = cn.send(Response{V: Version, ID: req.ID, Error: rpcerr.New(rpcerr.Malformed, "want one JSON request with v %d, an id and known fields only", Version)})
-			continue
-		}
-		result, e := h.handle(ctx, cn, req)
-		if err := cn.send(Response{V: Version, ID: req.ID, OK: e == nil, Result: result, Error: e}); err != nil {
-			return
-		}
-		if req.Op == OpRelease && e == nil {
+			return func() {}, nil
+		},
+		Malformed: func(m string) *Error { return fail(rpcerr.Malformed, "%s", m) },
+		Handle:    h.handle,
+		Answered: func(req Request) bool {
+			if req.Op != OpRelease {
+				return false
+			}
 			h.end() // only now: the response has been sent
-			return
-		}
+			return true
+		},
 	}
-}
-
-// readLine reads one request line of at most MaxFrame bytes.
-func readLine(br *bufio.Reader) ([]byte, error) {
-	return lineio.Read(br, func(line []byte) error {
-		if len(line) > MaxFrame {
-			return fmt.Errorf("request longer than %d bytes", MaxFrame)
-		}
-		return nil
-	})
-}
-
-// conn serializes a connection's responses and events.
-type conn struct {
-	c   *net.UnixConn
-	wmu sync.Mutex
-	enc *json.Encoder
-}
-
-func (c *conn) send(v any) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	_ = c.c.SetWriteDeadline(time.Now().Add(30 * time.Second))
-	return c.enc.Encode(v)
-}
-
-func peerUID(c *net.UnixConn) (int, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return -1, err
-	}
-	if cerr != nil {
-		return -1, cerr
-	}
-	return int(cred.Uid), nil
+	p.Serve(context.Background(), c)
 }
 
 func fail(code rpcerr.Code, format string, a ...any) *Error { return rpcerr.New(code, format, a...) }
 
-func (h *holder) handle(ctx context.Context, cn *conn, req Request) (any, *Error) {
+func (h *holder) handle(ctx context.Context, cn *lineserve.Conn, req Request) (any, *Error) {
 	switch req.Op {
 	case OpAttach:
 		if st := h.sess.State(); req.Cursor < st.Acked {
@@ -116,7 +56,7 @@ func (h *holder) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 		h.mu.Unlock()
 		go func() {
 			err := h.sess.Stream(actx, req.Cursor, func(r bridge.Record) error {
-				return cn.send(Event{V: Version, Event: EventOutput, Sandbox: h.spec.ID, Seq: r.Seq, Stream: r.Stream, Data: r.Data})
+				return cn.Send(Event{V: Version, Event: EventOutput, Sandbox: h.spec.ID, Seq: r.Seq, Stream: r.Stream, Data: r.Data})
 			})
 			reason := "sandbox ended"
 			if errors.Is(err, context.Canceled) {
@@ -124,7 +64,7 @@ func (h *holder) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 			} else if err != nil {
 				reason = err.Error()
 			}
-			_ = cn.send(Event{V: Version, Event: EventDetached, Sandbox: h.spec.ID, Reason: reason})
+			_ = cn.Send(Event{V: Version, Event: EventDetached, Sandbox: h.spec.ID, Reason: reason})
 		}()
 		return AttachResult{Epoch: epoch, Cursor: req.Cursor}, nil
 	case OpHibernate:
@@ -157,7 +97,7 @@ func (h *holder) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 		if err := h.token.Set([]byte(req.MCPToken)); err != nil {
 			return nil, fail(rpcerr.Malformed, "%v", err) // names no value
 		}
-		return map[string]bool{"mcpToken": true}, nil
+		return TokenResult{MCPToken: true}, nil
 	case OpStop:
 		go h.proc.Stop() // the launcher stops runsc and tears everything down
 		select {
@@ -178,7 +118,7 @@ func (h *holder) handle(ctx context.Context, cn *conn, req Request) (any, *Error
 			return nil, fail(rpcerr.State, "sandbox %s still runs: stop it first", h.spec.ID)
 		}
 		h.sess.Release()
-		return map[string]string{"released": h.spec.ID}, nil
+		return ReleaseResult{Released: h.spec.ID}, nil
 	}
 	return nil, fail(rpcerr.UnknownOp, "unknown holder op %q", req.Op)
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"paseo.dev/paseo-policy/internal/lineserve"
 	"paseo.dev/paseo-policy/runtime/bridge"
 	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
@@ -22,6 +23,14 @@ import (
 // holder API itself.
 func protocolHolder(t *testing.T) (sock string, stdin *bufio.Reader, stdout io.Writer) {
 	t.Helper()
+	h, stdin, stdout := newProtocolHolder(t)
+	return Socket(h.spec.StateRoot, h.spec.ID), stdin, stdout
+}
+
+// newProtocolHolder is protocolHolder's holder itself, for a test that
+// ends its "sandbox" (closes h.done).
+func newProtocolHolder(t *testing.T) (h *holder, stdin *bufio.Reader, stdout io.Writer) {
+	t.Helper()
 	root := t.TempDir()
 	h, err := newHolder(Spec{ID: "pp-t", StateRoot: root, Deployment: "d", Agent: "a", Profile: "p", Linger: time.Hour})
 	if err != nil {
@@ -30,17 +39,9 @@ func protocolHolder(t *testing.T) (sock string, stdin *bufio.Reader, stdout io.W
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	h.sess = bridge.Start(inW, map[string]io.Reader{"stdout": outR}, bridge.Limits{MemBytes: 1 << 20, SpillBytes: 1 << 20, SpillDir: t.TempDir()})
-	go func() {
-		for {
-			c, err := h.ln.Accept()
-			if err != nil {
-				return
-			}
-			go h.serve(c.(*net.UnixConn))
-		}
-	}()
+	go func() { _ = lineserve.Accept(h.ln, h.serve) }()
 	t.Cleanup(func() { h.ln.Close(); outW.Close(); inR.Close() })
-	return Socket(root, "pp-t"), bufio.NewReader(inR), outW
+	return h, bufio.NewReader(inR), outW
 }
 
 // The socket is 0600 in a 0700 directory; the ops answer with their typed

@@ -1,4 +1,4 @@
-package lineio
+package lineserve
 
 import (
 	"bufio"
@@ -10,7 +10,7 @@ import (
 
 var errLong = errors.New("too long")
 
-func max(n int) func([]byte) error {
+func atMost(n int) func([]byte) error {
 	return func(b []byte) error {
 		if len(b) > n {
 			return errLong
@@ -19,27 +19,27 @@ func max(n int) func([]byte) error {
 	}
 }
 
-func TestRead(t *testing.T) {
-	// A reader buffer smaller than the lines makes Read take several chunks.
+func TestReadLine(t *testing.T) {
+	// A reader buffer smaller than the lines makes readLine take several chunks.
 	br := bufio.NewReaderSize(strings.NewReader("first line\r\nsecond line, longer\n"+strings.Repeat("x", 40)+"\nlast"), 16)
 	for _, want := range []string{"first line", "second line, longer"} {
-		got, err := Read(br, max(32))
+		got, err := readLine(br, atMost(32))
 		if err != nil || string(got) != want {
-			t.Fatalf("Read = %q, %v; want %q", got, err, want)
+			t.Fatalf("readLine = %q, %v; want %q", got, err, want)
 		}
 	}
-	if _, err := Read(br, max(32)); !errors.Is(err, errLong) {
+	if _, err := readLine(br, atMost(32)); !errors.Is(err, errLong) {
 		t.Fatalf("a 40-byte line under a 32-byte bound: %v", err)
 	}
 	// The rest of the overlong line, then the unterminated last line.
 	br = bufio.NewReader(strings.NewReader("last"))
-	if got, err := Read(br, max(32)); err != nil || string(got) != "last" {
+	if got, err := readLine(br, atMost(32)); err != nil || string(got) != "last" {
 		t.Fatalf("last line without LF: %q, %v", got, err)
 	}
-	if _, err := Read(br, max(32)); !errors.Is(err, io.EOF) {
+	if _, err := readLine(br, atMost(32)); !errors.Is(err, io.EOF) {
 		t.Fatalf("after the last line: %v, want EOF", err)
 	}
-	if _, err := Read(bufio.NewReader(strings.NewReader("  \t")), max(32)); !errors.Is(err, io.EOF) {
+	if _, err := readLine(bufio.NewReader(strings.NewReader("  \t")), atMost(32)); !errors.Is(err, io.EOF) {
 		t.Fatalf("a blank half line: %v, want EOF", err)
 	}
 }

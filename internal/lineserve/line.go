@@ -1,7 +1,4 @@
-// Package lineio reads the bounded JSON-lines requests the supervisor and
-// the holders serve: one reader, so both refuse an overlong or half line
-// the same way.
-package lineio
+package lineserve
 
 import (
 	"bufio"
@@ -10,12 +7,12 @@ import (
 	"io"
 )
 
-// Read reads one line from br, without its line ending (LF or CR LF). A
+// readLine reads one line from br, without its line ending (LF or CR LF). A
 // last line without LF is returned at EOF unless it is blank. check sees
 // the line as it grows, after every chunk, and refuses it by returning an
-// error (which Read returns): a line is bounded before it is buffered
+// error (which readLine returns): a line is bounded before it is buffered
 // whole.
-func Read(br *bufio.Reader, check func(sofar []byte) error) ([]byte, error) {
+func readLine(br *bufio.Reader, check func(sofar []byte) error) ([]byte, error) {
 	var line []byte
 	for {
 		chunk, err := br.ReadSlice('\n')
