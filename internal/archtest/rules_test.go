@@ -8,7 +8,7 @@ import (
 // one edge to it.
 func baseline() []Package {
 	var pkgs []Package
-	for _, n := range append(append(append(append(keys(cueImporters), keys(execImporters)...), TestSupport...), testOnly...), append(launchSide, notOnLaunchSide...)...) {
+	for _, n := range append(append(append(append(keys(cueImporters), keys(execImporters)...), testOnly...), launchSide...), notOnLaunchSide...) {
 		pkgs = append(pkgs, Package{Path: n})
 	}
 	return pkgs
@@ -57,15 +57,18 @@ func TestRules(t *testing.T) {
 		{"launcher links a test world", "runtime/launcher", deps("internal/testkit/testnet"), "no-test-support-in-product"},
 		{"cli links the fake model transitively", "cli", deps("internal/testkit/fakemodel"), "no-test-support-in-product"},
 		{"supervisor links the probe", "runtime/supervisor", deps("internal/testkit/probe"), "no-test-support-in-product"},
+		{"supervisor links a fake no list names (the folder says it is test support)", "runtime/supervisor", deps("internal/testkit/fakemcp"), "no-test-support-in-product"},
+		{"a test program links the probe", "test/cmd/paseo-probe", deps("internal/testkit/probe"), ""},
 		{"launcher's tests use a test bundle", "runtime/launcher", tests("internal/testkit/testbundle"), ""},
 		{"acceptance links the probe", "test/acceptance", deps("internal/testkit/probe"), ""},
 		{"test support links test support", "internal/testkit/testbundle", deps("internal/testkit/testtree"), ""},
-		{"the demo runs the fake model and a test world", "cmd/paseo-demo", deps("internal/testkit/fakemodel", "internal/testkit/testnet"), ""},
-		{"the CLI links the demo", "cmd/paseo-policy", deps("cmd/paseo-demo"), "no-test-support-in-product"},
+		{"the demo runs the fake model and a test world", "test/cmd/paseo-demo", deps("internal/testkit/fakemodel", "internal/testkit/testnet"), ""},
+		{"the CLI links the demo", "cmd/paseo-policy", deps("test/cmd/paseo-demo"), "no-test-support-in-product"},
 		{"launcher depends on compiler", "runtime/launcher", deps("policy/compiler"), "launch-reads-output-only"},
 		{"sandboxnet depends on schema", "runtime/launcher/sandboxnet", deps("policy/schema"), "launch-reads-output-only"},
 		{"execution depends on CUE transitively", "runtime/execution", deps("cuelang.org/go/cue"), "launch-reads-output-only"},
-		{"launcher depends on pathsafe", "runtime/launcher", deps("policy/compiler/pathsafe"), ""},
+		{"launcher depends on pathsafe", "runtime/launcher", deps("internal/pathsafe"), ""},
+		{"launcher depends on a compiler subpackage", "runtime/launcher", deps("policy/compiler/gitindex"), "launch-reads-output-only"},
 		{"supervisor compiles", "runtime/supervisor", deps("policy/compiler", "policy/schema"), ""},
 		{"the holder depends on compiler", "runtime/supervisor/holder", deps("policy/compiler"), "launch-reads-output-only"},
 	}
@@ -107,4 +110,20 @@ func TestStaleRule(t *testing.T) {
 	if len(vs) != 1 || vs[0].Rule != "stale-rule" || vs[0].Pkg != "internal/childproc" {
 		t.Fatalf("got %v, want one stale-rule for internal/childproc", vs)
 	}
+}
+
+// A test-support folder with no package below it is reported too.
+func TestStaleSupportRoot(t *testing.T) {
+	var pkgs []Package
+	for _, p := range baseline() {
+		if !within(p.Path, []string{"test/cmd"}) {
+			pkgs = append(pkgs, p)
+		}
+	}
+	for _, v := range Check(pkgs) {
+		if v.Rule == "stale-rule" && v.Pkg == "test/cmd" {
+			return
+		}
+	}
+	t.Fatal("no stale-rule for test/cmd, which has no package left")
 }

@@ -28,7 +28,7 @@ import (
 )
 
 // T is what testnet needs of its caller. testing.TB has it, and so can a
-// program that runs a world outside `go test` (cmd/paseo-demo).
+// program that runs a world outside `go test` (test/cmd/paseo-demo).
 type T interface {
 	Helper()
 	Fatal(args ...any)

@@ -1,7 +1,9 @@
 // Package pathsafe is the compiler's one seam to the host filesystem. It
 // resolves paths beneath registered roots with openat2, refusing symlinks,
 // magic links and mount crossings, so that what the compiler grants is
-// exactly the object the operator registered.
+// exactly the object the operator registered. It lives in internal/, not
+// under policy/compiler, because the launcher re-checks the pins it makes
+// and the launch side may not import the compiler.
 package pathsafe
 
 import (
