@@ -16,6 +16,7 @@ type Package struct {
 	Imports     []string // direct, non-test files
 	Deps        []string // transitive, non-test files
 	TestImports []string // _test.go files, in-package and external
+	Skips       []string // files (test or not) that call a testing Skip method
 }
 
 // Violation is one forbidden edge (Pkg imports or depends on Import), with
@@ -73,6 +74,11 @@ var execImporters = map[string]string{
 // binary; the folder says what a package is, and no list has to.
 var testSupport = []string{"internal/testkit", "test/cmd"}
 
+// skipHelper is the one package that calls t.Skip: every other test skips
+// through it, so `make test` can turn every skip into a failure
+// (internal/testkit/skip says how).
+const skipHelper = "internal/testkit/skip"
+
 // testOnly are packages that are tests themselves; every other package
 // that is not TestSupport is product.
 var testOnly = []string{"test/acceptance", "test/e2e", "internal/archtest"}
@@ -100,7 +106,7 @@ func Check(pkgs []Package) []Violation {
 	for _, p := range pkgs {
 		known[p.Path] = true
 	}
-	for _, names := range [][]string{keys(cueImporters), keys(cueTestImporters), keys(execImporters), testOnly, launchSide, notOnLaunchSide} {
+	for _, names := range [][]string{keys(cueImporters), keys(cueTestImporters), keys(execImporters), testOnly, launchSide, notOnLaunchSide, {skipHelper}} {
 		for _, n := range names {
 			if !known[n] {
 				add("stale-rule", n, "", "a rule names this package but the module has none; update internal/archtest")
@@ -126,6 +132,9 @@ func Check(pkgs []Package) []Violation {
 			if isCUE(imp) && cueTestImporters[p.Path] == "" {
 				add("cue-only-in-schema", p.Path, imp+" (in _test.go)", "CUE is evaluated in schema only; test through schema")
 			}
+		}
+		if len(p.Skips) > 0 && p.Path != skipHelper {
+			add("one-skip-helper", p.Path, strings.Join(p.Skips, ", "), "tests skip through internal/testkit/skip only, which make test turns into a failure")
 		}
 		if !within(p.Path, testSupport) && !tests[p.Path] {
 			for _, d := range p.Deps {

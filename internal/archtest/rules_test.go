@@ -8,7 +8,7 @@ import (
 // one edge to it.
 func baseline() []Package {
 	var pkgs []Package
-	for _, n := range append(append(append(append(keys(cueImporters), keys(execImporters)...), testOnly...), launchSide...), notOnLaunchSide...) {
+	for _, n := range append(append(append(append(append(keys(cueImporters), keys(execImporters)...), testOnly...), launchSide...), notOnLaunchSide...), skipHelper) {
 		pkgs = append(pkgs, Package{Path: n})
 	}
 	return pkgs
@@ -31,6 +31,7 @@ func TestRules(t *testing.T) {
 		return func(p *Package) { p.Imports = append(p.Imports, imps...); p.Deps = append(p.Deps, imps...) }
 	}
 	deps := func(ds ...string) func(*Package) { return func(p *Package) { p.Deps = append(p.Deps, ds...) } }
+	skips := func(files ...string) func(*Package) { return func(p *Package) { p.Skips = append(p.Skips, files...) } }
 	tests := func(imps ...string) func(*Package) {
 		return func(p *Package) { p.TestImports = append(p.TestImports, imps...) }
 	}
@@ -69,6 +70,9 @@ func TestRules(t *testing.T) {
 		{"execution depends on CUE transitively", "runtime/execution", deps("cuelang.org/go/cue"), "launch-reads-output-only"},
 		{"launcher depends on pathsafe", "runtime/launcher", deps("internal/pathsafe"), ""},
 		{"launcher depends on a compiler subpackage", "runtime/launcher", deps("policy/compiler/gitindex"), "launch-reads-output-only"},
+		{"the skip helper skips", "internal/testkit/skip", skips("skip.go"), ""},
+		{"a launcher test skips on its own", "runtime/launcher", skips("network_test.go"), "one-skip-helper"},
+		{"test support skips on its own", "internal/testkit/testnet", skips("testnet.go"), "one-skip-helper"},
 		{"supervisor compiles", "runtime/supervisor", deps("policy/compiler", "policy/schema"), ""},
 		{"the holder depends on compiler", "runtime/supervisor/holder", deps("policy/compiler"), "launch-reads-output-only"},
 	}

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/internal/testkit/skip"
 )
 
 // tree builds base/srv/ws/{proj/sub,file} and returns base.
@@ -32,13 +33,6 @@ func codeOf(err error) diag.Code {
 		return pe.Code
 	}
 	return ""
-}
-
-func mustRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test mounts filesystems and needs root; run it as root (CI does)")
-	}
 }
 
 func TestResolveIdentity(t *testing.T) {
@@ -138,7 +132,7 @@ func TestMagicLinkRefused(t *testing.T) {
 // A bind mount nested beneath a root (bind-style nesting) is refused: the
 // registered root must be the mount point itself.
 func TestNestedBindMountRefused(t *testing.T) {
-	mustRoot(t)
+	skip.UnlessRoot(t, "it bind-mounts a directory")
 	base := tree(t)
 	target := filepath.Join(base, "srv/ws/proj/sub")
 	if err := unix.Mount(filepath.Join(base, "srv/other"), target, "", unix.MS_BIND, ""); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/pathsafe"
+	"paseo.dev/paseo-policy/internal/testkit/skip"
 	"paseo.dev/paseo-policy/internal/testkit/testtree"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/schema"
@@ -81,8 +82,12 @@ func caseInputs(t testing.TB, name string) (goldenCase, Inputs, pathsafe.Resolve
 	if err != nil {
 		t.Fatal(err)
 	}
+	spec := string(tree) + "\n" + strings.Join(gc.Tree, "\n")
+	if testtree.Mounts(spec) {
+		skip.UnlessRoot(t, "its host tree mounts a tmpfs")
+	}
 	root := t.TempDir()
-	cleanup, err := testtree.Build(root, string(tree)+"\n"+strings.Join(gc.Tree, "\n"))
+	cleanup, err := testtree.Build(root, spec)
 	t.Cleanup(cleanup)
 	if err != nil {
 		t.Fatal(err)

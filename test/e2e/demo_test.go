@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"paseo.dev/paseo-policy/internal/testkit/skip"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 )
 
@@ -16,9 +17,7 @@ import (
 // every forbidden attempt was contained, the grants it shows were used,
 // and it left nothing behind.
 func TestPiDemo(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the demo makes namespaces and runs runsc: run this test as root (CI does)")
-	}
+	skip.UnlessRoot(t, "the demo makes namespaces and runs runsc")
 	runsc := testbundle.Repo(t, "bin/runsc")
 	if _, err := os.Stat(runsc); err != nil {
 		t.Fatalf("pinned runsc missing at %s: run `make runsc` (%v)", runsc, err)
