@@ -23,7 +23,8 @@ func newPS(g *globals) *cobra.Command {
 		Short: "List sandboxes: the launcher's records joined with runsc's state (root)",
 		Long: `ps lists every sandbox under the state root. LAUNCHER is alive while the
 launcher that started it runs, dead when it is gone, none when runsc knows a
-container no launcher record names. GARBAGE marks what gc would remove.`,
+container no launcher record names. GARBAGE marks what gc would remove. A
+sandbox whose teardown failed is garbage, its failed steps listed beneath it.`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			entries, err := inv.PS()
@@ -39,6 +40,9 @@ container no launcher record names. GARBAGE marks what gc would remove.`,
 			fmt.Fprintf(g.stdout, "%-24s %-8s %-8s %-7s %-18s %-14s %s\n", "ID", "STATUS", "LAUNCHER", "GARBAGE", "PROFILE", "AGENT", "STARTED")
 			for _, e := range entries {
 				fmt.Fprintf(g.stdout, "%-24s %-8s %-8s %-7t %-18s %-14s %s\n", e.ID, e.Status, e.Launcher, e.Garbage, dash(e.Profile), dash(e.Agent), dash(e.Started))
+				for _, f := range e.Teardown {
+					fmt.Fprintf(g.stdout, "  teardown failed: %s\n", f)
+				}
 			}
 			return nil
 		},

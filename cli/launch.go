@@ -43,6 +43,7 @@ nothing runs. The agent's own exit code is returned otherwise.`,
 		RunE: func(_ *cobra.Command, args []string) error {
 			o.BundleDir = args[0]
 			o.Stdin, o.Stdout, o.Stderr = os.Stdin, g.stdout, g.stderr
+			o.Log = g.stderr // a failed teardown step, a line each
 			if secretsDir != "" {
 				o.Secrets = launcher.SecretsDir(secretsDir)
 			}

@@ -2,6 +2,8 @@ package archtest
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -38,8 +40,9 @@ func (v Violation) String() string {
 const cueModule = "cuelang.org/go"
 
 // cueImporters may import CUE; every other package works on the Go types
-// schema decodes into, so CUE's evaluation stays in one place (STYLE.md:
-// the launcher reads compiler output, never CUE; cmd does no CUE).
+// schema decodes into, so CUE's evaluation stays in one place: the
+// launcher reads the compiler's output, never CUE, and cmd does no CUE
+// (docs/spec.md, "Import direction").
 var cueImporters = map[string]string{
 	"policy/schema": "the CUE contracts and the one place facts, registry and profiles are unified and decoded",
 }
@@ -89,6 +92,14 @@ var testOnly = []string{"test/acceptance", "test/e2e", "internal/archtest"}
 // hands it a bundle on disk).
 var launchSide = []string{"runtime/launcher", "runtime/execution", "runtime/bridge", "runtime/supervisor/holder"}
 
+// neutralSeams are the interfaces every backend meets, with the packages
+// no seam may depend on, even transitively: a seam that linked its
+// adapter would hand its callers the adapter's types, and a second
+// backend would have to drag the first one in.
+var neutralSeams = map[string][]string{
+	"runtime/execution": {"runtime/launcher"}, // the OCI adapter lives beside the launcher: runtime/launcher/ociexec
+}
+
 // notOnLaunchSide are what the launch side must not depend on, even
 // transitively, nor on any package below them: what both sides share (the
 // path resolver, the destination classifier) lives in internal/.
@@ -106,7 +117,11 @@ func Check(pkgs []Package) []Violation {
 	for _, p := range pkgs {
 		known[p.Path] = true
 	}
-	for _, names := range [][]string{keys(cueImporters), keys(cueTestImporters), keys(execImporters), testOnly, launchSide, notOnLaunchSide, {skipHelper}} {
+	var forbidden []string
+	for _, fs := range neutralSeams {
+		forbidden = append(forbidden, fs...)
+	}
+	for _, names := range [][]string{keys(cueImporters), keys(cueTestImporters), keys(execImporters), testOnly, launchSide, notOnLaunchSide, slices.Sorted(maps.Keys(neutralSeams)), forbidden, {skipHelper}} {
 		for _, n := range names {
 			if !known[n] {
 				add("stale-rule", n, "", "a rule names this package but the module has none; update internal/archtest")
@@ -141,6 +156,11 @@ func Check(pkgs []Package) []Violation {
 				if within(d, testSupport) {
 					add("no-test-support-in-product", p.Path, d, "product code must not link fakes, test worlds or probes")
 				}
+			}
+		}
+		for _, d := range p.Deps {
+			if within(d, neutralSeams[p.Path]) {
+				add("seam-imports-no-backend", p.Path, d, "a backend-neutral seam holds interfaces and neutral types; its adapters import it, never the other way")
 			}
 		}
 		if within(p.Path, launchSide) {

@@ -58,11 +58,6 @@ const (
 // branch counts as checked out elsewhere.
 const GitHostWorktreeHead = "ref: refs/paseo/host-worktree\n"
 
-// SecretFiles are the bundle files the launcher writes into its private
-// copy through its secret check: config.json with its credential slot
-// filled, and the MCP config checked to carry no bearer.
-var SecretFiles = []string{ConfigFile, MCPConfigFile}
-
 // Egress is egress.json: deny by default, one rule per allowed destination.
 type Egress struct {
 	APIVersion string       `json:"apiVersion"`

@@ -11,15 +11,17 @@ import (
 	"paseo.dev/paseo-policy/internal/testkit/localexec"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/runtime/execution"
+	"paseo.dev/paseo-policy/runtime/launcher/ociexec"
 )
 
 // The same contract, checked against both adapters: stdio moves bytes with
 // stdout and stderr apart, the exit status comes back, a signal reaches the
 // process, Stop ends it and tears down, and each backend refuses the other
-// kind of spec. The OCI adapter runs the compiled bundle under the pinned
-// runsc (root, bin/runsc, busybox); the local one (test support,
-// internal/testkit/localexec) the same script on the host, so the contract
-// is checked against the seam, not against one adapter's habits.
+// kind of spec. The OCI adapter (runtime/launcher/ociexec) runs the
+// compiled bundle under the pinned runsc (root, bin/runsc, busybox); the
+// local one (test support, internal/testkit/localexec) the same script on
+// the host, so the contract is checked against the seam, not against one
+// adapter's habits.
 
 // backendCase starts script under one backend.
 type backendCase struct {
@@ -40,10 +42,10 @@ func cases(t *testing.T) []backendCase {
 				}
 				return p
 			}},
-		{name: "oci", b: execution.OCI{}, other: execution.Spec{Command: &execution.Command{Argv: []string{"/bin/true"}}},
+		{name: "oci", b: ociexec.OCI{}, other: execution.Spec{Command: &execution.Command{Argv: []string{"/bin/true"}}},
 			start: func(t *testing.T, script string) execution.Process {
 				sc := testbundle.New(t, testbundle.Options{Argv: testbundle.Script(script)})
-				oci := execution.OCI{StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: func(_, _ string) ([]byte, error) { return []byte("k"), nil }}
+				oci := ociexec.OCI{StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: func(_, _ string) ([]byte, error) { return []byte("k"), nil }}
 				p, err := oci.Start(context.Background(), execution.Spec{Bundle: sc.Bundle})
 				if err != nil {
 					t.Fatal(err)

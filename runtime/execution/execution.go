@@ -1,12 +1,14 @@
 // Package execution is the backend-neutral process seam the seed decided
 // on: a backend starts one agent process under an identity it owns and
 // hands back its stdio; the process can be signalled, stopped and waited
-// for; a backend can clean up what crashed runs left behind. The product's
-// one adapter is OCI (a compiled bundle under gVisor runsc, through the
-// launcher); the contract test also runs a plain host process through
-// internal/testkit/localexec, so the seam stays backend-neutral. A
-// Spec's Command exists for such a backend and OCI refuses it: a
-// sandboxed launch never becomes a local one by mistake.
+// for; a backend can clean up what crashed runs left behind. It holds the
+// interfaces and neutral types only and imports no backend
+// (internal/archtest holds it to that): the product's one adapter, OCI (a
+// compiled bundle under gVisor runsc), lives beside the launcher it drives
+// (runtime/launcher/ociexec); the contract test also runs a plain host
+// process through internal/testkit/localexec, so the seam stays
+// backend-neutral. A Spec's Command exists for such a backend and OCI
+// refuses it: a sandboxed launch never becomes a local one by mistake.
 //
 // The provider's protocol (Pi's JSONL is the daemon's business; the tests
 // speak it through internal/testkit/piproto) and output replay (package
@@ -17,10 +19,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"io"
 	"syscall"
-
-	"paseo.dev/paseo-policy/runtime/launcher"
 )
 
 // Spec is what to run. Exactly one of Bundle (OCI) or Command (Local) is
@@ -49,17 +50,38 @@ type Exit struct {
 	Code int
 	// Reason is set when the backend ended it (wall time, memory, a stop).
 	Reason string
-	// Limit is the limit it was ended at (launcher.Result.Limit), if any.
+	// Limit is the limit it was ended at (wallSeconds, outputBytes,
+	// memoryBytes), if any.
 	Limit string
 	// Err is set when the backend itself failed after the start.
 	Err error
 	// Packets and Routes are the sandbox network's counters at teardown
-	// (OCI backend, sandbox network mode; launcher.Result): what the
-	// sandbox used and what was blocked, kept for whoever asks after it
-	// ended.
+	// (OCI backend, sandbox network mode): what the sandbox used and what
+	// was blocked, kept for whoever asks after it ended.
 	Packets map[string]uint64
-	Routes  map[string]launcher.RouteStats
+	Routes  map[string]RouteStats
 }
+
+// RouteStats is what one private route's proxy did: requests forwarded
+// and refused, and why (the OCI backend's route proxies count them).
+type RouteStats struct {
+	Forwarded int64 `json:"forwarded"`
+	Refused   int64 `json:"refused"`
+	// OutOfScope are the refused requests whose JSON-RPC body was
+	// malformed or outside the MCP scope; Filtered the tools dropped from
+	// tools/list answers.
+	OutOfScope int64 `json:"outOfScope,omitempty"`
+	Filtered   int64 `json:"filtered,omitempty"`
+	// RefusedConns are connections past the proxy's cap, closed at accept;
+	// Cut requests ended before the guard (headers too large or too slow).
+	RefusedConns int64 `json:"refusedConns,omitempty"`
+	Cut          int64 `json:"cut,omitempty"`
+}
+
+// SecretSource returns the value of secret ref of one deployment, a fresh
+// slice each call (the backend wipes it). An alias of the function type,
+// so any backend's own named source type is one.
+type SecretSource = func(deployment, ref string) ([]byte, error)
 
 // Process is a started process as its backend owns it. Its outputs must be
 // read to EOF (the bridge does); Wait returns once the process has ended,
@@ -75,6 +97,28 @@ type Process interface {
 	Wait() Exit
 }
 
+// Hibernator is a process whose sandbox can be checkpointed and restored
+// (docs/supervisor.md "Hibernate").
+type Hibernator interface {
+	// Hibernate checkpoints the sandbox and releases it as at delete,
+	// except the checkpoint; the process itself goes on (its stdio stays).
+	Hibernate() error
+	// Wake restores it, with the secrets as they are now. A refusal (the
+	// OCI backend's is a *launcher.UnavailableError) leaves the process
+	// hibernated.
+	Wake(ctx context.Context, secrets SecretSource) error
+	Hibernated() bool
+}
+
+// ErrNotRunning is a hibernate of a process that does not run, or a wake
+// of one that is not hibernated.
+var ErrNotRunning = errors.New("the sandbox is not in a state for this")
+
+// ErrInputPending is a hibernate refused because the sandbox has not read
+// input already handed to it: it is busy, not idle, and runs on. Worth
+// retrying once the agent has read it (idle hibernation retries every tick).
+var ErrInputPending = errors.New("the sandbox has not taken the input it was given; it is not idle")
+
 // Backend starts processes and cleans up after crashed runs.
 type Backend interface {
 	Name() string
@@ -84,31 +128,6 @@ type Backend interface {
 	// Cleanup removes what runs of this backend left when their owner
 	// died, and lists what it removed.
 	Cleanup(ctx context.Context) ([]string, error)
-}
-
-// pipes are a process's stdio as its backend hands them out: the backend
-// writes outputs into the *W ends and reads input from inR.
-type pipes struct {
-	inR        *io.PipeReader
-	inW        *io.PipeWriter
-	outR, errR *io.PipeReader
-	outW, errW *io.PipeWriter
-}
-
-func newPipes() *pipes {
-	p := &pipes{}
-	p.inR, p.inW = io.Pipe()
-	p.outR, p.outW = io.Pipe()
-	p.errR, p.errW = io.Pipe()
-	return p
-}
-
-// closeBackend closes the backend's ends once the process has ended: the
-// readers see EOF and a writer to stdin gets an error.
-func (p *pipes) closeBackend() {
-	p.outW.Close()
-	p.errW.Close()
-	p.inR.Close()
 }
 
 // NewID returns prefix followed by 16 random hex digits: an identity no

@@ -200,13 +200,19 @@ func (l *authLock) checkStaged(path string) error {
 
 // release drops the lock at teardown. While the sandbox is hibernated the
 // file keeps naming it; otherwise it is removed, while still locked, so
-// the state root does not collect one file per auth.json ever run.
-func (l *authLock) release() {
-	if _, err := os.Stat(HibernateDir(l.stateRoot, l.id)); err != nil {
-		_ = unix.Unlinkat(int(l.dir.Fd()), l.name, 0)
+// the state root does not collect one file per auth.json ever run. It
+// runs after the record's undo, so a failure here is in the result and
+// the log but not in a kept record.
+func (l *authLock) release() error {
+	var err error
+	if _, serr := os.Stat(HibernateDir(l.stateRoot, l.id)); serr != nil {
+		if uerr := unix.Unlinkat(int(l.dir.Fd()), l.name, 0); uerr != nil && !errors.Is(uerr, unix.ENOENT) {
+			err = fmt.Errorf("removing the lock file %s: %w", l.name, uerr)
+		}
 	}
-	l.f.Close()
+	l.f.Close() // closing drops the lock, whatever close reports
 	l.dir.Close()
+	return err
 }
 
 func readLockOwner(f *os.File) string {
@@ -241,7 +247,7 @@ func (l *launch) lockAuthFile() error {
 		return err
 	}
 	l.authLock = lock
-	l.cleanup.push(lock.release)
+	l.cleanup.push("auth.json lock", lock.release)
 	return nil
 }
 
@@ -252,7 +258,7 @@ func (l *launch) checkAuthFileStaged() error {
 		return nil
 	}
 	p, _, _ := authFilePin(l.plan)
-	for _, s := range l.spec.binds {
+	for _, s := range l.state.binds {
 		if s.pin == p {
 			return l.authLock.checkStaged(s.path)
 		}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	rspec "github.com/opencontainers/runtime-spec/specs-go"
+
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
 	"paseo.dev/paseo-policy/runtime/launcher/preflight"
@@ -112,7 +114,8 @@ func BenchmarkBareRunscFirstByte(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := run.materialize(plan, staticSecret("v")); err != nil {
+		spec, err := run.materialize(plan, staticSecret("v"))
+		if err != nil {
 			b.Fatal(err)
 		}
 		// The run dir as the launcher hands it to runsc: binds staged.
@@ -120,7 +123,7 @@ func BenchmarkBareRunscFirstByte(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := run.patchSpec(runtimeState{cgroupsPath: CgroupsPath(id), binds: staged}); err != nil {
+		if err := run.writeSpec(spec, runtimeState{cgroupsPath: CgroupsPath(id), binds: staged}); err != nil {
 			b.Fatal(err)
 		}
 		var out firstByte
@@ -194,8 +197,9 @@ func BenchmarkLaunchSteps(b *testing.B) {
 			b.Fatal(err)
 		}
 		run, err := newRunDir(s.State, id)
+		var spec *rspec.Spec
 		if err == nil {
-			err = run.materialize(plan, staticSecret("v"))
+			spec, err = run.materialize(plan, staticSecret("v"))
 		}
 		t5 := time.Now()
 		var staged []stagedBind
@@ -204,7 +208,7 @@ func BenchmarkLaunchSteps(b *testing.B) {
 		}
 		t6 := time.Now()
 		if err == nil {
-			_, err = run.patchSpec(runtimeState{cgroupsPath: CgroupsPath(id), binds: staged})
+			err = run.writeSpec(spec, runtimeState{cgroupsPath: CgroupsPath(id), binds: staged})
 		}
 		t7 := time.Now()
 		if err != nil {

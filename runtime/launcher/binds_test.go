@@ -3,7 +3,6 @@ package launcher
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,24 +89,22 @@ func bareRunscErr(t *testing.T, s *sandbox, edit func(*rspec.Spec), swap func())
 		t.Fatal(err)
 	}
 	defer run.remove()
-	if err := run.materialize(plan, staticSecret("v")); err != nil {
+	spec, err := run.materialize(plan, staticSecret("v"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	staged, err := run.stageBinds(plan)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := run.patchSpec(runtimeState{cgroupsPath: CgroupsPath(id), privateRoot: true, binds: staged}); err != nil {
+	// The edit sees the run copy as the launcher would write it, staged
+	// binds and private root included.
+	if err := run.writeSpec(spec, runtimeState{cgroupsPath: CgroupsPath(id), privateRoot: true, binds: staged}); err != nil {
 		t.Fatal(err)
 	}
-	cfgPath := filepath.Join(run.dir, bundle.ConfigFile)
-	var spec rspec.Spec
-	if err := json.Unmarshal(mustReadFile(t, cfgPath), &spec); err != nil {
-		t.Fatal(err)
-	}
-	edit(&spec)
-	data, _ := bundle.Marshal(&spec)
-	if err := os.WriteFile(cfgPath, data, 0o600); err != nil {
+	edit(spec)
+	data, _ := bundle.Marshal(spec)
+	if err := os.WriteFile(filepath.Join(run.dir, bundle.ConfigFile), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	swap()

@@ -120,7 +120,9 @@ func Checkpoint(o CheckpointOptions) (img *Image, err error) {
 	}
 	defer func() {
 		if err != nil {
-			_ = os.RemoveAll(dir)
+			if rerr := os.RemoveAll(dir); rerr != nil {
+				err = fmt.Errorf("%w (removing the unfinished checkpoint dir: %v)", err, rerr)
+			}
 			img = nil
 		}
 	}()
@@ -260,21 +262,21 @@ func (l *launch) wakePhases(ctx context.Context) error {
 	if err := l.prepare(); err != nil {
 		return err
 	}
-	if l.eg.Mode != img.Network {
-		return fmt.Errorf("the bundle's network mode is %s, the checkpoint's %s", l.eg.Mode, img.Network)
+	if l.plan.Network != img.Network {
+		return fmt.Errorf("the bundle's network mode is %s, the checkpoint's %s", l.plan.Network, img.Network)
 	}
-	if l.limits.wall > 0 {
-		if l.limits.wall <= img.Ran {
-			return fmt.Errorf("the sandbox has run %v of its wall time %v", img.Ran.Round(time.Second), l.limits.wall)
+	if l.limits.Wall > 0 {
+		if l.limits.Wall <= img.Ran {
+			return fmt.Errorf("the sandbox has run %v of its wall time %v", img.Ran.Round(time.Second), l.limits.Wall)
 		}
-		l.limits.wall -= img.Ran
+		l.limits.Wall -= img.Ran
 	}
 	// The values prepare materialized into the run dir are the ones
 	// compared.
 	if l.secretsDigest != img.SecretsDigest {
 		return errors.New("a secret the checkpoint holds has changed since it was taken (rotated)")
 	}
-	if l.eg.Mode == "sandbox" {
+	if l.plan.Network == "sandbox" {
 		if err := l.network(ctx); err != nil {
 			return err
 		}
@@ -286,7 +288,10 @@ func (l *launch) wakePhases(ctx context.Context) error {
 	if err := l.restored(ctx, r); err != nil {
 		return err
 	}
-	_ = RemoveImage(l.opts.StateRoot, l.opts.ID)
+	// The restored sandbox runs on; an image that would not go is a
+	// leftover of this launch, reported with its teardown failures (and
+	// keeping its record for ps and gc).
+	l.cleanup.note("checkpoint image", RemoveImage(l.opts.StateRoot, l.opts.ID))
 	if onStart != nil {
 		onStart()
 	}

@@ -23,7 +23,10 @@ import (
 // left behind. Only a sandbox whose launcher is alive is live: everything
 // else under the state root (a record of a dead launcher, a container
 // runsc knows but no record names, a pinned namespace, a lease, a run dir
-// or a cgroup without a live record) is garbage, and gc removes it.
+// or a cgroup without a live record) is garbage, and gc removes it. So is
+// a sandbox whose teardown failed: its record names the failed steps, and
+// its launch is over even while the process that ran it lives on (a
+// holder outlives its launches).
 
 // Entry is one sandbox as ps reports it.
 type Entry struct {
@@ -43,6 +46,9 @@ type Entry struct {
 	Started    string `json:"started,omitempty"`
 	// Garbage is true when gc would remove this sandbox.
 	Garbage bool `json:"garbage"`
+	// Teardown lists the steps of the sandbox's teardown that failed (its
+	// record's); what they left is gc's.
+	Teardown []UndoFailure `json:"teardown,omitempty"`
 }
 
 // Inventory reads sandboxes from one state root with one runsc.
@@ -95,15 +101,14 @@ func (inv Inventory) PS() ([]Entry, error) {
 	var out []Entry
 	for _, r := range recs {
 		e := Entry{ID: r.ID, Status: "absent", Launcher: "dead", Profile: r.Profile, Agent: r.Agent,
-			Deployment: r.Deployment, Network: r.Network, Started: r.Started.Format("2006-01-02T15:04:05Z")}
+			Deployment: r.Deployment, Network: r.Network, Started: r.Started.Format("2006-01-02T15:04:05Z"),
+			Garbage: r.ended(), Teardown: r.Teardown}
 		if st, ok := cs[r.ID]; ok {
 			e.Status = st
 			delete(cs, r.ID)
 		}
 		if r.LauncherAlive() {
 			e.Launcher = "alive"
-		} else {
-			e.Garbage = true
 		}
 		out = append(out, e)
 	}
@@ -144,8 +149,8 @@ func (inv Inventory) Kill(id string, sig unix.Signal) error {
 	if i < 0 {
 		return fmt.Errorf("no sandbox %s under %s", id, inv.StateRoot)
 	}
-	if !recs[i].LauncherAlive() {
-		return fmt.Errorf("sandbox %s has no live launcher; use gc", id)
+	if recs[i].ended() {
+		return fmt.Errorf("sandbox %s has no live launcher or its teardown failed; use gc", id)
 	}
 	args := []string{"kill"}
 	if sig == unix.SIGKILL {
@@ -190,7 +195,7 @@ func (inv Inventory) GC() (GCReport, error) {
 		}
 	}
 	for _, r := range recs {
-		if r.LauncherAlive() {
+		if !r.ended() {
 			live[r.ID] = true
 			continue
 		}
@@ -241,7 +246,7 @@ func (inv Inventory) GC() (GCReport, error) {
 		inv.remove(&rep, id, known, uplinks[id])
 	}
 	if len(ids) > 0 {
-		unmountBeneath(inv.runsc().root)
+		rep.note("mounts under the runsc root", unmountBeneath(inv.runsc().root))
 	}
 	return rep, nil
 }
@@ -257,7 +262,7 @@ func (inv Inventory) Remove(id string) (GCReport, error) {
 	uplink := ""
 	for _, r := range recs {
 		if r.ID == id {
-			if r.LauncherAlive() {
+			if !r.ended() {
 				return rep, fmt.Errorf("sandbox %s has a live launcher; kill it instead", id)
 			}
 			uplink = r.Uplink
@@ -269,7 +274,7 @@ func (inv Inventory) Remove(id string) (GCReport, error) {
 	}
 	_, known := cs[id]
 	inv.remove(&rep, id, known, uplink)
-	unmountBeneath(inv.runsc().root)
+	rep.note("mounts under the runsc root", unmountBeneath(inv.runsc().root))
 	return rep, nil
 }
 
@@ -286,7 +291,7 @@ func (inv Inventory) remove(rep *GCReport, id string, container bool, uplink str
 	if !hibernationOwned(inv.StateRoot, id) {
 		rep.note("checkpoint of "+id, RemoveImage(inv.StateRoot, id))
 	}
-	removeRecord(inv.StateRoot, id)
+	rep.note("record of "+id, removeRecord(inv.StateRoot, id))
 	rep.Removed = append(rep.Removed, id)
 }
 

@@ -25,11 +25,12 @@ import (
 	"syscall"
 	"time"
 
+	rspec "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/internal/childproc"
 	"paseo.dev/paseo-policy/policy/bundle"
-	"paseo.dev/paseo-policy/policy/grant"
+	"paseo.dev/paseo-policy/runtime/execution"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
 	"paseo.dev/paseo-policy/runtime/launcher/preflight"
 	"paseo.dev/paseo-policy/runtime/launcher/routeproxy"
@@ -80,6 +81,10 @@ type Options struct {
 	Stdin      io.Reader
 	Stdout     io.Writer
 	Stderr     io.Writer
+	// Log takes the launcher's own diagnostics, one line each: a teardown
+	// step that failed (Result.Teardown has them as data). Never the
+	// agent's output. Nil: the process's stderr.
+	Log io.Writer
 	// Grace is how long a container gets between SIGTERM and SIGKILL.
 	Grace time.Duration
 	// Uplink is the network namespace sandbox veth peers live in (network
@@ -104,6 +109,9 @@ type Options struct {
 
 	// afterStaging, in tests, runs once the bind sources are staged.
 	afterStaging func(runDir string)
+	// undoFault, in tests, fails the teardown steps it returns an error
+	// for (cleanupStack.fault).
+	undoFault func(step string) error
 }
 
 // Result is how a launch ended.
@@ -123,6 +131,11 @@ type Result struct {
 	// Routes counts, per private route, requests forwarded to the daemon
 	// and requests refused by the proxy.
 	Routes map[string]RouteStats `json:"routes,omitempty"`
+	// Teardown lists the teardown steps that failed, in the order they
+	// ran; every other step still ran. What a failed step left is
+	// garbage: the record, kept with these failures, lets ps show it and
+	// gc remove it.
+	Teardown []UndoFailure `json:"teardown,omitempty"`
 }
 
 // The limits a Result's Limit names, by their names in the facts and the
@@ -133,20 +146,9 @@ const (
 	LimitMemory = "memoryBytes"
 )
 
-// RouteStats is what one route proxy did.
-type RouteStats struct {
-	Forwarded int64 `json:"forwarded"`
-	Refused   int64 `json:"refused"`
-	// OutOfScope are the refused requests whose JSON-RPC body was
-	// malformed or outside the MCP scope; Filtered the tools dropped from
-	// tools/list answers.
-	OutOfScope int64 `json:"outOfScope,omitempty"`
-	Filtered   int64 `json:"filtered,omitempty"`
-	// RefusedConns are connections past the proxy's cap, closed at accept;
-	// Cut requests ended before the guard (headers too large or too slow).
-	RefusedConns int64 `json:"refusedConns,omitempty"`
-	Cut          int64 `json:"cut,omitempty"`
-}
+// RouteStats is what one route proxy did: the execution seam's neutral
+// counters (execution.RouteStats), which the launcher fills.
+type RouteStats = execution.RouteStats
 
 // startRoute runs the proxy of one private route on the sandbox's gateway.
 func startRoute(n *sandboxnet.Network, r bundle.Route, tok *routeproxy.Token) (*routeproxy.Proxy, error) {
@@ -251,12 +253,16 @@ func routeToken(opts Options, files bundle.Files, deployment string, r bundle.Ro
 //   - each route proxy, last started first, its counters into Result.Routes;
 //   - the sandbox network, its packet counters into Result.Packets first;
 //   - the run dir, with its private root overlay;
-//   - the record, last: it is how gc finds everything above it.
+//   - the record, last: it is how gc finds everything above it; when a
+//     step above failed it is kept, naming the failures, so ps and gc
+//     show the sandbox.
 //
-// Nothing a launch makes outlives it, so nothing is released. An error
-// from any phase means runsc never started, and Launch turns it into an
-// *UnavailableError here and nowhere else; once runsc has started, how
-// the sandbox ended is the Result.
+// Every step runs even when one before it failed; the failures go into
+// Result.Teardown and a line each to Options.Log. Nothing a launch makes
+// outlives it, so nothing is released. An error from any phase means
+// runsc never started, and Launch turns it into an *UnavailableError here
+// and nowhere else; once runsc has started, how the sandbox ended is the
+// Result.
 func Launch(ctx context.Context, opts Options) (res Result, err error) {
 	l := newLaunch(opts)
 	defer func() {
@@ -279,15 +285,18 @@ type launch struct {
 	// secretsDigest digests the secret values this launch injected.
 	secretsDigest string
 
-	plan   *launchplan.Plan // the bundle read once and verified
-	files  bundle.Files     // plan.Files
-	m      *bundle.Manifest // plan.Manifest
-	eg     *bundle.Egress   // plan.Egress
-	limits limits
+	plan  *launchplan.Plan // the bundle read once and verified
+	files bundle.Files     // plan.Files
+	m     *bundle.Manifest // plan.Manifest
+	// limits are the plan's, with a wake's wall time already run taken off.
+	limits launchplan.Limits
 	rs     *runsc
 	run    *runDir
-	spec   runtimeState // what patchSpec fills into the run copy
-	memcg  *memoryCgroup
+	// spec is the run copy of config.json, patched in memory and written
+	// once at start (runstate.go); state holds what the phases learn for it.
+	spec  *rspec.Spec
+	state runtimeState
+	memcg *memoryCgroup
 	// polledOOM counts OOM kills where runsc owns the memory cgroup.
 	polledOOM atomic.Uint64
 	// wake, when set, restores a checkpoint instead of starting the agent
@@ -316,14 +325,17 @@ func newLaunch(opts Options) *launch {
 	if opts.Grace == 0 {
 		opts.Grace = 2 * time.Second
 	}
-	return &launch{opts: opts, res: Result{ID: opts.ID}}
+	if opts.Log == nil {
+		opts.Log = os.Stderr
+	}
+	return &launch{opts: opts, res: Result{ID: opts.ID}, cleanup: cleanupStack{fault: opts.undoFault}}
 }
 
 func (l *launch) phases(ctx context.Context) error {
 	if err := l.prepare(); err != nil {
 		return err
 	}
-	if l.eg.Mode == "sandbox" {
+	if l.plan.Network == "sandbox" {
 		if err := l.network(ctx); err != nil {
 			return err
 		}
@@ -352,12 +364,12 @@ func (l *launch) prepare() error {
 	}
 	// The report is OK only if the validator had no finding, so every
 	// decoded field is set.
-	l.plan, l.files, l.m, l.eg = plan, plan.Files, plan.Manifest, plan.Egress
-	if l.eg.Mode != "none" && l.eg.Mode != "sandbox" {
-		return fmt.Errorf("network mode %q is not one this launcher enforces", l.eg.Mode)
+	l.plan, l.files, l.m = plan, plan.Files, plan.Manifest
+	if plan.Network != "none" && plan.Network != "sandbox" {
+		return fmt.Errorf("network mode %q is not one this launcher enforces", plan.Network)
 	}
-	l.limits = launcherLimits(l.m.Grants)
-	l.rs = &runsc{path: l.opts.RunscPath, root: filepath.Join(l.opts.StateRoot, "runsc"), network: plan.Network()}
+	l.limits = plan.Limits
+	l.rs = &runsc{path: l.opts.RunscPath, root: filepath.Join(l.opts.StateRoot, "runsc"), network: plan.Network}
 	if err := os.MkdirAll(l.rs.root, 0o700); err != nil {
 		return err
 	}
@@ -381,11 +393,11 @@ func (l *launch) prepare() error {
 	if err := l.claim(); err != nil {
 		return err
 	}
-	if err := l.run.materialize(plan, secrets.get); err != nil {
+	if l.spec, err = l.run.materialize(plan, secrets.get); err != nil {
 		return err
 	}
-	l.spec = runtimeState{cgroupsPath: CgroupsPath(l.opts.ID), privateRoot: true}
-	if l.spec.binds, err = l.run.stageBinds(plan); err != nil {
+	l.state = runtimeState{cgroupsPath: CgroupsPath(l.opts.ID), privateRoot: true}
+	if l.state.binds, err = l.run.stageBinds(plan); err != nil {
 		return err
 	}
 	if err := l.checkAuthFileStaged(); err != nil {
@@ -406,9 +418,12 @@ func (l *launch) claim() error {
 	if err != nil {
 		return err
 	}
-	var undoRun cleanupStack
-	undoRun.push(run.remove)
-	defer undoRun.run()
+	undoRun := func(err error) error {
+		if rerr := run.remove(); rerr != nil {
+			return fmt.Errorf("%w (undoing the run dir: %v)", err, rerr)
+		}
+		return err
+	}
 	// runsc's create with an id it already knows deletes the first
 	// container's state and orphans it, so an id runsc knows is refused
 	// even when this launcher has no record of it.
@@ -416,17 +431,22 @@ func (l *launch) claim() error {
 		if err == nil {
 			err = fmt.Errorf("container id %s already exists in the runsc root", l.opts.ID)
 		}
-		return err
+		return undoRun(err)
 	}
 	rec := Record{ID: l.opts.ID, Bundle: l.opts.BundleDir, Profile: l.m.Profile, Agent: l.m.Agent, Deployment: l.m.Deployment,
-		Network: l.eg.Mode, Uplink: l.opts.Uplink, Started: time.Now().UTC(), RanBefore: l.ranBefore(), SecretsDigest: l.secretsDigest,
+		Network: l.plan.Network, Uplink: l.opts.Uplink, Started: time.Now().UTC(), RanBefore: l.ranBefore(), SecretsDigest: l.secretsDigest,
 		LauncherPID: os.Getpid(), LauncherStart: processStart(os.Getpid())}
 	if err := writeRecord(l.opts.StateRoot, rec); err != nil {
-		return err
+		return undoRun(err)
 	}
-	stateRoot, id := l.opts.StateRoot, l.opts.ID
-	l.cleanup.push(func() { removeRecord(stateRoot, id) })
-	l.cleanup.push(undoRun.release().run)
+	stateRoot := l.opts.StateRoot
+	l.cleanup.push("record", func() error {
+		if failed := l.cleanup.failures(); len(failed) > 0 {
+			return keepFailedRecord(stateRoot, rec, failed)
+		}
+		return removeRecord(stateRoot, rec.ID)
+	})
+	l.cleanup.push("run dir", run.remove)
 	l.run = run
 	return nil
 }
@@ -434,15 +454,17 @@ func (l *launch) claim() error {
 // network (mode sandbox) builds the sandbox's network, pins the egress
 // hosts into the run dir's hosts file and starts a proxy per private route.
 func (l *launch) network(ctx context.Context) error {
-	net, err := sandboxnet.Setup(ctx, sandboxnet.Config{ID: l.opts.ID, Egress: *l.eg, StateDir: filepath.Join(l.opts.StateRoot, "net"),
+	net, err := sandboxnet.Setup(ctx, sandboxnet.Config{ID: l.opts.ID, Egress: *l.plan.Egress, StateDir: filepath.Join(l.opts.StateRoot, "net"),
 		Uplink: l.opts.Uplink, Pool: l.opts.Pool, Link: l.wakeLink(), Resolve: l.opts.Resolve, Caps: l.opts.NetCaps})
 	if err != nil {
 		return fmt.Errorf("sandbox network: %w", err)
 	}
-	l.cleanup.push(func() {
+	l.cleanup.push("sandbox network", func() error {
+		// The counters are evidence for the result, read while they
+		// exist; not reading them undoes nothing.
 		l.res.Packets, _ = net.Counters()
 		l.keepLinkIfHibernated(net)
-		_ = net.Teardown()
+		return net.Teardown()
 	})
 	hosts, err := net.Hosts(l.files[bundle.HostsFile])
 	if err != nil {
@@ -451,8 +473,8 @@ func (l *launch) network(ctx context.Context) error {
 	if err := l.run.writeFile(bundle.HostsFile, hosts, 0o644); err != nil {
 		return err
 	}
-	l.spec.netnsPath = net.NetnsPath
-	for _, r := range l.eg.Routes {
+	l.state.netnsPath = net.NetnsPath
+	for _, r := range l.plan.Routes {
 		var proxy *routeproxy.Proxy
 		if routeproxy.IsModel(r) {
 			proxy, err = l.startModelRoute(net, r)
@@ -465,9 +487,10 @@ func (l *launch) network(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		l.cleanup.push(func() {
-			_ = proxy.Close()
+		l.cleanup.push("route "+r.Purpose, func() error {
+			err := proxy.Close()
 			l.recordRoute(r.Purpose, proxy)
+			return err
 		})
 	}
 	if l.opts.OnNetwork != nil {
@@ -476,8 +499,13 @@ func (l *launch) network(ctx context.Context) error {
 	return nil
 }
 
-// teardown undoes everything the phases made, last made first.
-func (l *launch) teardown() { l.cleanup.run() }
+// teardown undoes everything the phases made, last made first, and
+// reports every step that failed: in the result, and a line each in the
+// launcher's log.
+func (l *launch) teardown() {
+	l.res.Teardown = l.cleanup.run()
+	logFailures(l.opts.Log, l.opts.ID, l.res.Teardown)
+}
 
 // recordRoute puts a closed proxy's counters into the result.
 func (l *launch) recordRoute(purpose string, proxy *routeproxy.Proxy) {
@@ -490,30 +518,31 @@ func (l *launch) recordRoute(purpose string, proxy *routeproxy.Proxy) {
 		RefusedConns: s.RefusedConns.Load(), Cut: s.Cut.Load()}
 }
 
-// start fills the launch-time fields into the run copy of config.json,
-// makes the memory cgroup and starts runsc with the launcher's stdio.
+// start fills the launch-time fields into the run copy of config.json and
+// writes it, makes the memory cgroup and starts runsc with the launcher's
+// stdio.
 func (l *launch) start(ctx context.Context) (*running, error) {
-	memLimit, err := l.run.patchSpec(l.spec)
-	if err != nil {
+	if err := l.run.writeSpec(l.spec, l.state); err != nil {
 		return nil, err
 	}
-	if l.memcg, err = prepareMemoryCgroup(l.opts.ID, memLimit); err != nil {
+	var err error
+	if l.memcg, err = prepareMemoryCgroup(l.opts.ID, l.limits.Memory); err != nil {
 		return nil, err
 	}
 	if memcg := l.memcg; memcg != nil {
-		l.cleanup.push(memcg.remove) // runs after runsc delete, pushed next
+		l.cleanup.push("memory cgroup", memcg.remove) // runs after runsc delete, pushed next
 	}
 	id := l.opts.ID
-	l.cleanup.push(func() { l.rs.cleanup(id) })
+	l.cleanup.push("runsc delete", func() error { return l.rs.cleanup(id) })
 
 	r := &running{wall: ctx}
-	if l.limits.wall > 0 {
+	if l.limits.Wall > 0 {
 		var cancel context.CancelFunc
-		r.wall, cancel = context.WithTimeout(ctx, l.limits.wall)
-		l.cleanup.push(cancel)
+		r.wall, cancel = context.WithTimeout(ctx, l.limits.Wall)
+		l.cleanup.push("wall timer", func() error { cancel(); return nil })
 	}
-	out := &limitWriter{w: orDiscard(l.opts.Stdout), limit: l.limits.output, n: l.opts.OutputBefore}
-	errw := &limitWriter{w: orDiscard(l.opts.Stderr), limit: l.limits.output, shared: out}
+	out := &limitWriter{w: orDiscard(l.opts.Stdout), limit: l.limits.Output, n: l.opts.OutputBefore}
+	errw := &limitWriter{w: orDiscard(l.opts.Stderr), limit: l.limits.Output, shared: out}
 	stop := make(chan string, 2)
 	out.onLimit = func() { stop <- "output limit exceeded" }
 	errw.onLimit = out.onLimit
@@ -529,7 +558,9 @@ func (l *launch) start(ctx context.Context) (*running, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stdin pipe: %w", err)
 	}
-	l.cleanup.push(func() { stdinW.Close() })
+	// The copier below closes it too; whichever close comes second fails
+	// harmlessly, so this undo reports nothing.
+	l.cleanup.push("stdin", func() error { stdinW.Close(); return nil })
 	r.cmd.Stdin = stdinR
 	r.cmd.Stdout = out
 	r.cmd.Stderr = errw
@@ -620,26 +651,6 @@ func newID() string {
 	return "pp-" + hex.EncodeToString(b[:])
 }
 
-type limits struct {
-	wall   time.Duration
-	output int64
-}
-
-// launcherLimits reads the limits the launcher enforces from the grants,
-// typed and validated when the manifest was decoded.
-func launcherLimits(gs grant.List) limits {
-	var l limits
-	for _, g := range gs {
-		switch g := g.(type) {
-		case grant.WallLimit:
-			l.wall = g.Wall
-		case grant.OutputLimit:
-			l.output = g.Bytes
-		}
-	}
-	return l
-}
-
 // limitWriter passes output through and calls onLimit once when the total
 // across it and shared passes limit; output past the limit is dropped.
 // stdout and stderr have one limitWriter each, written by exec's two
@@ -700,33 +711,22 @@ func newRunDir(stateRoot, id string) (*runDir, error) {
 	return &runDir{dir: dir}, nil
 }
 
-// materialize writes the plan's bundle into the run dir with its secret
-// slots filled (secretslots.go); the reviewed bundle itself is never
-// modified. The plan's validator found the slots and refused any marker
-// outside them.
-func (r *runDir) materialize(plan *launchplan.Plan, secrets SecretSource) error {
-	if plan.SlotsErr != nil {
-		return plan.SlotsErr
+// materialize writes the plan's bundle files into the run dir, with its
+// secret slots filled (secretslots.go), and returns the run copy of the
+// spec, which start writes once it is complete (runstate.go); the
+// reviewed bundle itself is never modified. The plan's validator found the
+// slots and refused any marker outside them.
+func (r *runDir) materialize(plan *launchplan.Plan, secrets SecretSource) (*rspec.Spec, error) {
+	spec, mcp, err := fillSlots(plan, secrets)
+	if err != nil {
+		return nil, err
 	}
 	files := plan.Files
-	filled, err := fillSlots(files, plan.Deployment, plan.Slots, secrets)
-	if err != nil {
-		return err
-	}
-	for _, name := range bundle.SecretFiles {
-		out, ok := filled[name]
-		if !ok {
-			continue
-		}
-		// config.json is read by runsc as root; the MCP config by the agent
-		// through the gofer, so it is readable inside the sandbox. The run
-		// dir itself (0700) keeps both from everyone else on the host.
-		mode := os.FileMode(0o600)
-		if name != bundle.ConfigFile {
-			mode = 0o444
-		}
-		if err := r.writeFile(name, out, mode); err != nil {
-			return err
+	if mcp != nil {
+		// Read by the agent through the gofer, so readable inside the
+		// sandbox; the run dir (0700) keeps it from everyone else.
+		if err := r.writeFile(bundle.MCPConfigFile, mcp, 0o444); err != nil {
+			return nil, err
 		}
 	}
 	for _, name := range []string{bundle.HostsFile, bundle.ResolvFile, bundle.GitHeadFile, bundle.ModelsFile} {
@@ -735,10 +735,10 @@ func (r *runDir) materialize(plan *launchplan.Plan, secrets SecretSource) error 
 		}
 		// Readable by the sandbox user through the gofer.
 		if err := r.writeFile(name, files[name], 0o644); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return spec, nil
 }
 
 func (r *runDir) writeFile(name string, data []byte, mode os.FileMode) error {
@@ -749,9 +749,10 @@ func (r *runDir) writeFile(name string, data []byte, mode os.FileMode) error {
 	return os.WriteFile(p, data, mode)
 }
 
-func (r *runDir) remove() {
-	r.unmountRoot()
-	_ = removeRunDir(r.dir) // what it cannot remove, gc reports
+// remove unmounts the private root and removes the run dir; what it
+// cannot remove, it reports (and gc retries).
+func (r *runDir) remove() error {
+	return errors.Join(r.unmountRoot(), removeRunDir(r.dir))
 }
 
 // runsc drives the pinned binary with fixed flags only.
@@ -833,20 +834,30 @@ func (r *runsc) stop(id string, cmd *exec.Cmd, done <-chan error, grace time.Dur
 
 // cleanup deletes the container state and unmounts what runsc leaves
 // behind under its root (it leaves an nsfs mount at <root>/null-netns).
-func (r *runsc) cleanup(id string) {
-	_ = r.run("delete", "--force", id)
-	unmountBeneath(r.root)
+func (r *runsc) cleanup(id string) error {
+	return errors.Join(r.run("delete", "--force", id), unmountBeneath(r.root))
 }
 
-func unmountBeneath(root string) {
-	points, _ := mountPoints()
+// unmountBeneath detaches every mount at or beneath root, deepest first,
+// and reports those that would not go. A mount already gone (EINVAL: no
+// longer a mount point; ENOENT) is not a failure: the runsc root is shared
+// by every sandbox of the state root, and their teardowns race for it.
+func unmountBeneath(root string) error {
+	points, err := mountPoints()
+	if err != nil {
+		return err
+	}
 	var targets []string
 	for _, p := range points {
 		if p == root || strings.HasPrefix(p, root+"/") {
 			targets = append(targets, p)
 		}
 	}
+	var errs []error
 	for i := len(targets) - 1; i >= 0; i-- {
-		_ = unix.Unmount(targets[i], unix.MNT_DETACH)
+		if err := unix.Unmount(targets[i], unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmounting %s: %w", targets[i], err))
+		}
 	}
+	return errors.Join(errs...)
 }

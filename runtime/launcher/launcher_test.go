@@ -63,12 +63,16 @@ func sceneSandbox(sc *testbundle.Scene) *sandbox {
 
 func (s *sandbox) launch(t *testing.T, secrets SecretSource) (Result, string, string, error) {
 	t.Helper()
-	var out, errb bytes.Buffer
+	var out, errb, log bytes.Buffer
 	res, err := Launch(context.Background(), Options{
 		BundleDir: s.bundle, StateRoot: s.state, RunscPath: s.runsc,
-		Secrets: secrets, Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb,
+		Secrets: secrets, Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Log: &log,
 		Uplink: s.uplink, Resolve: s.resolve, OnNetwork: s.onNetwork,
 	})
+	// Every launch's teardown must be whole, whatever the launch did.
+	if len(res.Teardown) > 0 || log.Len() > 0 {
+		t.Errorf("teardown failed: %v\nlog: %s", res.Teardown, log.String())
+	}
 	return res, out.String(), errb.String(), err
 }
 

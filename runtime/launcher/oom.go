@@ -53,20 +53,25 @@ func prepareMemoryCgroup(id string, limit int64) (*memoryCgroup, error) {
 	cg := &memoryCgroup{dir: dir}
 	v := strconv.FormatInt(limit, 10)
 	if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte(v), 0o644); err != nil {
-		cg.remove()
-		return nil, fmt.Errorf("memory limit: %w", err)
+		return nil, errors.Join(fmt.Errorf("memory limit: %w", err), cg.remove())
 	}
 	// Absent when swap accounting is off; then there is no swap to limit.
 	if err := os.WriteFile(filepath.Join(dir, "memory.memsw.limit_in_bytes"), []byte(v), 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
-		cg.remove()
-		return nil, fmt.Errorf("memory+swap limit: %w", err)
+		return nil, errors.Join(fmt.Errorf("memory+swap limit: %w", err), cg.remove())
 	}
 	return cg, nil
 }
 
 func (c *memoryCgroup) oomKills() uint64 { return oomKillsIn(c.dir) }
 
-func (c *memoryCgroup) remove() { _ = unix.Rmdir(c.dir) }
+// remove removes the cgroup; one already gone is fine, one that still
+// holds a process (EBUSY) is reported.
+func (c *memoryCgroup) remove() error {
+	if err := unix.Rmdir(c.dir); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("removing %s: %w", c.dir, err)
+	}
+	return nil
+}
 
 // oomKillsIn reads "oom_kill N" from a cgroup dir: memory.oom_control on
 // v1 (kernel >= 4.13), memory.events on v2.

@@ -14,11 +14,11 @@ import (
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 )
 
-// A launch that fails after its network and route proxy exist (here the
-// run copy of config.json is spoiled once the network is up, so the start
-// phase's spec patch fails) is refused, undoes everything it made, and
-// still reports what the network and the proxy counted, as a launch that
-// ran does.
+// A launch that fails after its network and route proxy exist (here a
+// directory takes the run copy's place once the network is up, so the
+// start phase cannot write config.json) is refused, undoes everything it
+// made, and still reports what the network and the proxy counted, as a
+// launch that ran does.
 func TestLaunchFailureAfterNetworkUndoesEverything(t *testing.T) {
 	world := testnet.New(t)
 	model := world.Host("model")
@@ -41,7 +41,7 @@ func TestLaunchFailureAfterNetworkUndoesEverything(t *testing.T) {
 		Uplink: s.uplink, Resolve: s.resolve,
 		OnNetwork: func(*sandboxnet.Network) {
 			networked = true
-			if err := os.WriteFile(filepath.Join(s.state, "run", id, "config.json"), []byte("{"), 0o600); err != nil {
+			if err := os.Mkdir(filepath.Join(s.state, "run", id, "config.json"), 0o700); err != nil {
 				t.Error(err)
 			}
 		},

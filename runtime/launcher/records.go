@@ -16,7 +16,10 @@ import (
 // anything for it, and removes after teardown. Every object a launch makes
 // is named from the id (run dir, netns file, veth, nftables table, lease,
 // cgroup), so a record is enough for gc to remove what a crashed launcher
-// left, and `ps` can tell a live sandbox from an orphan.
+// left, and `ps` can tell a live sandbox from an orphan. A teardown with a
+// failed step keeps the record, naming the failures (Teardown): that
+// launch is over, so ps shows it as garbage and gc removes what is left,
+// whether or not the process that ran it still lives.
 type Record struct {
 	ID         string    `json:"id"`
 	Bundle     string    `json:"bundle"`
@@ -38,6 +41,9 @@ type Record struct {
 	// guards against pid reuse.
 	LauncherPID   int    `json:"launcherPid"`
 	LauncherStart uint64 `json:"launcherStart"`
+	// Teardown lists the teardown steps that failed (Result.Teardown),
+	// written when the launch ended; empty while it runs.
+	Teardown []UndoFailure `json:"teardown,omitempty"`
 }
 
 func recordsDir(stateRoot string) string { return filepath.Join(stateRoot, "records") }
@@ -65,9 +71,34 @@ func writeRecord(stateRoot string, r Record) error {
 	return werr
 }
 
-func removeRecord(stateRoot, id string) {
-	_ = os.Remove(recordPath(stateRoot, id))
+// removeRecord removes id's record; none there is fine.
+func removeRecord(stateRoot, id string) error {
+	if err := os.Remove(recordPath(stateRoot, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }
+
+// keepFailedRecord rewrites r with the teardown steps that failed, in
+// place of removing it (write and rename: a reader sees the old record or
+// the new one).
+func keepFailedRecord(stateRoot string, r Record, failed []UndoFailure) error {
+	r.Teardown = failed
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := recordPath(stateRoot, r.ID) + ".tmp" // not *.json: Records skips it
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, recordPath(stateRoot, r.ID))
+}
+
+// ended reports whether the launch the record names is over: its
+// launcher is gone, or its teardown ended with failures. Its leftovers
+// are gc's.
+func (r Record) ended() bool { return len(r.Teardown) > 0 || !r.LauncherAlive() }
 
 // Records lists the launcher's records, sorted by id.
 func Records(stateRoot string) ([]Record, error) {

@@ -45,9 +45,11 @@ func (r *runDir) mountRoot(lower string) (string, error) {
 }
 
 // unmountRoot detaches the overlay (and anything runsc left below it).
-func (r *runDir) unmountRoot() {
-	if r.root != "" {
-		unmountBeneath(r.root)
-		r.root = ""
+func (r *runDir) unmountRoot() error {
+	if r.root == "" {
+		return nil
 	}
+	err := unmountBeneath(r.root)
+	r.root = ""
+	return err
 }

@@ -1,10 +1,10 @@
 package launcher
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -17,9 +17,14 @@ import (
 // exists at launch: the container's cgroup, in sandbox mode the network
 // namespace built for it, and the private overlay over the image that the
 // launch runs on (rootfs.go). The launcher fills in exactly these three
-// fields in its private copy (besides secret placeholders), and points
-// each bind at the source it staged in the run dir (binds.go), and nothing
-// else; everything a reviewer approved stays as compiled.
+// fields in its private copy (besides the secret slot, secretslots.go),
+// and points each bind at the source it staged in the run dir (binds.go),
+// and nothing else; everything a reviewer approved stays as compiled.
+//
+// The run copy is the launch plan's decoded spec, copied where the launch
+// changes it; the secret slot is filled at materialize, the phases collect
+// the other values (runtimeState), and start patches them in and writes
+// the copy once, just before runsc starts. Nothing reads it back.
 
 // CgroupsPath is the cgroup of container id. runsc applies the spec's
 // resources only when a cgroups path is set, so every launch sets one.
@@ -35,37 +40,45 @@ type runtimeState struct {
 	binds []stagedBind
 }
 
-// patchSpec fills in the launch-time fields and returns the compiled
-// memory limit (0 if none).
-func (r *runDir) patchSpec(st runtimeState) (memLimit int64, err error) {
-	p := filepath.Join(r.dir, bundle.ConfigFile)
-	data, err := os.ReadFile(p)
-	if err != nil {
-		return 0, err
+// runSpec copies the parts of the plan's verified spec a launch changes
+// (the process env, the mounts, the root, the namespaces), so patching the
+// copy leaves the plan as it was judged. Everything else is shared and
+// never written.
+func runSpec(compiled *rspec.Spec) (*rspec.Spec, error) {
+	if compiled == nil || compiled.Linux == nil || compiled.Root == nil {
+		return nil, fmt.Errorf("%s has no linux section or no root", bundle.ConfigFile)
 	}
-	var spec rspec.Spec
-	if err := json.Unmarshal(data, &spec); err != nil {
-		return 0, fmt.Errorf("run copy of config.json: %w", err)
+	s := *compiled
+	if s.Process != nil {
+		p := *s.Process
+		p.Env = slices.Clone(p.Env)
+		s.Process = &p
 	}
-	if spec.Linux == nil {
-		return 0, fmt.Errorf("run copy of config.json has no linux section")
-	}
+	s.Mounts = slices.Clone(s.Mounts)
+	root := *s.Root
+	s.Root = &root
+	linux := *s.Linux
+	linux.Namespaces = slices.Clone(linux.Namespaces)
+	s.Linux = &linux
+	return &s, nil
+}
+
+// writeSpec fills the launch-time fields into spec, the run copy, and
+// writes it into the run dir: the one write of the run copy.
+func (r *runDir) writeSpec(spec *rspec.Spec, st runtimeState) error {
 	spec.Linux.CgroupsPath = st.cgroupsPath
 	// The plan's validator required an absolute read-only root and only
 	// new namespaces (ocicheck invariants readonly-root, namespaces); the
-	// run copy is those verified bytes, so they are not judged again here.
-	if spec.Root == nil {
-		return 0, fmt.Errorf("run copy of config.json has no root")
-	}
+	// run copy is those verified values, so they are not judged again here.
 	if st.privateRoot {
 		merged, err := r.mountRoot(spec.Root.Path)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		spec.Root.Path = merged
 	}
-	if err := useStaged(&spec, st.binds, r.dir); err != nil {
-		return 0, err
+	if err := useStaged(spec, st.binds, r.dir); err != nil {
+		return err
 	}
 	found := false
 	for i, ns := range spec.Linux.Namespaces {
@@ -76,14 +89,16 @@ func (r *runDir) patchSpec(st runtimeState) (memLimit int64, err error) {
 		spec.Linux.Namespaces[i].Path = st.netnsPath
 	}
 	if !found {
-		return 0, fmt.Errorf("compiled spec has no network namespace")
+		return fmt.Errorf("compiled spec has no network namespace")
 	}
-	out, err := bundle.Marshal(&spec)
+	out, err := bundle.Marshal(spec)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	if r := spec.Linux.Resources; r != nil && r.Memory != nil && r.Memory.Limit != nil {
-		memLimit = *r.Memory.Limit
+	// Read by runsc as root; the run dir (0700) keeps it from everyone
+	// else on the host, with the credential it may hold.
+	if err := os.WriteFile(filepath.Join(r.dir, bundle.ConfigFile), out, 0o600); err != nil {
+		return fmt.Errorf("run copy of %s: %w", bundle.ConfigFile, err)
 	}
-	return memLimit, os.WriteFile(p, out, 0o600)
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
 
 	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
 )
 
 // SecretRefs lists, sorted and once each, the refs the bundle's slots
@@ -57,71 +58,65 @@ func ModelKeyRef(files bundle.Files) (string, error) {
 // a placeholder where the compiler puts none.
 var ErrStrayPlaceholder = bundle.ErrStrayPlaceholder
 
-// fillSecrets returns the private copies of config.json with exactly the
-// credential slot filled and (when the bundle has one) files/mcp.json,
-// checked to carry no bearer, after refusing any placeholder marker
-// anywhere else in the bundle. Secrets are
-// looked up in the manifest's deployment. Errors name refs, never values.
-func fillSecrets(files bundle.Files, secrets SecretSource) (map[string][]byte, error) {
-	deployment, slots, err := bundle.CheckSecretPlaceholders(files)
-	if err != nil {
-		return nil, err
+// fillSlots fills the plan's secret slots: it returns the run copy of the
+// spec (runstate.go) with exactly the credential's env entry set and, when
+// the bundle has one, files/mcp.json, checked to carry no bearer. The
+// plan's validator found the slots and refused any placeholder marker
+// anywhere else (ocicheck.Decoded), before any secret is looked up here.
+// Secrets are looked up in the manifest's deployment. Errors name refs,
+// never values.
+func fillSlots(plan *launchplan.Plan, secrets SecretSource) (spec *rspec.Spec, mcp []byte, err error) {
+	if plan.SlotsErr != nil {
+		return nil, nil, plan.SlotsErr
 	}
-	return fillSlots(files, deployment, slots, secrets)
-}
-
-// fillSlots is fillSecrets once the slots are known and the bundle holds
-// no marker outside them: a launch plan's validator found both
-// (ocicheck.Decoded), so a launch does not scan the bundle a second time.
-func fillSlots(files bundle.Files, deployment string, slots []bundle.SecretSlot, secrets SecretSource) (out map[string][]byte, err error) {
 	values := map[string][]byte{}
 	defer func() {
 		for _, v := range values {
 			clear(v)
 		}
 	}()
-	for _, s := range slots {
+	for _, s := range plan.Slots {
 		if _, ok := values[s.Ref]; ok {
 			continue
 		}
 		if secrets == nil {
-			return nil, fmt.Errorf("bundle needs secret %s and no secret source was given", s.Ref)
+			return nil, nil, fmt.Errorf("bundle needs secret %s and no secret source was given", s.Ref)
 		}
-		v, err := secrets(deployment, s.Ref)
+		v, err := secrets(plan.Deployment, s.Ref)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		values[s.Ref] = v
 		if !validSecretValue(v) {
-			return nil, fmt.Errorf("secret %s contains characters that cannot go in an environment variable or a header", s.Ref)
+			return nil, nil, fmt.Errorf("secret %s contains characters that cannot go in an environment variable or a header", s.Ref)
 		}
 	}
-	out = map[string][]byte{}
-	if out[bundle.ConfigFile], err = fillConfig(files[bundle.ConfigFile], slots, values); err != nil {
-		return nil, err
+	if plan.Spec == nil {
+		return nil, nil, plan.SpecErr
 	}
-	if mcp, ok := files[bundle.MCPConfigFile]; ok {
-		if out[bundle.MCPConfigFile], err = checkMCP(mcp); err != nil {
-			return nil, err
+	if spec, err = runSpec(plan.Spec); err != nil {
+		return nil, nil, err
+	}
+	if err := fillCredential(spec, plan.Slots, values); err != nil {
+		return nil, nil, err
+	}
+	if data, ok := plan.Files[bundle.MCPConfigFile]; ok {
+		if mcp, err = checkMCP(data); err != nil {
+			return nil, nil, err
 		}
 	}
-	return out, nil
+	return spec, mcp, nil
 }
 
-// fillConfig sets the credential's env entry in the typed spec. The entry
-// must be there exactly once, as the compiler wrote it.
-func fillConfig(cfg []byte, slots []bundle.SecretSlot, values map[string][]byte) ([]byte, error) {
-	var spec rspec.Spec
-	if err := json.Unmarshal(cfg, &spec); err != nil {
-		return nil, fmt.Errorf("%s: %w", bundle.ConfigFile, err)
-	}
-	filled := false
+// fillCredential sets the credential's env entry in the run copy. The
+// entry must be there exactly once, as the compiler wrote it.
+func fillCredential(spec *rspec.Spec, slots []bundle.SecretSlot, values map[string][]byte) error {
 	for _, s := range slots {
 		if s.Kind != bundle.SlotCredentialEnv {
 			continue
 		}
 		if spec.Process == nil {
-			return nil, fmt.Errorf("%s has no process for the credential's env entry", bundle.ConfigFile)
+			return fmt.Errorf("%s has no process for the credential's env entry", bundle.ConfigFile)
 		}
 		want, n := s.Env+"="+s.Placeholder(), 0
 		for i, e := range spec.Process.Env {
@@ -131,14 +126,10 @@ func fillConfig(cfg []byte, slots []bundle.SecretSlot, values map[string][]byte)
 			}
 		}
 		if n != 1 {
-			return nil, fmt.Errorf("%s carries the credential's env entry %s %d times, not once", bundle.ConfigFile, s.Env, n)
+			return fmt.Errorf("%s carries the credential's env entry %s %d times, not once", bundle.ConfigFile, s.Env, n)
 		}
-		filled = true
 	}
-	if !filled {
-		return cfg, nil
-	}
-	return bundle.Marshal(&spec)
+	return nil
 }
 
 // checkMCP passes the MCP config on once it is the compiler's layout: one

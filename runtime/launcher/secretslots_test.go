@@ -14,6 +14,7 @@ import (
 
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
 )
 
 // goldenBundle is a bundle with the one secret slot the launcher fills:
@@ -33,6 +34,12 @@ func goldenBundle(t *testing.T) bundle.Files {
 		t.Fatal(err)
 	}
 	return files
+}
+
+// fillSecrets fills the slots of files as a launch does, through the
+// launch plan of those bytes: the run copy of the spec and the MCP config.
+func fillSecrets(files bundle.Files, src SecretSource) (*rspec.Spec, []byte, error) {
+	return fillSlots(launchplan.FromFiles("", files), src)
 }
 
 // recordingSource answers every ref of deployment host-alice and records
@@ -64,19 +71,21 @@ func TestSecretSlotsAreTheCompilersOne(t *testing.T) {
 func TestFillSecretsSubstitutesOnlyTheSlots(t *testing.T) {
 	files := goldenBundle(t)
 	src := &recordingSource{}
-	out, err := fillSecrets(files, src.get)
+	plan := launchplan.FromFiles("", files)
+	spec, mcp, err := fillSlots(plan, src.get)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff([]string{"host-alice alice/fake-llm"}, src.asked); diff != "" {
 		t.Errorf("lookups (-want +got):\n%s", diff)
 	}
-	var spec rspec.Spec
-	if err := json.Unmarshal(out[bundle.ConfigFile], &spec); err != nil {
-		t.Fatal(err)
-	}
 	var orig rspec.Spec
 	_ = json.Unmarshal(files[bundle.ConfigFile], &orig)
+	// The plan's spec is the reviewed one still: the slot is filled in
+	// the run copy only.
+	if diff := cmp.Diff(&orig, plan.Spec); diff != "" {
+		t.Errorf("filling changed the plan's spec (-compiled +plan):\n%s", diff)
+	}
 	for i, e := range orig.Process.Env {
 		want := e
 		if strings.HasPrefix(e, "FAKE_LLM_KEY=") {
@@ -87,17 +96,18 @@ func TestFillSecretsSubstitutesOnlyTheSlots(t *testing.T) {
 		}
 	}
 	// Everything but the env entry is the compiled spec.
+	filled, _ := bundle.Marshal(spec)
 	spec.Process.Env = orig.Process.Env
-	if diff := cmp.Diff(orig, spec); diff != "" {
+	if diff := cmp.Diff(&orig, spec); diff != "" {
 		t.Errorf("config.json changed beyond the slot (-compiled +filled):\n%s", diff)
 	}
-	if string(out[bundle.MCPConfigFile]) != string(files[bundle.MCPConfigFile]) {
-		t.Errorf("the MCP config changed: %s", out[bundle.MCPConfigFile])
+	if string(mcp) != string(files[bundle.MCPConfigFile]) {
+		t.Errorf("the MCP config changed: %s", mcp)
 	}
-	if strings.Contains(string(out[bundle.MCPConfigFile]), "Authorization") {
-		t.Errorf("the MCP config carries a bearer: %s", out[bundle.MCPConfigFile])
+	if strings.Contains(string(mcp), "Authorization") {
+		t.Errorf("the MCP config carries a bearer: %s", mcp)
 	}
-	for name, data := range out {
+	for name, data := range map[string][]byte{bundle.ConfigFile: filled, bundle.MCPConfigFile: mcp} {
 		if strings.Contains(string(data), bundle.SecretMarker) {
 			t.Errorf("%s still holds a placeholder", name)
 		}
@@ -156,7 +166,7 @@ func TestFillSecretsRefusesStrayPlaceholders(t *testing.T) {
 			}
 			files[c.file] = []byte(edited)
 			src := &recordingSource{}
-			if _, err := fillSecrets(files, src.get); !errors.Is(err, ErrStrayPlaceholder) {
+			if _, _, err := fillSecrets(files, src.get); !errors.Is(err, ErrStrayPlaceholder) {
 				t.Fatalf("got %v, want ErrStrayPlaceholder", err)
 			}
 			if len(src.asked) > 0 {
@@ -182,15 +192,15 @@ func TestFillSecretsRefusesAnMCPHeader(t *testing.T) {
 				t.Fatal("the edit changed nothing: the golden layout moved")
 			}
 			files[bundle.MCPConfigFile] = []byte(edited)
-			if _, err := fillSecrets(files, (&recordingSource{}).get); err == nil {
+			if _, _, err := fillSecrets(files, (&recordingSource{}).get); err == nil {
 				t.Fatal("an MCP config with a header was accepted")
 			}
 		})
 	}
 }
 
-// BenchmarkFillSecrets is what slot filling and the stray-placeholder
-// walk add to a launch (the golden api-key bundle).
+// BenchmarkFillSecrets is what slot filling, with the plan's decode and
+// stray-placeholder walk, adds to a launch (the golden api-key bundle).
 func BenchmarkFillSecrets(b *testing.B) {
 	files, err := bundle.Read(testbundle.Repo(b, "testdata/host-pi-session-api-key/golden"))
 	if err != nil {
@@ -198,7 +208,7 @@ func BenchmarkFillSecrets(b *testing.B) {
 	}
 	src := func(_, ref string) ([]byte, error) { return []byte("value-of-" + ref), nil }
 	for b.Loop() {
-		if _, err := fillSecrets(files, src); err != nil {
+		if _, _, err := fillSecrets(files, src); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -20,6 +20,18 @@ import (
 // by slash-separated name relative to dir.
 func WatchOpens(t testing.TB, dir string) func() map[string]int {
 	t.Helper()
+	return watch(t, dir, unix.IN_OPEN)
+}
+
+// WatchWrites is WatchOpens for writes: it counts every close of a file
+// opened for writing, so each complete write of a file counts once.
+func WatchWrites(t testing.TB, dir string) func() map[string]int {
+	t.Helper()
+	return watch(t, dir, unix.IN_CLOSE_WRITE)
+}
+
+func watch(t testing.TB, dir string, mask uint32) func() map[string]int {
+	t.Helper()
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
 		t.Fatalf("inotify: %v", err)
@@ -29,7 +41,7 @@ func WatchOpens(t testing.TB, dir string) func() map[string]int {
 		if err != nil || !d.IsDir() {
 			return err
 		}
-		wd, err := unix.InotifyAddWatch(fd, p, unix.IN_OPEN)
+		wd, err := unix.InotifyAddWatch(fd, p, mask)
 		if err != nil {
 			return err
 		}
@@ -59,9 +71,9 @@ func WatchOpens(t testing.TB, dir string) func() map[string]int {
 				name := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
 				off += unix.SizeofInotifyEvent + int(ev.Len)
 				if ev.Mask&unix.IN_Q_OVERFLOW != 0 {
-					t.Fatal("inotify queue overflowed; opens were lost")
+					t.Fatal("inotify queue overflowed; events were lost")
 				}
-				if ev.Mask&unix.IN_OPEN == 0 || ev.Mask&unix.IN_ISDIR != 0 || ev.Len == 0 {
+				if ev.Mask&mask == 0 || ev.Mask&unix.IN_ISDIR != 0 || ev.Len == 0 {
 					continue // directories (the walk above lists them) are not bundle files
 				}
 				counts[prefix[int(ev.Wd)]+string(bytes.TrimRight(name, "\x00"))]++

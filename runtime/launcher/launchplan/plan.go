@@ -13,7 +13,10 @@
 package launchplan
 
 import (
+	"time"
+
 	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/policy/grant"
 	"paseo.dev/paseo-policy/policy/ocicheck"
 )
 
@@ -39,6 +42,15 @@ type Plan struct {
 	Binds    []bundle.BindPin
 	BindsErr error
 
+	// What a launch enforces besides the spec, typed and computed once
+	// from the decoded documents, so no step reads a document for them:
+	// the network mode and private routes (egress.json) and the limits
+	// the launcher itself holds the sandbox to. Zero when their document
+	// did not decode.
+	Network string
+	Routes  []bundle.Route
+	Limits  Limits
+
 	// Verdict is ocicheck's judgement of Files: digests, secret
 	// placeholders, pins, egress destinations, the OCI runtime-tools
 	// checks and the invariants (no hooks, read-only root, …).
@@ -63,6 +75,10 @@ func FromFiles(dir string, files bundle.Files) *Plan {
 		p.Digests[name] = bundle.Digest(data)
 	}
 	p.Binds, p.BindsErr = p.PinnedBinds()
+	if p.Egress != nil {
+		p.Network, p.Routes = p.Egress.Mode, p.Egress.Routes
+	}
+	p.Limits = limitsOf(p.Decoded)
 	p.Verdict = ocicheck.Check(p.Decoded, dir, ocicheck.Options{})
 	return p
 }
@@ -70,19 +86,10 @@ func FromFiles(dir string, files bundle.Files) *Plan {
 // Err is nil when the plan may be launched: the validator has no finding.
 func (p *Plan) Err() error { return p.Verdict.Err() }
 
-// Network is the bundle's network mode (egress.json), "" when egress.json
-// did not decode.
-func (p *Plan) Network() string {
-	if p.Egress == nil {
-		return ""
-	}
-	return p.Egress.Mode
-}
-
 // RunscFlags are the fixed, reviewed global flags every runsc command of
 // a launch of this plan gets, with the runsc state root the launcher
 // chose.
-func (p *Plan) RunscFlags(root string) []string { return RunscFlags(root, p.Network()) }
+func (p *Plan) RunscFlags(root string) []string { return RunscFlags(root, p.Network) }
 
 // RunscFlags are the launcher's fixed runsc flags: a private state root,
 // the bundle's network mode, the default platform, no directfs (the gofer
@@ -90,4 +97,39 @@ func (p *Plan) RunscFlags(root string) []string { return RunscFlags(root, p.Netw
 // network mode, reaches runsc's command line.
 func RunscFlags(root, network string) []string {
 	return []string{"--root", root, "--network=" + network, "--directfs=false"}
+}
+
+// Limits are the limits the launcher enforces itself (zero: none).
+type Limits struct {
+	// Wall and Output are the wallSeconds and outputBytes grants: the
+	// launcher stops the sandbox at either.
+	Wall   time.Duration
+	Output int64
+	// Memory is the spec's memory limit, the rendering of the memory
+	// cgroup grant: on cgroup v1 the launcher makes the memory cgroup and
+	// writes it there (runsc leaves a cgroup it did not make to its
+	// maker), so it must be the very number runsc would apply.
+	Memory int64
+}
+
+// limitsOf reads the limits from the typed grants, validated when the
+// manifest was decoded, and the decoded spec.
+func limitsOf(d ocicheck.Decoded) Limits {
+	var l Limits
+	if d.Manifest != nil {
+		for _, g := range d.Manifest.Grants {
+			switch g := g.(type) {
+			case grant.WallLimit:
+				l.Wall = g.Wall
+			case grant.OutputLimit:
+				l.Output = g.Bytes
+			}
+		}
+	}
+	if d.Spec != nil && d.Spec.Linux != nil {
+		if r := d.Spec.Linux.Resources; r != nil && r.Memory != nil && r.Memory.Limit != nil {
+			l.Memory = *r.Memory.Limit
+		}
+	}
+	return l
 }

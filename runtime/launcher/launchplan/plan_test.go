@@ -7,12 +7,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	rspec "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/policy/grant"
 	"paseo.dev/paseo-policy/policy/ocicheck"
 )
 
@@ -171,4 +174,44 @@ func BenchmarkLoad(b *testing.B) {
 			ocicheck.Files(files, dir, ocicheck.Options{})
 		}
 	})
+}
+
+// The limits come from the typed grants as they are (grants of other kinds
+// are not limits, whatever their numbers) and the memory limit from the
+// spec runsc applies.
+func TestLimitsAreTyped(t *testing.T) {
+	limit := int64(1 << 30)
+	d := ocicheck.Decoded{
+		Manifest: &bundle.Manifest{Grants: grant.List{
+			grant.Rlimit{Type: "RLIMIT_NOFILE", Max: 7},
+			grant.WallLimit{Wall: 90 * time.Second},
+			grant.OutputLimit{Bytes: 4096},
+			grant.CgroupMax{Resource: "pids", Max: 9},
+		}},
+		Spec: &rspec.Spec{Linux: &rspec.Linux{Resources: &rspec.LinuxResources{Memory: &rspec.LinuxMemory{Limit: &limit}}}},
+	}
+	if got, want := limitsOf(d), (Limits{Wall: 90 * time.Second, Output: 4096, Memory: 1 << 30}); got != want {
+		t.Errorf("limits = %+v, want %+v", got, want)
+	}
+	if none := limitsOf(ocicheck.Decoded{}); none != (Limits{}) {
+		t.Errorf("no documents: %+v", none)
+	}
+}
+
+// A plan of a golden bundle carries what a launch needs, read from its
+// documents once: the network mode, the routes, the limits.
+func TestPlanCarriesTheLaunchInputs(t *testing.T) {
+	p, err := Load(copyGolden(t, "host-pi-session-api-key", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Network != p.Egress.Mode || p.Network != "sandbox" {
+		t.Errorf("network %q, egress.json's %q", p.Network, p.Egress.Mode)
+	}
+	if diff := cmp.Diff(p.Egress.Routes, p.Routes); diff != "" || len(p.Routes) == 0 {
+		t.Errorf("routes (-egress.json +plan):\n%s", diff)
+	}
+	if want := *p.Spec.Linux.Resources.Memory.Limit; p.Limits.Memory != want || p.Limits.Wall <= 0 || p.Limits.Output <= 0 {
+		t.Errorf("limits %+v, want the grants' wall and output and the spec's memory %d", p.Limits, want)
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"paseo.dev/paseo-policy/runtime/bridge"
 	"paseo.dev/paseo-policy/runtime/execution"
 	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/ociexec"
 	"paseo.dev/paseo-policy/runtime/launcher/routeproxy"
 )
 
@@ -223,7 +224,7 @@ func (h *holder) run(readyF *os.File) int {
 		roots = x509.NewCertPool()
 		roots.AppendCertsFromPEM(h.spec.ModelRoots)
 	}
-	backend := execution.OCI{StateRoot: h.spec.StateRoot, RunscPath: h.spec.RunscPath, Uplink: h.spec.Uplink, MCPToken: &h.token,
+	backend := ociexec.OCI{StateRoot: h.spec.StateRoot, RunscPath: h.spec.RunscPath, Uplink: h.spec.Uplink, MCPToken: &h.token,
 		ModelKey: h.modelKeySource(), ModelRoots: roots,
 		Secrets: func(deployment, ref string) ([]byte, error) {
 			// The supervisor resolved these for this holder's deployment only.

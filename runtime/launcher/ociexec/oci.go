@@ -1,4 +1,10 @@
-package execution
+// Package ociexec is the execution seam's OCI adapter: a compiled bundle
+// run under the pinned runsc through the launcher, which enforces
+// everything the bundle grants, with hibernation (checkpoint and wake)
+// and one stdin relayed across the launches of one process. It lives
+// beside the launcher, whose types it speaks, so that runtime/execution
+// imports no backend.
+package ociexec
 
 import (
 	"context"
@@ -10,9 +16,18 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"paseo.dev/paseo-policy/runtime/execution"
 	"paseo.dev/paseo-policy/runtime/launcher"
 	"paseo.dev/paseo-policy/runtime/launcher/routeproxy"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
+)
+
+// The holder finds hibernation by asserting execution.Hibernator on the
+// process, so a signature that drifted from the seam's would silently
+// disable it: these fail the build instead.
+var (
+	_ execution.Backend    = OCI{}
+	_ execution.Hibernator = (*ociProcess)(nil)
 )
 
 // OCI runs compiled bundles under the pinned runsc through the launcher,
@@ -29,6 +44,9 @@ type OCI struct {
 	ModelRoots *x509.CertPool
 	Uplink     string
 	Resolve    sandboxnet.Resolver
+	// Log takes the launcher's diagnostics (launcher.Options.Log; nil:
+	// stderr).
+	Log io.Writer
 }
 
 func (OCI) Name() string { return "oci-runsc" }
@@ -39,13 +57,13 @@ func (o OCI) inventory() launcher.Inventory {
 
 // Start launches the bundle and returns once runsc runs it. The launch
 // outlives ctx; ctx bounds only the wait for the start.
-func (o OCI) Start(ctx context.Context, spec Spec) (Process, error) {
+func (o OCI) Start(ctx context.Context, spec execution.Spec) (execution.Process, error) {
 	if spec.Command != nil || spec.Bundle == "" {
 		return nil, errors.New("the OCI backend runs compiled bundles only")
 	}
 	id := spec.ID
 	if id == "" {
-		id = NewID("pp-")
+		id = execution.NewID("pp-")
 	}
 	p := &ociProcess{id: id, pipes: newPipes(), inv: o.inventory(), done: make(chan struct{}), oci: o, bundle: spec.Bundle}
 	p.input = newInputRelay(p.inR)
@@ -72,7 +90,7 @@ func (p *ociProcess) begin(ctx context.Context, launch func(context.Context, lau
 		r.res, r.err = launch(lctx, launcher.Options{
 			BundleDir: p.bundle, ID: p.id, StateRoot: o.StateRoot, RunscPath: o.RunscPath, Secrets: secrets, MCPToken: o.MCPToken, ModelKey: o.ModelKey, ModelRoots: o.ModelRoots,
 			Stdin: in, Stdout: countingWriter{p.outW, &p.written}, Stderr: countingWriter{p.errW, &p.written},
-			OutputBefore: p.written.Load(), Uplink: o.Uplink, Resolve: o.Resolve,
+			OutputBefore: p.written.Load(), Uplink: o.Uplink, Resolve: o.Resolve, Log: o.Log,
 			OnStart: func() {
 				p.mu.Lock()
 				p.hibernating = false // a wake restored it
@@ -105,11 +123,11 @@ func (p *ociProcess) ended(r *ociRun) {
 	if p.hibernating {
 		return // checkpointed, or a wake refused: the checkpoint remains
 	}
-	p.finish(Exit{Code: r.res.ExitCode, Reason: r.res.Reason, Limit: r.res.Limit, Err: r.err, Packets: r.res.Packets, Routes: r.res.Routes})
+	p.finish(execution.Exit{Code: r.res.ExitCode, Reason: r.res.Reason, Limit: r.res.Limit, Err: r.err, Packets: r.res.Packets, Routes: r.res.Routes})
 }
 
 // finish ends the process for good. p.mu is held.
-func (p *ociProcess) finish(e Exit) {
+func (p *ociProcess) finish(e execution.Exit) {
 	select {
 	case <-p.done:
 		return
@@ -149,7 +167,7 @@ type ociProcess struct {
 	cur         *ociRun // the current (or last) launch
 	hibernating bool    // cur was checkpointed; no launch runs
 	done        chan struct{}
-	exit        Exit
+	exit        execution.Exit
 }
 
 // ociRun is one launch of the process: its start or a wake.
@@ -174,8 +192,11 @@ func (p *ociProcess) Stop() {
 	p.mu.Lock()
 	if p.hibernating {
 		// Nothing runs: the checkpoint is all there is to remove.
-		_ = launcher.RemoveHibernation(p.oci.StateRoot, p.id)
-		p.finish(Exit{Code: -1, Reason: "deleted while hibernated"})
+		e := execution.Exit{Code: -1, Reason: "deleted while hibernated"}
+		if err := launcher.RemoveHibernation(p.oci.StateRoot, p.id); err != nil {
+			e.Err = fmt.Errorf("deleted while hibernated; removing the checkpoint: %w", err)
+		}
+		p.finish(e)
 	}
 	r := p.cur
 	p.mu.Unlock()
@@ -183,7 +204,32 @@ func (p *ociProcess) Stop() {
 	<-p.done
 }
 
-func (p *ociProcess) Wait() Exit {
+func (p *ociProcess) Wait() execution.Exit {
 	<-p.done
 	return p.exit
+}
+
+// pipes are a process's stdio as its backend hands them out: the backend
+// writes outputs into the *W ends and reads input from inR.
+type pipes struct {
+	inR        *io.PipeReader
+	inW        *io.PipeWriter
+	outR, errR *io.PipeReader
+	outW, errW *io.PipeWriter
+}
+
+func newPipes() *pipes {
+	p := &pipes{}
+	p.inR, p.inW = io.Pipe()
+	p.outR, p.outW = io.Pipe()
+	p.errR, p.errW = io.Pipe()
+	return p
+}
+
+// closeBackend closes the backend's ends once the process has ended: the
+// readers see EOF and a writer to stdin gets an error.
+func (p *pipes) closeBackend() {
+	p.outW.Close()
+	p.errW.Close()
+	p.inR.Close()
 }

@@ -1,14 +1,14 @@
-package execution
+package ociexec
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"paseo.dev/paseo-policy/runtime/execution"
 	"paseo.dev/paseo-policy/runtime/launcher"
 )
 
@@ -21,26 +21,6 @@ import (
 // the reader of a launch that ended cannot swallow input meant for the
 // next one, and Hibernate checkpoints only once every byte handed to the
 // sandbox was written into its stdin pipe.
-
-// Hibernator is a process whose sandbox can be checkpointed and restored.
-type Hibernator interface {
-	// Hibernate checkpoints the sandbox and releases it as at delete,
-	// except the checkpoint; the process itself goes on (its stdio stays).
-	Hibernate() error
-	// Wake restores it, with the secrets as they are now. A refusal is a
-	// *launcher.UnavailableError and leaves the process hibernated.
-	Wake(ctx context.Context, secrets launcher.SecretSource) error
-	Hibernated() bool
-}
-
-// ErrNotRunning is a hibernate of a process that does not run, or a wake
-// of one that is not hibernated.
-var ErrNotRunning = errors.New("the sandbox is not in a state for this")
-
-// ErrInputPending is a hibernate refused because the sandbox has not read
-// input already handed to it: it is busy, not idle, and runs on. Worth
-// retrying once the agent has read it (idle hibernation retries every tick).
-var ErrInputPending = errors.New("the sandbox has not taken the input it was given; it is not idle")
 
 // inputQuiesce bounds how long Hibernate waits for the sandbox to take
 // input already handed to it: an agent that does not read its stdin is not
@@ -63,7 +43,7 @@ func (p *ociProcess) Hibernate() error {
 	r, running := p.cur, !p.hibernating && !isClosed(p.done)
 	p.mu.Unlock()
 	if !running {
-		return ErrNotRunning
+		return execution.ErrNotRunning
 	}
 	if err := p.input.pause(inputQuiesce); err != nil {
 		return err
@@ -77,7 +57,7 @@ func (p *ociProcess) Hibernate() error {
 		p.hibernating = false
 		if isClosed(r.done) {
 			// The checkpoint got as far as stopping the sandbox.
-			p.finish(Exit{Code: r.res.ExitCode, Reason: "hibernate failed: " + err.Error(), Err: r.err})
+			p.finish(execution.Exit{Code: r.res.ExitCode, Reason: "hibernate failed: " + err.Error(), Err: r.err})
 		}
 		p.mu.Unlock()
 		p.input.resume()
@@ -92,11 +72,11 @@ func (p *ociProcess) Hibernate() error {
 	return nil
 }
 
-func (p *ociProcess) Wake(ctx context.Context, secrets launcher.SecretSource) error {
+func (p *ociProcess) Wake(ctx context.Context, secrets execution.SecretSource) error {
 	p.hibernation.Lock()
 	defer p.hibernation.Unlock()
 	if !p.Hibernated() {
-		return ErrNotRunning
+		return execution.ErrNotRunning
 	}
 	return p.begin(ctx, launcher.Wake, secrets)
 }
@@ -182,7 +162,7 @@ func (r *inputRelay) pause(d time.Duration) error {
 	if r.inflight {
 		r.paused = false
 		r.cond.Broadcast()
-		return fmt.Errorf("hibernate: %w", ErrInputPending)
+		return fmt.Errorf("hibernate: %w", execution.ErrInputPending)
 	}
 	return nil
 }
