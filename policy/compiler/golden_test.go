@@ -21,17 +21,6 @@ import (
 	"paseo.dev/paseo-policy/policy/schema"
 )
 
-// A golden case is one directory, testdata/<case>/: its inputs at the top
-// (case.json, a patch over testdata/base, and any file it names) and every
-// output under golden/, which PASEO_UPDATE=1 rewrites and nothing else
-// touches: the compiled bundle or diagnostics.txt (this test), explain.txt
-// and diff.txt (cli's TestExplainDiffGolden). Directories, not one txtar
-// per case as cue has: a compiled golden/ is a real bundle directory that
-// other packages' tests read as one (ocicheck, launchplan, the launcher,
-// the CLI's explain and diff, acceptance), and review sees each file as the
-// compiler writes it. Another output of the compiler is one more name in
-// goldenFiles or optionalGolden.
-
 // goldenCase is testdata/<case>/case.json: a patch over testdata/base.
 type goldenCase struct {
 	About    string          `json:"about"`
@@ -144,6 +133,17 @@ const diagnosticsFile = "diagnostics.txt"
 // from refused to compiled (or lost an optional file) leaves nothing stale.
 var compilerOutputs = append(append(slices.Clone(goldenFiles), optionalGolden...), diagnosticsFile)
 
+// TestGolden compiles every golden case and compares the output with its
+// golden files. A golden case is one directory, testdata/<case>/: its
+// inputs at the top (case.json, a patch over testdata/base, and any file it
+// names) and every output under golden/, which PASEO_UPDATE=1 rewrites and
+// nothing else touches: the compiled bundle or diagnostics.txt (this test),
+// explain.txt and diff.txt (cli's TestExplainDiffGolden). Directories, not
+// one txtar per case as cue has: a compiled golden/ is a real bundle
+// directory that other packages' tests read as one (ocicheck, launchplan,
+// the launcher, the CLI's explain and diff, acceptance), and review sees
+// each file as the compiler writes it. Another output of the compiler is
+// one more name in goldenFiles or optionalGolden.
 func TestGolden(t *testing.T) {
 	for _, name := range caseNames(t) {
 		t.Run(name, func(t *testing.T) {
