@@ -12,9 +12,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/internal/pathsafe"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/compiler"
-	"paseo.dev/paseo-policy/policy/compiler/pathsafe"
 	"paseo.dev/paseo-policy/policy/schema"
 )
 

@@ -15,9 +15,11 @@ import (
 )
 
 // The explain and diff goldens are the text of every compiled golden case
-// (golden/<case>/, written by the compiler's golden test) at the default
-// width: explain of each, and diff between the reference case and each other
-// case, both ways. PASEO_UPDATE=1 rewrites them.
+// (the bundle in testdata/<case>/golden/, written by the compiler's golden
+// test) at the default width: explain of each, and diff between the
+// reference case and each other case, both ways. They sit beside the bundle
+// as explain.txt and diff.txt, so each case is one directory (the compiler's
+// golden_test.go says why). PASEO_UPDATE=1 rewrites them.
 
 const referenceCase = "host-pi-session-api-key"
 
@@ -26,23 +28,25 @@ var updateGolden = os.Getenv("PASEO_UPDATE") == "1"
 // bundleCases are the golden cases that compiled to a bundle.
 func bundleCases(t *testing.T) []string {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join("..", "golden"))
+	entries, err := os.ReadDir(filepath.Join("..", "testdata"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var names []string
 	for _, e := range entries {
-		if _, err := os.Stat(filepath.Join("..", "golden", e.Name(), bundle.ManifestFile)); err == nil {
+		if _, err := os.Stat(filepath.Join(caseDir(e.Name()), bundle.ManifestFile)); err == nil {
 			names = append(names, e.Name())
 		}
 	}
 	if len(names) < 2 {
-		t.Fatalf("found %d compiled golden cases under golden/, want several", len(names))
+		t.Fatalf("found %d compiled golden cases under testdata/*/golden/, want several", len(names))
 	}
 	return names
 }
 
-func caseDir(name string) string { return filepath.Join("..", "golden", name) }
+// caseDir is case name's golden/: its compiled bundle, and its explain and
+// diff text.
+func caseDir(name string) string { return filepath.Join("..", "testdata", name, "golden") }
 
 // run runs the command line with COLUMNS set to columns ("" for none) and
 // returns stdout and the exit code; anything on stderr fails the test.
@@ -108,9 +112,9 @@ func TestExplainDiffGolden(t *testing.T) {
 			if code != ExitOK {
 				t.Fatalf("explain exited %d", code)
 			}
-			compareText(t, filepath.Join("testdata", "golden", "explain", name+".txt"), out)
+			compareText(t, filepath.Join(caseDir(name), "explain.txt"), out)
 			if name != referenceCase {
-				compareText(t, filepath.Join("testdata", "golden", "diff", name+".txt"), diffBoth(t, "", name))
+				compareText(t, filepath.Join(caseDir(name), "diff.txt"), diffBoth(t, "", name))
 			}
 		})
 	}

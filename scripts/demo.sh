@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make demo.
 #
-# As root: the real thing (cmd/paseo-demo, docs/demo.md). The pinned
+# As root: the real thing (test/cmd/paseo-demo, docs/demo.md). The pinned
 # runsc runs the real Pi image, started through the supervisor from the
 # reference facts; one scripted turn (the fake model, on a test host in the
 # demo's own network namespaces) writes a file in the workspace and tries

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -35,7 +37,7 @@ func listModule(t *testing.T) []Package {
 		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
 	root := moduleRoot(t, gobin)
-	cmd := exec.Command(gobin, "list", "-json=ImportPath,Imports,Deps,TestImports,XTestImports", "./...")
+	cmd := exec.Command(gobin, "list", "-json=ImportPath,Dir,GoFiles,TestGoFiles,XTestGoFiles,Imports,Deps,TestImports,XTestImports", "./...")
 	cmd.Dir = root
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -47,7 +49,8 @@ func listModule(t *testing.T) []Package {
 	dec := json.NewDecoder(bytes.NewReader(out))
 	for {
 		var p struct {
-			ImportPath                               string
+			ImportPath, Dir                          string
+			GoFiles, TestGoFiles, XTestGoFiles       []string
 			Imports, Deps, TestImports, XTestImports []string
 		}
 		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
@@ -60,9 +63,30 @@ func listModule(t *testing.T) []Package {
 			Imports:     relativeAll(p.Imports),
 			Deps:        relativeAll(p.Deps),
 			TestImports: relativeAll(append(p.TestImports, p.XTestImports...)),
+			Skips:       skipCalls(t, p.Dir, append(append(p.GoFiles, p.TestGoFiles...), p.XTestGoFiles...)),
 		})
 	}
 	return pkgs
+}
+
+// skipCall is a call of testing's Skip, Skipf or SkipNow on any receiver
+// (written in two pieces, so this file does not match it).
+var skipCall = regexp.MustCompile(`\.Skip` + `(f|Now)?\(`)
+
+// skipCalls returns the files of dir that call a Skip method.
+func skipCalls(t *testing.T, dir string, files []string) []string {
+	t.Helper()
+	var out []string
+	for _, f := range files {
+		src, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if skipCall.Match(src) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func moduleRoot(t *testing.T, gobin string) string {

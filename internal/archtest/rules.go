@@ -18,6 +18,7 @@ type Package struct {
 	Imports     []string // direct, non-test files
 	Deps        []string // transitive, non-test files
 	TestImports []string // _test.go files, in-package and external
+	Skips       []string // files (test or not) that call a testing Skip method
 }
 
 // Violation is one forbidden edge (Pkg imports or depends on Import), with
@@ -69,32 +70,17 @@ var execImporters = map[string]string{
 	"internal/testkit/mcpstandin":    "test support: npm ci of test/mcpstandin's lock, and node running the stand-in of Paseo's MCP endpoint",
 }
 
-// TestSupport are the fakes, test worlds and probes. The product never
-// depends on them, so no test double can ship in a binary.
-var TestSupport = []string{
-	"internal/testkit/testbundle",
-	"internal/testkit/testnet",
-	"internal/testkit/testtree",
-	"internal/testkit/fakemodel",
-	"internal/testkit/testcontainer",
-	"test/cmd/fake-pi",
-	"internal/testkit/piproto",
-	"internal/testkit/localexec",
-	"internal/testkit/chunks",
-	"internal/testkit/gitplant",
-	"internal/testkit/mcpstandin",
-	"internal/testkit/rawroute",
-	"internal/testkit/respell",
-	"internal/testkit/probe",
-	"test/cmd/paseo-probe",
-	"test/cmd/paseo-flood",
-	"test/cmd/paseo-gitplanter",
-	// `make demo`'s program: it runs the real supervisor, launcher and
-	// runsc, but the model it talks to is internal/testkit/fakemodel on a
-	// test host of internal/testkit/testnet, so it is test support and no product
-	// binary links it (docs/demo.md).
-	"cmd/paseo-demo",
-}
+// testSupport are the roots of the fakes, test worlds, probes and test
+// programs (`make demo`'s among them: it runs the real supervisor, launcher
+// and runsc, but against the fake model on a test network). The product
+// never depends on anything below them, so no test double can ship in a
+// binary; the folder says what a package is, and no list has to.
+var testSupport = []string{"internal/testkit", "test/cmd"}
+
+// skipHelper is the one package that calls t.Skip: every other test skips
+// through it, so `make test` can turn every skip into a failure
+// (internal/testkit/skip says how).
+const skipHelper = "internal/testkit/skip"
 
 // testOnly are packages that are tests themselves; every other package
 // that is not TestSupport is product.
@@ -115,7 +101,8 @@ var neutralSeams = map[string][]string{
 }
 
 // notOnLaunchSide are what the launch side must not depend on, even
-// transitively (policy/compiler/pathsafe, a leaf, is fine).
+// transitively, nor on any package below them: what both sides share (the
+// path resolver, the destination classifier) lives in internal/.
 var notOnLaunchSide = []string{"policy/compiler", "policy/schema", "policy/profiles"}
 
 // lineCarriers carry the supervisor's and the holders' JSON lines, the
@@ -140,14 +127,18 @@ func Check(pkgs []Package) []Violation {
 	for _, fs := range neutralSeams {
 		forbidden = append(forbidden, fs...)
 	}
-	for _, names := range [][]string{keys(cueImporters), keys(cueTestImporters), keys(execImporters), TestSupport, testOnly, launchSide, notOnLaunchSide, slices.Sorted(maps.Keys(neutralSeams)), forbidden, lineCarriers} {
+	for _, names := range [][]string{keys(cueImporters), keys(cueTestImporters), keys(execImporters), testOnly, launchSide, notOnLaunchSide, slices.Sorted(maps.Keys(neutralSeams)), forbidden, lineCarriers, {skipHelper}} {
 		for _, n := range names {
 			if !known[n] {
 				add("stale-rule", n, "", "a rule names this package but the module has none; update internal/archtest")
 			}
 		}
 	}
-	support := set(TestSupport)
+	for _, root := range testSupport {
+		if !anyWithin(pkgs, root) {
+			add("stale-rule", root, "", "a rule names this folder but the module has no package below it; update internal/archtest")
+		}
+	}
 	tests := set(testOnly)
 	for _, p := range pkgs {
 		for _, imp := range p.Imports {
@@ -163,9 +154,12 @@ func Check(pkgs []Package) []Violation {
 				add("cue-only-in-schema", p.Path, imp+" (in _test.go)", "CUE is evaluated in schema only; test through schema")
 			}
 		}
-		if !support[p.Path] && !tests[p.Path] {
+		if len(p.Skips) > 0 && p.Path != skipHelper {
+			add("one-skip-helper", p.Path, strings.Join(p.Skips, ", "), "tests skip through internal/testkit/skip only, which make test turns into a failure")
+		}
+		if !within(p.Path, testSupport) && !tests[p.Path] {
 			for _, d := range p.Deps {
-				if support[d] {
+				if within(d, testSupport) {
 					add("no-test-support-in-product", p.Path, d, "product code must not link fakes, test worlds or probes")
 				}
 			}
@@ -177,12 +171,12 @@ func Check(pkgs []Package) []Violation {
 		}
 		if within(p.Path, launchSide) {
 			for _, d := range p.Deps {
-				if isCUE(d) || contains(notOnLaunchSide, d) {
+				if isCUE(d) || within(d, notOnLaunchSide) {
 					add("launch-reads-output-only", p.Path, d, "the launch side reads the compiler's output, it never compiles or evaluates CUE")
 				}
 			}
 		}
-		if contains(lineCarriers, p.Path) {
+		if slices.Contains(lineCarriers, p.Path) {
 			for _, d := range p.Deps {
 				// known: the module's own runtime/, not the standard library's.
 				if known[d] && within(d, []string{"runtime", "policy"}) {
@@ -207,9 +201,10 @@ func within(path string, roots []string) bool {
 	return false
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
+// anyWithin reports whether some package of pkgs is root or below it.
+func anyWithin(pkgs []Package, root string) bool {
+	for _, p := range pkgs {
+		if within(p.Path, []string{root}) {
 			return true
 		}
 	}

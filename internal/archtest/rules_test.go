@@ -8,7 +8,7 @@ import (
 // one edge to it.
 func baseline() []Package {
 	var pkgs []Package
-	for _, n := range append(append(append(append(keys(cueImporters), keys(execImporters)...), TestSupport...), testOnly...), append(append(launchSide, notOnLaunchSide...), lineCarriers...)...) {
+	for _, n := range append(append(append(append(append(append(keys(cueImporters), keys(execImporters)...), testOnly...), launchSide...), notOnLaunchSide...), lineCarriers...), skipHelper) {
 		pkgs = append(pkgs, Package{Path: n})
 	}
 	// Module packages no rule names, for edges to them (the standard
@@ -36,6 +36,7 @@ func TestRules(t *testing.T) {
 		return func(p *Package) { p.Imports = append(p.Imports, imps...); p.Deps = append(p.Deps, imps...) }
 	}
 	deps := func(ds ...string) func(*Package) { return func(p *Package) { p.Deps = append(p.Deps, ds...) } }
+	skips := func(files ...string) func(*Package) { return func(p *Package) { p.Skips = append(p.Skips, files...) } }
 	tests := func(imps ...string) func(*Package) {
 		return func(p *Package) { p.TestImports = append(p.TestImports, imps...) }
 	}
@@ -62,11 +63,13 @@ func TestRules(t *testing.T) {
 		{"launcher links a test world", "runtime/launcher", deps("internal/testkit/testnet"), "no-test-support-in-product"},
 		{"cli links the fake model transitively", "cli", deps("internal/testkit/fakemodel"), "no-test-support-in-product"},
 		{"supervisor links the probe", "runtime/supervisor", deps("internal/testkit/probe"), "no-test-support-in-product"},
+		{"supervisor links a fake no list names (the folder says it is test support)", "runtime/supervisor", deps("internal/testkit/fakemcp"), "no-test-support-in-product"},
+		{"a test program links the probe", "test/cmd/paseo-probe", deps("internal/testkit/probe"), ""},
 		{"launcher's tests use a test bundle", "runtime/launcher", tests("internal/testkit/testbundle"), ""},
 		{"acceptance links the probe", "test/acceptance", deps("internal/testkit/probe"), ""},
 		{"test support links test support", "internal/testkit/testbundle", deps("internal/testkit/testtree"), ""},
-		{"the demo runs the fake model and a test world", "cmd/paseo-demo", deps("internal/testkit/fakemodel", "internal/testkit/testnet"), ""},
-		{"the CLI links the demo", "cmd/paseo-policy", deps("cmd/paseo-demo"), "no-test-support-in-product"},
+		{"the demo runs the fake model and a test world", "test/cmd/paseo-demo", deps("internal/testkit/fakemodel", "internal/testkit/testnet"), ""},
+		{"the CLI links the demo", "cmd/paseo-policy", deps("test/cmd/paseo-demo"), "no-test-support-in-product"},
 		{"launcher depends on compiler", "runtime/launcher", deps("policy/compiler"), "launch-reads-output-only"},
 		{"sandboxnet depends on schema", "runtime/launcher/sandboxnet", deps("policy/schema"), "launch-reads-output-only"},
 		{"execution depends on CUE transitively", "runtime/execution", deps("cuelang.org/go/cue"), "launch-reads-output-only"},
@@ -74,7 +77,11 @@ func TestRules(t *testing.T) {
 		{"the seam depends on the route proxy", "runtime/execution", deps("runtime/launcher/routeproxy"), "seam-imports-no-backend"},
 		{"the OCI adapter imports the seam and the launcher", "runtime/launcher/ociexec", imports("runtime/execution", "runtime/launcher"), ""},
 		{"the seam's contract test uses the OCI adapter", "runtime/execution", tests("runtime/launcher/ociexec"), ""},
-		{"launcher depends on pathsafe", "runtime/launcher", deps("policy/compiler/pathsafe"), ""},
+		{"launcher depends on pathsafe", "runtime/launcher", deps("internal/pathsafe"), ""},
+		{"launcher depends on a compiler subpackage", "runtime/launcher", deps("policy/compiler/gitindex"), "launch-reads-output-only"},
+		{"the skip helper skips", "internal/testkit/skip", skips("skip.go"), ""},
+		{"a launcher test skips on its own", "runtime/launcher", skips("network_test.go"), "one-skip-helper"},
+		{"test support skips on its own", "internal/testkit/testnet", skips("testnet.go"), "one-skip-helper"},
 		{"supervisor compiles", "runtime/supervisor", deps("policy/compiler", "policy/schema"), ""},
 		{"the holder depends on compiler", "runtime/supervisor/holder", deps("policy/compiler"), "launch-reads-output-only"},
 		{"the server loop uses x/sys and the standard library's runtime", "internal/lineserve", imports("golang.org/x/sys/unix", "runtime", "runtime/cgo"), ""},
@@ -120,4 +127,20 @@ func TestStaleRule(t *testing.T) {
 	if len(vs) != 1 || vs[0].Rule != "stale-rule" || vs[0].Pkg != "internal/childproc" {
 		t.Fatalf("got %v, want one stale-rule for internal/childproc", vs)
 	}
+}
+
+// A test-support folder with no package below it is reported too.
+func TestStaleSupportRoot(t *testing.T) {
+	var pkgs []Package
+	for _, p := range baseline() {
+		if !within(p.Path, []string{"test/cmd"}) {
+			pkgs = append(pkgs, p)
+		}
+	}
+	for _, v := range Check(pkgs) {
+		if v.Rule == "stale-rule" && v.Pkg == "test/cmd" {
+			return
+		}
+	}
+	t.Fatal("no stale-rule for test/cmd, which has no package left")
 }

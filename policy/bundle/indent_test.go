@@ -40,18 +40,18 @@ func sameAsEncoding(t *testing.T, doc []byte) {
 }
 
 // TestIndentCompactMatchesEncoding holds Marshal's indenter to
-// encoding/json's on the seeds, on every JSON file of the golden bundles (golden/*),
+// encoding/json's on the seeds, on every JSON file of the golden bundles (testdata/*/golden/),
 // and on Marshal of a value with HTML characters (escaping is off).
 func TestIndentCompactMatchesEncoding(t *testing.T) {
 	for _, s := range indentSeeds {
 		sameAsEncoding(t, []byte(s))
 	}
-	goldens, err := filepath.Glob(filepath.Join("..", "..", "golden", "*", "*.json"))
+	goldens, err := filepath.Glob(filepath.Join("..", "..", "testdata", "*", "golden", "*.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(goldens) < 10 {
-		t.Fatalf("found %d golden JSON files under golden/*; the layout changed?", len(goldens))
+		t.Fatalf("found %d golden JSON files under testdata/*/golden/; the layout changed?", len(goldens))
 	}
 	for _, g := range goldens {
 		doc, err := os.ReadFile(g)

@@ -40,8 +40,8 @@ import (
 	"cuelang.org/go/cue/parser"
 	cuejson "cuelang.org/go/encoding/json"
 
+	"paseo.dev/paseo-policy/internal/pathsafe"
 	"paseo.dev/paseo-policy/internal/testkit/testtree"
-	"paseo.dev/paseo-policy/policy/compiler/pathsafe"
 	"paseo.dev/paseo-policy/policy/schema"
 )
 

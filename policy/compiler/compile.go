@@ -11,8 +11,8 @@ import (
 	"sync"
 
 	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/internal/pathsafe"
 	"paseo.dev/paseo-policy/policy/bundle"
-	"paseo.dev/paseo-policy/policy/compiler/pathsafe"
 	"paseo.dev/paseo-policy/policy/profiles"
 	"paseo.dev/paseo-policy/policy/schema"
 )

@@ -8,7 +8,7 @@ import (
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/pathform"
-	"paseo.dev/paseo-policy/policy/compiler/pathsafe"
+	"paseo.dev/paseo-policy/internal/pathsafe"
 )
 
 // The facts' Git metadata is granted read-write, so it is checked against

@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/internal/pathsafe"
 	"paseo.dev/paseo-policy/internal/testkit/testtree"
-	"paseo.dev/paseo-policy/policy/compiler/pathsafe"
 	"paseo.dev/paseo-policy/policy/schema"
 )
 

@@ -3,6 +3,8 @@ package compiler
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,9 +14,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/internal/pathsafe"
+	"paseo.dev/paseo-policy/internal/testkit/skip"
 	"paseo.dev/paseo-policy/internal/testkit/testtree"
 	"paseo.dev/paseo-policy/policy/bundle"
-	"paseo.dev/paseo-policy/policy/compiler/pathsafe"
 	"paseo.dev/paseo-policy/policy/schema"
 )
 
@@ -34,10 +37,16 @@ type goldenCase struct {
 
 var update = os.Getenv("PASEO_UPDATE") == "1"
 
+// testdata is the repository's testdata/: testdata/base and the cases.
+var testdata = filepath.Join("..", "..", "testdata")
+
+// goldenDir is where case name's outputs are.
+func goldenDir(name string) string { return filepath.Join(testdata, name, "golden") }
+
 // caseInputs assembles one case's inputs and host tree.
 func caseInputs(t testing.TB, name string) (goldenCase, Inputs, pathsafe.Resolver) {
 	t.Helper()
-	dir := filepath.Join("..", "..", "testdata", name)
+	dir := filepath.Join(testdata, name)
 	var gc goldenCase
 	data, err := os.ReadFile(filepath.Join(dir, "case.json"))
 	if err != nil {
@@ -48,7 +57,7 @@ func caseInputs(t testing.TB, name string) (goldenCase, Inputs, pathsafe.Resolve
 	if err := dec.Decode(&gc); err != nil {
 		t.Fatalf("%s/case.json: %v", name, err)
 	}
-	base := filepath.Join("..", "..", "testdata", "base")
+	base := filepath.Join(testdata, "base")
 	facts := patched(t, filepath.Join(base, "facts.json"), gc.Facts)
 	factsName := "facts.json"
 	if gc.FactsFile != "" {
@@ -62,8 +71,12 @@ func caseInputs(t testing.TB, name string) (goldenCase, Inputs, pathsafe.Resolve
 	if err != nil {
 		t.Fatal(err)
 	}
+	spec := string(tree) + "\n" + strings.Join(gc.Tree, "\n")
+	if testtree.Mounts(spec) {
+		skip.UnlessRoot(t, "its host tree mounts a tmpfs")
+	}
 	root := t.TempDir()
-	cleanup, err := testtree.Build(root, string(tree)+"\n"+strings.Join(gc.Tree, "\n"))
+	cleanup, err := testtree.Build(root, spec)
 	t.Cleanup(cleanup)
 	if err != nil {
 		t.Fatal(err)
@@ -90,13 +103,13 @@ func patched(t testing.TB, basePath string, patch json.RawMessage) []byte {
 
 func caseNames(t testing.TB) []string {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join("..", "..", "testdata"))
+	entries, err := os.ReadDir(testdata)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var names []string
 	for _, e := range entries {
-		if _, err := os.Stat(filepath.Join("..", "..", "testdata", e.Name(), "case.json")); err == nil {
+		if _, err := os.Stat(filepath.Join(testdata, e.Name(), "case.json")); err == nil {
 			names = append(names, e.Name())
 		}
 	}
@@ -106,13 +119,31 @@ func caseNames(t testing.TB) []string {
 	return names
 }
 
-// goldenFiles are the bundle files compared against golden/<case>/.
+// goldenFiles are the bundle files every compiled case has.
 var goldenFiles = []string{bundle.ConfigFile, bundle.EgressFile, bundle.ManifestFile, bundle.HostsFile, bundle.ResolvFile}
 
-// optionalGolden are bundle files only some launches get; when a compile
-// has none, the golden dir must have none either.
+// optionalGolden are bundle files only some launches get.
 var optionalGolden = []string{bundle.MCPConfigFile, bundle.GitHeadFile, bundle.ModelsFile}
 
+// diagnosticsFile is a refused case's output.
+const diagnosticsFile = "diagnostics.txt"
+
+// compilerOutputs are every file this test writes under a case's golden/.
+// One the compile did not produce must be absent, so a case that changed
+// from refused to compiled (or lost an optional file) leaves nothing stale.
+var compilerOutputs = append(append(slices.Clone(goldenFiles), optionalGolden...), diagnosticsFile)
+
+// TestGolden compiles every golden case and compares the output with its
+// golden files. A golden case is one directory, testdata/<case>/: its
+// inputs at the top (case.json, a patch over testdata/base, and any file it
+// names) and every output under golden/, which PASEO_UPDATE=1 rewrites and
+// nothing else touches: the compiled bundle or diagnostics.txt (this test),
+// explain.txt and diff.txt (cli's TestExplainDiffGolden). Directories, not
+// one txtar per case as cue has: a compiled golden/ is a real bundle
+// directory that other packages' tests read as one (ocicheck, launchplan,
+// the launcher, the CLI's explain and diff, acceptance), and review sees
+// each file as the compiler writes it. Another output of the compiler is
+// one more name in goldenFiles or optionalGolden.
 func TestGolden(t *testing.T) {
 	for _, name := range caseNames(t) {
 		t.Run(name, func(t *testing.T) {
@@ -126,13 +157,6 @@ func TestGolden(t *testing.T) {
 				for _, f := range optionalGolden {
 					if data, ok := res1.Files[f]; ok {
 						got[f] = data
-						continue
-					}
-					p := filepath.Join("..", "..", "golden", name, f)
-					if update {
-						_ = os.Remove(p)
-					} else if _, err := os.Stat(p); err == nil {
-						t.Errorf("%s exists but the compile produced no %s", p, f)
 					}
 				}
 			} else {
@@ -140,16 +164,21 @@ func TestGolden(t *testing.T) {
 				for _, d := range diags {
 					b.WriteString(d.String() + "\n")
 				}
-				got["diagnostics.txt"] = []byte(b.String())
+				got[diagnosticsFile] = []byte(b.String())
 			}
 			checkExpectation(t, gc, diags)
-			for f, data := range got {
+			for _, f := range compilerOutputs {
+				data, ok := got[f]
+				if !ok {
+					refuseStale(t, filepath.Join(goldenDir(name), f))
+					continue
+				}
 				for _, s := range gc.Secrets {
 					if bytes.Contains(data, []byte(s)) {
 						t.Errorf("%s contains a secret from the case input", f)
 					}
 				}
-				compareGolden(t, filepath.Join("..", "..", "golden", name, f), data)
+				compareGolden(t, filepath.Join(goldenDir(name), f), data)
 			}
 			// Determinism: a second compile of the same inputs gives the same bytes.
 			res2, diags2 := Compile(in, Options{Resolver: res})
@@ -164,6 +193,19 @@ func TestGolden(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// refuseStale fails if path, an output the compile did not produce,
+// exists; PASEO_UPDATE=1 removes it.
+func refuseStale(t *testing.T, path string) {
+	t.Helper()
+	if update {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+	} else if _, err := os.Stat(path); err == nil {
+		t.Errorf("%s exists but the compile produced no %s (PASEO_UPDATE=1 removes it)", path, filepath.Base(path))
 	}
 }
 

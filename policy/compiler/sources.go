@@ -5,7 +5,7 @@ import (
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/pathform"
-	"paseo.dev/paseo-policy/policy/compiler/pathsafe"
+	"paseo.dev/paseo-policy/internal/pathsafe"
 	"paseo.dev/paseo-policy/policy/schema"
 )
 

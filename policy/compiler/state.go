@@ -9,8 +9,8 @@ import (
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/pathform"
+	"paseo.dev/paseo-policy/internal/pathsafe"
 	"paseo.dev/paseo-policy/policy/bundle"
-	"paseo.dev/paseo-policy/policy/compiler/pathsafe"
 	"paseo.dev/paseo-policy/policy/grant"
 )
 

@@ -25,17 +25,17 @@ func specSchemaDir(t *testing.T) string {
 	return dir
 }
 
-// Every compiled bundle in golden/ passes the runtime-tools checks, the
+// Every compiled golden bundle (testdata/*/golden/) passes the runtime-tools checks, the
 // runtime-spec JSON schema and the project's invariants.
 func TestGoldenBundlesValidate(t *testing.T) {
 	schema := specSchemaDir(t)
-	configs, err := filepath.Glob(filepath.Join("..", "..", "golden", "*", bundle.ConfigFile))
+	configs, err := filepath.Glob(filepath.Join("..", "..", "testdata", "*", "golden", bundle.ConfigFile))
 	if err != nil || len(configs) == 0 {
 		t.Fatalf("no golden bundles found (%v)", err)
 	}
 	for _, c := range configs {
 		dir := filepath.Dir(c)
-		t.Run(filepath.Base(dir), func(t *testing.T) {
+		t.Run(filepath.Base(filepath.Dir(dir)), func(t *testing.T) {
 			r, err := Dir(dir, Options{SchemaDir: schema})
 			if err != nil {
 				t.Fatal(err)
@@ -53,7 +53,7 @@ func TestGoldenBundlesValidate(t *testing.T) {
 // Each invariant and the schema catch a broken bundle.
 func TestBrokenBundlesAreRefused(t *testing.T) {
 	schema := specSchemaDir(t)
-	src := filepath.Join("..", "..", "golden", "host-pi-session-api-key")
+	src := filepath.Join("..", "..", "testdata", "host-pi-session-api-key", "golden")
 	cases := map[string]struct {
 		from, to string
 		check    string
@@ -104,7 +104,7 @@ func TestBrokenBundlesAreRefused(t *testing.T) {
 // A model route whose upstream the compiler would have refused (an unsafe
 // host, plain http) is a finding too.
 func TestUnsafeModelRouteRefused(t *testing.T) {
-	src := filepath.Join("..", "..", "golden", "host-pi-session-api-key")
+	src := filepath.Join("..", "..", "testdata", "host-pi-session-api-key", "golden")
 	for _, up := range []string{"https://169.254.169.254/v1", "https://localhost:8443/v1", "http://llm.example.test:8443/v1"} {
 		t.Run(up, func(t *testing.T) {
 			files, err := bundle.Read(src)
@@ -131,7 +131,7 @@ func TestUnsafeModelRouteRefused(t *testing.T) {
 // An egress rule the compiler would have refused is a finding, in every
 // notation the classifier knows.
 func TestUnsafeEgressRefused(t *testing.T) {
-	src := filepath.Join("..", "..", "golden", "host-pi-session-no-credential")
+	src := filepath.Join("..", "..", "testdata", "host-pi-session-no-credential", "golden")
 	for _, host := range []string{"169.254.169.254", "metadata.google.internal", "0x7f.1", "2130706433", "::ffff:127.0.0.1", "localhost"} {
 		t.Run(host, func(t *testing.T) {
 			files, err := bundle.Read(src)

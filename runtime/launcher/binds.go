@@ -12,8 +12,8 @@ import (
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"paseo.dev/paseo-policy/internal/pathsafe"
 	"paseo.dev/paseo-policy/policy/bundle"
-	"paseo.dev/paseo-policy/policy/compiler/pathsafe"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
 )
 
@@ -33,7 +33,7 @@ import (
 // which lies in the 0700 root-owned run dir: only root can change what it
 // is. The reviewed bundle keeps the host paths (explain and diff show them).
 
-// resolveFlags are the compiler's (policy/compiler/pathsafe): the launcher must
+// resolveFlags are the compiler's (internal/pathsafe): the launcher must
 // open exactly what the compile resolved.
 const resolveFlags = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
 

@@ -11,6 +11,7 @@ import (
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"paseo.dev/paseo-policy/internal/testkit/skip"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
 )
@@ -336,9 +337,7 @@ func TestBindPinsRefused(t *testing.T) {
 // A run dir whose path mountinfo escapes (a space) is still unmounted
 // before it is removed, and what is bound there survives the removal.
 func TestRemoveRunDirUnmountsEscapedPaths(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("this test mounts and needs root")
-	}
+	skip.UnlessRoot(t, "it mounts")
 	dir := filepath.Join(t.TempDir(), "run dir\twith\\odd names")
 	src := t.TempDir()
 	writeMarker(t, src, "kept")

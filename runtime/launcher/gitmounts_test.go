@@ -10,9 +10,9 @@ import (
 
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
 
+	"paseo.dev/paseo-policy/internal/pathsafe"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/policy/bundle"
-	"paseo.dev/paseo-policy/policy/compiler/pathsafe"
 )
 
 // How the pinned runsc treats binds nested in binds, which the protection

@@ -7,15 +7,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"paseo.dev/paseo-policy/internal/testkit/skip"
 )
 
 // secretsTree makes a secrets dir holding two deployments' secrets, as an
 // operator would: root-owned, 0700 directories, 0600 files.
 func secretsTree(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("the secrets dir checks ownership by root; run as root (CI does)")
-	}
+	skip.UnlessRoot(t, "the secrets dir must be owned by root")
 	dir := filepath.Join(t.TempDir(), "secrets")
 	for p, v := range map[string]string{
 		"host-alice/alice/fake-llm": "alice-key\n",

@@ -25,7 +25,7 @@ import (
 func goldenBundle(t *testing.T) bundle.Files {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "bundle")
-	if err := os.CopyFS(dir, os.DirFS(testbundle.Repo(t, "golden/host-pi-session-direct-model"))); err != nil {
+	if err := os.CopyFS(dir, os.DirFS(testbundle.Repo(t, "testdata/host-pi-session-direct-model/golden"))); err != nil {
 		t.Fatal(err)
 	}
 	testbundle.KeyInEnv(t, dir, "FAKE_LLM_KEY", "alice/fake-llm")
@@ -202,7 +202,7 @@ func TestFillSecretsRefusesAnMCPHeader(t *testing.T) {
 // BenchmarkFillSecrets is what slot filling, with the plan's decode and
 // stray-placeholder walk, adds to a launch (the golden api-key bundle).
 func BenchmarkFillSecrets(b *testing.B) {
-	files, err := bundle.Read(testbundle.Repo(b, "golden/host-pi-session-api-key"))
+	files, err := bundle.Read(testbundle.Repo(b, "testdata/host-pi-session-api-key/golden"))
 	if err != nil {
 		b.Fatal(err)
 	}

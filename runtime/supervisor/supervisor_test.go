@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"paseo.dev/paseo-policy/internal/testkit/skip"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/policy/schema"
 	"paseo.dev/paseo-policy/runtime/launcher"
@@ -693,6 +694,7 @@ func merge(dst, src map[string]any) {
 // searchable by the socket's group, and not the state root (which the
 // launcher keeps 0700): otherwise the supervisor does not start.
 func TestSocketDirectoryChecks(t *testing.T) {
+	skip.UnlessRoot(t, "it makes root-owned socket directories under /run")
 	reg, err := os.ReadFile(testbundle.Repo(t, "testdata/base/registry.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -44,7 +44,7 @@ func (s *scene) createAgentThroughRoute(t *testing.T) OutsideAttack {
 	a := OutsideAttack{Name: "agent-creates-helper-through-route", Attacker: "agent",
 		Goal:    "call Paseo's create_agent through the sandbox's MCP route (plain, in a batch behind an allowed call, with a duplicated name key, as a notification, under a SSE-accepting client), so the daemon starts an agent outside any sandbox",
 		Control: "the same route and proxy with create_agent in the route's tools (no scope on tools)"}
-	data, err := os.ReadFile(testbundle.Repo(t, "golden/host-pi-session-api-key/egress.json"))
+	data, err := os.ReadFile(testbundle.Repo(t, "testdata/host-pi-session-api-key/golden/egress.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

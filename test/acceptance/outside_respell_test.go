@@ -36,7 +36,7 @@ import (
 var respellPool = netip.MustParsePrefix("10.213.81.4/30")
 
 func (s *scene) respellThroughRoute(t *testing.T) []OutsideAttack {
-	data, err := os.ReadFile(testbundle.Repo(t, "golden/host-pi-session-api-key/egress.json"))
+	data, err := os.ReadFile(testbundle.Repo(t, "testdata/host-pi-session-api-key/golden/egress.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

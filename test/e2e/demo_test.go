@@ -8,23 +8,22 @@ import (
 	"strings"
 	"testing"
 
+	"paseo.dev/paseo-policy/internal/testkit/skip"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 )
 
-// `make demo` as root (cmd/paseo-demo) runs its turn and says so in its
+// `make demo` as root (test/cmd/paseo-demo) runs its turn and says so in its
 // report: the sandbox ran in gVisor under the pinned runsc and image,
 // every forbidden attempt was contained, the grants it shows were used,
 // and it left nothing behind.
 func TestPiDemo(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the demo makes namespaces and runs runsc: run this test as root (CI does)")
-	}
+	skip.UnlessRoot(t, "the demo makes namespaces and runs runsc")
 	runsc := testbundle.Repo(t, "bin/runsc")
 	if _, err := os.Stat(runsc); err != nil {
 		t.Fatalf("pinned runsc missing at %s: run `make runsc` (%v)", runsc, err)
 	}
 	im := image(t)
-	demo := testbundle.BuildStatic(t, "./cmd/paseo-demo")
+	demo := testbundle.BuildStatic(t, "./test/cmd/paseo-demo")
 	dir := t.TempDir()
 	out, work := filepath.Join(dir, "demo.json"), filepath.Join(dir, "work")
 	cmd := exec.Command(demo, "--repo", testbundle.Repo(t, ""), "--runsc", runsc,

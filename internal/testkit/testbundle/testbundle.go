@@ -19,6 +19,7 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"paseo.dev/paseo-policy/internal/testkit/skip"
 	"paseo.dev/paseo-policy/internal/testkit/testtree"
 	"paseo.dev/paseo-policy/policy/compiler"
 	"paseo.dev/paseo-policy/policy/profiles"
@@ -74,13 +75,12 @@ func Repo(t testing.TB, rel string) string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "..", rel)
 }
 
-// Prerequisites fails the test, saying what is missing, unless it runs as
-// root with the pinned runsc and a static busybox; it returns runsc's path.
+// Prerequisites skips the test without root (skip.UnlessRoot) and fails
+// it, saying what is missing, without the pinned runsc and a static
+// busybox; it returns runsc's path.
 func Prerequisites(t testing.TB) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test runs runsc and needs root; run it as root (CI does)")
-	}
+	skip.UnlessRoot(t, "it runs runsc")
 	runsc := Repo(t, "bin/runsc")
 	if _, err := os.Stat(runsc); err != nil {
 		t.Fatalf("pinned runsc missing at %s: run `make runsc` (%v)", runsc, err)

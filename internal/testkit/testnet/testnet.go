@@ -25,10 +25,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/internal/nsutil"
+	"paseo.dev/paseo-policy/internal/testkit/skip"
 )
 
 // T is what testnet needs of its caller. testing.TB has it, and so can a
-// program that runs a world outside `go test` (cmd/paseo-demo).
+// program that runs a world outside `go test` (test/cmd/paseo-demo).
 type T interface {
 	Helper()
 	Fatal(args ...any)
@@ -61,6 +62,9 @@ type Host struct {
 // come from the launcher's own pool, which does not overlap.
 func New(t T) *World {
 	t.Helper()
+	if tb, ok := t.(skip.TB); ok {
+		skip.UnlessRoot(tb, "it creates network namespaces, veths and nftables rules")
+	}
 	dir, err := os.MkdirTemp("", "paseo-testnet-")
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// Mounts reports whether spec has a mount line, which only root can build.
+func Mounts(spec string) bool {
+	for _, line := range strings.Split(spec, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == "mount" {
+			return true
+		}
+	}
+	return false
+}
+
 // Build creates every entry of spec beneath base. Lines are
 //
 //	dir PATH | file PATH | symlink PATH TARGET | mount PATH

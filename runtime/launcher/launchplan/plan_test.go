@@ -23,7 +23,7 @@ import (
 // edit to its files first.
 func copyGolden(t *testing.T, name string, edit func(bundle.Files)) string {
 	t.Helper()
-	files, err := bundle.Read(testbundle.Repo(t, "golden/"+name))
+	files, err := bundle.Read(testbundle.Repo(t, "testdata/"+name+"/golden"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestLoadRefusesLinksAndSpecialFiles(t *testing.T) {
 // BenchmarkLoad is what a launch spends on its plan before preflight's
 // host checks: the read, and the validator on the bytes read.
 func BenchmarkLoad(b *testing.B) {
-	dir := testbundle.Repo(b, "golden/host-pi-session-api-key")
+	dir := testbundle.Repo(b, "testdata/host-pi-session-api-key/golden")
 	b.Run("read", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := bundle.Read(dir); err != nil {

@@ -8,8 +8,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"paseo.dev/paseo-policy/internal/pathsafe"
 	"paseo.dev/paseo-policy/policy/bundle"
-	"paseo.dev/paseo-policy/policy/compiler/pathsafe"
 	"paseo.dev/paseo-policy/policy/ocicheck"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
 )

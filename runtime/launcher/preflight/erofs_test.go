@@ -10,6 +10,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"paseo.dev/paseo-policy/internal/testkit/skip"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/grant"
 )
@@ -52,9 +53,7 @@ func erofsBundle(t *testing.T, file, digest string) string {
 // only when nobody but root can change it, and a cached digest is reused
 // only while the file's identity is unchanged.
 func TestErofsDigests(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the EROFS checks require root-owned files; run as root (CI does)")
-	}
+	skip.UnlessRoot(t, "the EROFS checks require root-owned files")
 	images := filepath.Join(realTempDir(t), "images")
 	if err := os.Mkdir(images, 0o755); err != nil {
 		t.Fatal(err)

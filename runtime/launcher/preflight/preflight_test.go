@@ -19,8 +19,9 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"paseo.dev/paseo-policy/internal/pathsafe"
+	"paseo.dev/paseo-policy/internal/testkit/skip"
 	"paseo.dev/paseo-policy/policy/bundle"
-	"paseo.dev/paseo-policy/policy/compiler/pathsafe"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
 )
 
@@ -68,13 +69,6 @@ func buildStatic(dir string) (string, error) {
 		return "", fmt.Errorf("%v: %s", err, b)
 	}
 	return out, nil
-}
-
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatalf("this test needs root (euid 0, have %d): it creates network namespaces, nftables objects and mounts", os.Geteuid())
-	}
 }
 
 // copyExec copies src to a fresh file in dir with the given mode.
@@ -296,7 +290,7 @@ func TestMissingControllers(t *testing.T) {
 }
 
 func TestCgroup2Detection(t *testing.T) {
-	requireRoot(t)
+	skip.UnlessRoot(t, "it mounts cgroup2 and tmpfs")
 	plain := t.TempDir()
 	wantErr(t, isCgroup2(plain), "not a cgroup2 mount")
 	_, err := checkCgroup(plain)
@@ -397,7 +391,7 @@ func hostTables(t *testing.T) []string {
 }
 
 func TestNftablesProbe(t *testing.T) {
-	requireRoot(t)
+	skip.UnlessRoot(t, "it creates a network namespace and nftables objects")
 	before := hostTables(t)
 	procNS, err := os.Readlink("/proc/self/ns/net")
 	if err != nil {
@@ -437,7 +431,7 @@ func TestNftablesProbe(t *testing.T) {
 }
 
 func TestNftablesProbeFailsOnBadNamespace(t *testing.T) {
-	requireRoot(t)
+	skip.UnlessRoot(t, "it creates a network namespace and nftables objects")
 	// A regular file is not a namespace: setns refuses it before any rule is
 	// sent, so the probe must report failure rather than touch the host.
 	f, err := os.Open(staticBin)
@@ -742,7 +736,7 @@ func TestUnpairedPinsFail(t *testing.T) {
 // ---- Run, Report ----
 
 func TestRunPasses(t *testing.T) {
-	requireRoot(t)
+	skip.UnlessRoot(t, "preflight checks root, nftables and root-owned binaries")
 	dir := t.TempDir()
 	bin := copyExec(t, staticBin, dir, 0o755)
 	if err := os.WriteFile(bin+".sha256", []byte(sha256Hex(t, bin)+"  runsc\n"), 0o644); err != nil {
@@ -815,7 +809,7 @@ func TestRunPasses(t *testing.T) {
 }
 
 func TestRunFails(t *testing.T) {
-	requireRoot(t)
+	skip.UnlessRoot(t, "preflight checks root, nftables and root-owned binaries")
 	dir := t.TempDir()
 	bin := copyExec(t, "/bin/true", dir, 0o755) // dynamic
 	digestFile := filepath.Join(t.TempDir(), "digests")

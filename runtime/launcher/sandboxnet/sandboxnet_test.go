@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/internal/nsutil"
+	"paseo.dev/paseo-policy/internal/testkit/skip"
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/policy/bundle"
 )
@@ -24,13 +25,6 @@ import (
 // with the kernel's own stack. The launcher tests repeat the reachability
 // checks with runsc's netstack in the same namespace.
 
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("sandboxnet tests create network namespaces and need root; run them as root (CI does)")
-	}
-}
-
 type fixture struct {
 	world   *testnet.World
 	allowed *testnet.Host
@@ -39,7 +33,7 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T) *fixture {
-	needRoot(t)
+	skip.UnlessRoot(t, "it creates network namespaces, veths and nftables rules")
 	w := testnet.New(t)
 	f := &fixture{world: w, allowed: w.Host("allowed"), decoy: w.Host("decoy"), state: t.TempDir()}
 	return f

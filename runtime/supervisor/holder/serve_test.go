@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"paseo.dev/paseo-policy/internal/lineserve"
+	"paseo.dev/paseo-policy/internal/testkit/skip"
 	"paseo.dev/paseo-policy/runtime/bridge"
 	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
@@ -47,6 +48,7 @@ func newProtocolHolder(t *testing.T) (h *holder, stdin *bufio.Reader, stdout io.
 // The socket is 0600 in a 0700 directory; the ops answer with their typed
 // results and the shared error codes.
 func TestHolderAPI(t *testing.T) {
+	skip.UnlessRoot(t, "the holder answers only root peers")
 	sock, stdin, stdout := protocolHolder(t)
 	for p, want := range map[string]os.FileMode{filepath.Dir(sock): 0o700, sock: 0o600} {
 		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != want {
