@@ -1,7 +1,10 @@
 package kubernetes
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"maps"
 	"path"
 	"regexp"
 	"slices"
@@ -105,9 +108,9 @@ func (r *renderer) fileMount(g grant.Mount) {
 	}
 	r.cmKeys[key] = g.Source
 	if !slices.ContainsFunc(r.pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == filesVolume }) {
+		// Named by configMap, once every file is known.
 		r.pod.Spec.Volumes = append(r.pod.Spec.Volumes, corev1.Volume{Name: filesVolume, VolumeSource: corev1.VolumeSource{
-			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: r.configMapName()}, DefaultMode: ptr(int32(0o444))}}})
-		r.fixed(r.podRef(), "spec.volumes["+filesVolume+"]", "ConfigMap "+r.configMapName()+" mode 0444", "the bundle files the plan mounts, generated and read-only")
+			ConfigMap: &corev1.ConfigMapVolumeSource{DefaultMode: ptr(int32(0o444))}}})
 	}
 	r.ctr.VolumeMounts = append(r.ctr.VolumeMounts, corev1.VolumeMount{Name: filesVolume, MountPath: g.Destination, SubPath: key, ReadOnly: true})
 	r.trace(r.podRef(), r.mountField(), g.Destination+" <- "+g.Source+" ro", g)
@@ -169,18 +172,30 @@ func configKey(source string) (string, bool) {
 	return k, configKeyChars.MatchString(k) && k != "." && k != ".."
 }
 
-func (r *renderer) configMapName() string { return r.name + "-files" }
-
-// configMap holds the bundle files the Pod mounts, byte for byte.
+// configMap holds the bundle files the Pod mounts, byte for byte. It is
+// immutable and named for its content (the Pod's name and the sha256 of its
+// keys and files), so a later launch of the same agent with other files
+// gets a ConfigMap of its own instead of editing one a Pod uses.
 func (r *renderer) configMap() {
 	if len(r.cmKeys) == 0 {
 		return
 	}
 	cm := &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: metav1.ObjectMeta{Name: r.configMapName(), Labels: r.labels()},
+		ObjectMeta: metav1.ObjectMeta{Labels: r.labels()},
 		Immutable:  ptr(true),
 	}
+	h := sha256.New()
+	for _, key := range slices.Sorted(maps.Keys(r.cmKeys)) {
+		fmt.Fprintf(h, "%s\x00%s\x00", key, bundle.Digest(r.files[r.cmKeys[key]]))
+	}
+	cm.Name = r.name + "-files-" + hex.EncodeToString(h.Sum(nil))[:8]
+	for i := range r.pod.Spec.Volumes {
+		if v := &r.pod.Spec.Volumes[i]; v.Name == filesVolume {
+			v.ConfigMap.Name = cm.Name
+		}
+	}
+	r.fixed(r.podRef(), "spec.volumes["+filesVolume+"]", "ConfigMap "+cm.Name+" mode 0444", "the bundle files the plan mounts, generated and read-only")
 	for key, src := range r.cmKeys {
 		data, ok := r.files[src]
 		if !ok {
