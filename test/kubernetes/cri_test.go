@@ -1,6 +1,7 @@
 package kubernetes_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -201,6 +202,23 @@ func TestRenderedPodOnContainerdRunsc(t *testing.T) {
 			t.Errorf("the host reads %q from the workspace (%v)", data, err)
 		} else if err := unix.Stat(filepath.Join(ws, "from-pod"), &st); err != nil || int64(st.Uid) != *c.SecurityContext.RunAsUser {
 			t.Errorf("the Pod's file is uid %d on the host, want %d (%v)", st.Uid, *c.SecurityContext.RunAsUser, err)
+		}
+	})
+
+	// The runtime grants (runsc flags) the Pod cannot carry are the node's
+	// runsc config: every runsc the shim ran for this Pod had them.
+	t.Run("runsc-flags", func(t *testing.T) {
+		logs, _ := filepath.Glob(filepath.Join(n.dir, "runsc-*-boot.log"))
+		if len(logs) == 0 {
+			t.Fatal("no runsc boot log")
+		}
+		for _, l := range logs {
+			data := readFile(t, l)
+			for _, flag := range []string{"--directfs=false", "--network=sandbox"} {
+				if !bytes.Contains(data, []byte(flag)) {
+					t.Errorf("%s: runsc ran without %s", filepath.Base(l), flag)
+				}
+			}
 		}
 	})
 
