@@ -10,7 +10,7 @@ BIN := bin
 # instead, so `make test` (root, as CI runs it) has run every test.
 export PASEO_NO_SKIP := 1
 
-.PHONY: all build cross runsc demo test deps deps-demo script-tests vet race unit fuzz acceptance e2e-pi e2e-continuity e2e-ts bench bench-launch bench-pi golden clean image bench-bridge
+.PHONY: all build cross runsc demo test deps deps-demo script-tests vet race unit fuzz acceptance e2e-pi e2e-continuity e2e-ts bench bench-launch bench-pi golden clean image bench-bridge shim containerd kubernetes
 
 all: build
 
@@ -21,6 +21,14 @@ build:
 # proxy; its digest goes to bin/runsc.sha256 for the launcher's preflight.
 runsc:
 	tools/runsc/build.sh $(CURDIR)/$(BIN)/runsc
+
+# gVisor's containerd shim from the same pinned module as runsc
+# (tools/runsc/go.mod), and the containerd release that shim's library
+# comes from (tools/containerd/go.mod), for the node runtime test.
+shim:
+	tools/runsc/build-shim.sh $(CURDIR)/$(BIN)/containerd-shim-runsc-v1
+containerd:
+	tools/containerd/build.sh $(CURDIR)/$(BIN)
 
 # linux/arm64, the seed's other architecture: every command and the pinned
 # runsc cross-build, every package vets (tests included) for arm64, and the
@@ -47,7 +55,7 @@ demo: deps-demo build $(DEMO_NEEDS)
 	$(GO) build -o $(BIN)/paseo-demo ./test/cmd/paseo-demo
 	PASEO_POLICY=$(BIN)/paseo-policy PASEO_DEMO=$(BIN)/paseo-demo RUNSC=$(BIN)/runsc ./scripts/demo.sh
 
-test: deps script-tests runsc image vet cross fuzz unit acceptance e2e-pi e2e-continuity e2e-ts
+test: deps script-tests runsc image vet cross fuzz unit acceptance e2e-pi e2e-continuity e2e-ts kubernetes
 
 # The Debian packages the tests and the runsc and image builds exec (file, a
 # static busybox, git, debootstrap, erofs-utils, npm, qemu-user-static...):
@@ -115,6 +123,15 @@ e2e-continuity: runsc image
 # refused facts set's diagnostics as data. Fails if any test skipped. Root.
 e2e-ts: runsc image
 	$(GO) test $(RACE) -count=1 -v -run '^TestTypeScriptClient$$' ./test/e2e
+
+# The plan rendered for Kubernetes (docs/kubernetes.md), in test/kubernetes,
+# a module of its own (k8s.io/kubernetes and its staging replaces stay out
+# of the product's go.mod): the golden renderings through the apiserver's
+# validation and the Pod Security checks, and the rendered Pod run by a
+# containerd of the test's own through the CRI on the runsc shim. Root.
+kubernetes: runsc shim containerd
+	cd test/kubernetes && GOWORK=off $(GO) vet ./...
+	cd test/kubernetes && GOWORK=off $(GO) test $(RACE) -count=1 -v ./...
 
 # The escape probe as a plain host process (control: every escape must
 # succeed) and under the launcher (contained: none may), plus one sandbox

@@ -162,6 +162,9 @@ type table struct {
 	notes    []string // per row, may be empty
 	headNote string   // the note under the header: what the notes are
 	noteFrom int
+	// noteIndent indents the notes further (a table whose notes start at
+	// its first column still sets them off).
+	noteIndent int
 }
 
 type column struct {
@@ -249,7 +252,7 @@ func (t *table) lines(ws []int) int {
 
 func (t *table) render(w io.Writer, width int) error {
 	ws := t.widths(width)
-	indent := 0
+	indent := t.noteIndent
 	for _, cw := range ws[:t.noteFrom] {
 		indent += cw + columnGap
 	}

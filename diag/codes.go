@@ -55,6 +55,9 @@ const (
 	CredentialExposed Code = "PP-CRED-AUTHFILE-PRESENT" // an auth.json would be visible in a mode that must not see it
 	ModelRoute        Code = "PP-MODEL-ROUTE"           // the model route cannot be built as the facts and the daemon's models.json say (no TLS, an API the profile does not route, models.json headers or another base URL)
 
+	// Renderings of a compiled bundle for another engine.
+	KubeRender Code = "PP-KUBE-RENDER" // the plan (or the cluster options) cannot be rendered for Kubernetes as it is: an image not by digest, routes without a gateway address, a bind without a pin, a writable bundle file
+
 	// Authority the compiler never grants.
 	HostNetwork Code = "PP-NET-HOST"    // network mode host
 	DirectFS    Code = "PP-DIRECTFS"    // runsc --directfs

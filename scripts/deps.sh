@@ -44,6 +44,7 @@ needs=(
 	"unshare util-linux make image: a private mount namespace; the tests' namespaces"
 	"findmnt util-linux make image: unmounts what a failed build left"
 	"ca-certs ca-certificates the Go module, apt and npm downloads over TLS"
+	"cni-plugins containernetworking-plugins make kubernetes: the node runtime test's pod networking (CNI bridge and host-local)"
 )
 
 simulated_missing() {
@@ -66,6 +67,7 @@ have() {
 			file -L -b /bin/busybox | grep -qE 'statically linked|static-pie linked'
 		;;
 	ca-certs) [[ -s /etc/ssl/certs/ca-certificates.crt ]] ;;
+	cni-plugins) [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local ]] ;;
 	*) command -v "$1" >/dev/null 2>&1 ;;
 	esac
 }

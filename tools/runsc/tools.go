@@ -1,8 +1,12 @@
 //go:build tools
 
-// Package tools pins the gVisor module that provides runsc. The blank import
-// makes go.sum record the checksums of everything runsc needs, so build.sh
-// builds the same runsc from the same sources every time.
+// Package tools pins the gVisor module that provides runsc and its
+// containerd shim. The blank imports make go.sum record the checksums of
+// everything runsc and containerd-shim-runsc-v1 need, so build.sh and
+// build-shim.sh build the same binaries from the same sources every time.
 package tools
 
-import _ "gvisor.dev/gvisor/runsc"
+import (
+	_ "gvisor.dev/gvisor/runsc"
+	_ "gvisor.dev/gvisor/shim"
+)

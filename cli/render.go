@@ -1,0 +1,149 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/policy/render/kubernetes"
+)
+
+// targetFlags are the flags of a rendering for another engine: the target
+// and the cluster facts a plan does not hold. render and explain share them.
+type targetFlags struct {
+	target    string
+	image     string
+	gatewayIP string
+}
+
+func (f *targetFlags) add(cmd *cobra.Command, required bool) {
+	help := "the engine to render for: kubernetes"
+	if !required {
+		help = "explain a rendering for another engine (kubernetes) instead of the grants"
+	}
+	cmd.Flags().StringVar(&f.target, "target", "", help)
+	cmd.Flags().StringVar(&f.image, "image", "", "kubernetes: the OCI image holding the plan's rootfs, by digest (name@sha256:<hex>)")
+	cmd.Flags().StringVar(&f.gatewayIP, "gateway-ip", "", "kubernetes: the cluster IP of the gateway Service serving the plan's routes")
+}
+
+// render renders the verified bundle in dir. The rendering is a function of
+// the manifest and the files it digests, so verifying the digests first
+// covers the rendering too; a bundle edited after its compile is refused.
+func (f *targetFlags) render(g *globals, dir string) (*kubernetes.Rendering, error) {
+	if f.target != "kubernetes" {
+		return nil, usageError{fmt.Errorf("--target must be kubernetes")}
+	}
+	files, err := bundle.Read(dir)
+	if err != nil {
+		return nil, exitWith(ExitInternal, err)
+	}
+	if err := files.Verify(); err != nil {
+		return nil, exitWith(ExitRefused, err)
+	}
+	r, err := kubernetes.Render(files, kubernetes.Options{Image: f.image, GatewayIP: f.gatewayIP})
+	var dl diag.List
+	switch {
+	case errors.As(err, &dl):
+		return nil, g.refuseWith(dl, "; nothing was rendered")
+	case err != nil:
+		return nil, exitWith(ExitRefused, err)
+	}
+	return r, nil
+}
+
+func newRender(g *globals) *cobra.Command {
+	var f targetFlags
+	var out string
+	cmd := &cobra.Command{
+		Use:   "render --target kubernetes --image REF [--gateway-ip IP] DIR",
+		Short: "Render a bundle's plan for another engine: Kubernetes objects",
+		Long: `Render writes the bundle's plan of grants as Kubernetes objects, one
+YAML stream: the ConfigMap of the bundle files the Pod mounts, the Pod (on
+RuntimeClass gvisor), its default-deny NetworkPolicy and, when the plan names
+egress hosts, a CiliumNetworkPolicy. The bundle's digests are verified first.
+-o json prints the objects, the trace of every field to its grant, and the
+grants Kubernetes cannot carry with what stands in for them. explain --target
+kubernetes prints the same trace as a table (docs/kubernetes.md).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			r, err := f.render(g, args[0])
+			if err != nil {
+				return err
+			}
+			if g.json() {
+				return g.printJSON(map[string]any{"objects": r.Objects(), "trace": r.Trace, "gaps": r.Gaps})
+			}
+			data, err := r.YAML()
+			if err != nil {
+				return exitWith(ExitInternal, err)
+			}
+			if out == "" {
+				_, err = g.stdout.Write(data)
+				return err
+			}
+			if err := os.WriteFile(out, data, 0o644); err != nil {
+				return exitWith(ExitInternal, err)
+			}
+			return nil
+		},
+	}
+	f.add(cmd, true)
+	cmd.Flags().StringVar(&out, "out", "", "write the YAML to this file instead of stdout")
+	return cmd
+}
+
+// explainTarget prints, object by object, which grant made which field of
+// the rendering, then the grants with no field and what stands in for them.
+func explainTarget(w io.Writer, r *kubernetes.Rendering, width int) error {
+	var objects []string
+	byObject := map[string]*table{}
+	for _, tr := range r.Trace {
+		t, ok := byObject[tr.Object]
+		if !ok {
+			t = &table{
+				cols:       []column{{header: "FIELD", narrow: true, floor: 32}, {header: "VALUE", narrow: true, floor: 24}},
+				headNote:   "GRANT (FACT): WHY",
+				noteIndent: 4,
+			}
+			byObject[tr.Object] = t
+			objects = append(objects, tr.Object)
+		}
+		note := "rendering: " + tr.Reason
+		if tr.Grant != "" {
+			note = tr.Grant + " (" + tr.Fact + "): " + tr.Reason
+		}
+		t.add([]string{tr.Field, tr.Value}, note)
+	}
+	for i, o := range objects {
+		if i > 0 {
+			if _, err := io.WriteString(w, "\n"); err != nil {
+				return err
+			}
+		}
+		if _, err := io.WriteString(w, o+"\n"); err != nil {
+			return err
+		}
+		if err := byObject[o].render(w, width); err != nil {
+			return err
+		}
+	}
+	if len(r.Gaps) == 0 {
+		return nil
+	}
+	if _, err := io.WriteString(w, "\nno Kubernetes field; what stands in:\n"); err != nil {
+		return err
+	}
+	for _, gp := range r.Gaps {
+		lines := append(hang(gp.Grant+" ("+gp.Fact+")", width, 2), hang("  "+gp.StandIn, width, 4)...)
+		if _, err := io.WriteString(w, strings.Join(lines, "\n")+"\n"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
