@@ -32,7 +32,7 @@
 //     babel when it is imported, for Bun's compiled binaries; here babel
 //     is required when jiti first transforms a file, which with the
 //     image's jiti seed is never: the start no longer runs babel's module
-//     code (about a fifth of the host bundle's start).
+//     code (docs/benchmarks.md).
 //  5. highlight.js (all its ~190 languages, registered when it is
 //     evaluated) is required when Pi first highlights code, which an RPC
 //     session does not, instead of imported at the start.
