@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -152,11 +153,44 @@ func (inv Inventory) Kill(id string, sig unix.Signal) error {
 	if recs[i].ended() {
 		return fmt.Errorf("sandbox %s has no live launcher or its teardown failed; use gc", id)
 	}
+	if err := inv.awaitStarted(id); err != nil {
+		return err
+	}
 	args := []string{"kill"}
 	if sig == unix.SIGKILL {
 		args = append(args, "--all")
 	}
 	return inv.runsc().run(append(args, id, unix.SignalName(sig))...)
+}
+
+// startWait bounds how long Kill waits for a launching sandbox's
+// container to exist.
+const startWait = 30 * time.Second
+
+// awaitStarted returns once runsc reports container id past its creation.
+// A launch (or a wake) has a record and a live launcher from before `runsc
+// run` until the end, but runsc knows the container only a moment after it
+// starts: a signal in that window (a client's cancel right after
+// createSandbox) would fail inside runsc with "loading container: file
+// does not exist" and leave the agent running. It fails if the launcher
+// ends or the wait runs out first.
+func (inv Inventory) awaitStarted(id string) error {
+	rs := inv.runsc()
+	for deadline := time.Now().Add(startWait); ; time.Sleep(20 * time.Millisecond) {
+		if st, err := rs.status(id); err == nil && st != "creating" && st != "created" {
+			return nil
+		}
+		recs, err := Records(inv.StateRoot)
+		if err != nil {
+			return err
+		}
+		if i := slices.IndexFunc(recs, func(r Record) bool { return r.ID == id }); i < 0 || recs[i].ended() {
+			return fmt.Errorf("sandbox %s ended before runsc started its container", id)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sandbox %s: runsc did not start its container within %v", id, startWait)
+		}
+	}
 }
 
 // GCReport says what gc removed, by kind.

@@ -105,6 +105,32 @@ func TestPSAndKill(t *testing.T) {
 	s.assertClean(t)
 }
 
+// A signal sent the moment runsc is started, before runsc knows the
+// container (a client cancelling right after createSandbox), reaches the
+// agent: kill waits for the container instead of failing inside runsc.
+func TestKillWhileStarting(t *testing.T) {
+	s := compileScript(t, "echo up; /bin/busybox sleep 60; echo never", "")
+	killed := make(chan error, 1)
+	res, err := Launch(context.Background(), Options{BundleDir: s.bundle, StateRoot: s.state, RunscPath: s.runsc,
+		ID: "kill-starting", Secrets: staticSecret("v"), Stdin: strings.NewReader(""), Stdout: io.Discard,
+		OnStart: func() {
+			if known, _ := s.inventory().runsc().knows("kill-starting"); known {
+				t.Error("runsc knew the container when OnStart ran: the test no longer signals before it does")
+			}
+			go func() { killed <- s.inventory().Kill("kill-starting", unix.SIGKILL) }()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-killed; err != nil {
+		t.Fatalf("kill right after the start: %v", err)
+	}
+	if res.ExitCode == 0 {
+		t.Errorf("the agent was not killed: %+v", res)
+	}
+	s.assertClean(t)
+}
+
 type helperLaunch struct{ Bundle, State, Runsc, ID, Uplink string }
 
 // The helper process is a launcher that the test kills with SIGKILL, as a
