@@ -20,14 +20,14 @@ script_dir=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 repo_dir=$(cd -- "$script_dir/../.." && pwd -P)
 # shellcheck source=../../scripts/progress.sh
 . "$repo_dir/scripts/progress.sh"
+# shellcheck source=../gobuild.sh
+. "$repo_dir/tools/gobuild.sh"
 
 out_dir=${1:-$repo_dir/bin}
 mkdir -p -- "$out_dir"
 out_dir=$(cd -- "$out_dir" && pwd -P)
 
-export GOWORK=off
-export GOFLAGS="-mod=readonly -buildvcs=false"
-export CGO_ENABLED=0
+gobuild_env
 tags="no_btrfs no_devmapper no_zfs"
 
 cd -- "$script_dir"
@@ -43,13 +43,7 @@ pinned() {
 	go version -m "$1" 2>/dev/null | awk -v m="$module" -v v="$version" '($1 == "mod" || $1 == "dep") && $2 == m && $3 == v { ok = 1 } END { exit !ok }'
 }
 
-up_to_date() {
-	local bin=$out_dir/$1 recorded actual
-	[[ -f $bin && -x $bin && -f $bin.sha256 ]] || return 1
-	recorded=$(awk 'NR==1 {print $1}' "$bin.sha256")
-	actual=$(sha256sum -- "$bin" | awk '{print $1}')
-	[[ -n $recorded && $recorded == "$actual" ]] && pinned "$bin"
-}
+up_to_date() { gobuild_recorded "$out_dir/$1" && pinned "$out_dir/$1"; }
 
 if up_to_date containerd && up_to_date ctr; then
 	echo "containerd $version is up to date in $out_dir" >&2
@@ -76,17 +70,7 @@ for name in containerd ctr; do
 		echo "built $name's build info does not name $module $version" >&2
 		exit 1
 	}
-	if command -v file >/dev/null 2>&1; then
-		case $(file -b -- "$tmp") in
-		*"statically linked"* | *"static-pie linked"*) ;;
-		*)
-			echo "built $name is not statically linked" >&2
-			exit 1
-			;;
-		esac
-	fi
-	chmod 0755 "$tmp"
-	mv -f -- "$tmp" "$out_dir/$name"
-	printf '%s  %s\n' "$(sha256sum -- "$out_dir/$name" | awk '{print $1}')" "$name" >"$out_dir/$name.sha256"
+	gobuild_static "$tmp" "$name"
+	gobuild_install "$tmp" "$out_dir/$name" >/dev/null
 done
 progress_done "containerd and ctr $version in $out_dir"

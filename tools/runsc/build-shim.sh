@@ -21,18 +21,11 @@ script_dir=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 repo_dir=$(cd -- "$script_dir/../.." && pwd -P)
 # shellcheck source=../../scripts/progress.sh
 . "$repo_dir/scripts/progress.sh"
+# shellcheck source=../gobuild.sh
+. "$repo_dir/tools/gobuild.sh"
 
-out=${1:-$repo_dir/bin/containerd-shim-runsc-v1}
-out_dir=$(dirname -- "$out")
-mkdir -p -- "$out_dir"
-out_dir=$(cd -- "$out_dir" && pwd -P)
-out_name=$(basename -- "$out")
-out=$out_dir/$out_name
-digest_file=$out_dir/$out_name.sha256
-
-export GOWORK=off
-export GOFLAGS="-mod=readonly -buildvcs=false"
-export CGO_ENABLED=0
+gobuild_output "${1:-$repo_dir/bin/containerd-shim-runsc-v1}"
+gobuild_env
 
 cd -- "$script_dir"
 
@@ -47,16 +40,7 @@ pinned() {
 	go version -m "$1" 2>/dev/null | awk -v v="$version" '$2 == "gvisor.dev/gvisor" && $3 == v { ok = 1 } END { exit !ok }'
 }
 
-up_to_date() {
-	[[ -f $out && -x $out && -f $digest_file ]] || return 1
-	local recorded actual
-	recorded=$(awk 'NR==1 {print $1}' "$digest_file")
-	actual=$(sha256sum -- "$out" | awk '{print $1}')
-	[[ -n $recorded && $recorded == "$actual" ]] || return 1
-	pinned "$out"
-}
-
-if up_to_date; then
+if gobuild_recorded "$out" && pinned "$out"; then
 	echo "containerd-shim-runsc-v1 $version is up to date at $out" >&2
 	awk 'NR==1 {print $1}' "$digest_file"
 	exit 0
@@ -85,23 +69,9 @@ if ! "$tmp" -v >/dev/null 2>&1; then
 	echo "built shim does not run -v" >&2
 	exit 1
 fi
-if command -v file >/dev/null 2>&1; then
-	desc=$(file -b -- "$tmp")
-	case $desc in
-	*"statically linked"* | *"static-pie linked"*) ;;
-	*)
-		echo "built shim is not statically linked: $desc" >&2
-		exit 1
-		;;
-	esac
-fi
-
-chmod 0755 "$tmp"
-digest=$(sha256sum -- "$tmp" | awk '{print $1}')
-mv -f -- "$tmp" "$out"
+gobuild_static "$tmp" shim
+digest=$(gobuild_install "$tmp" "$out")
 trap - EXIT
-printf '%s  %s\n' "$digest" "$out_name" >"$digest_file.tmp"
-mv -f -- "$digest_file.tmp" "$digest_file"
 
 progress_done "containerd-shim-runsc-v1 $version at $out"
 echo "$digest"

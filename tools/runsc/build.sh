@@ -29,22 +29,11 @@ script_dir=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 repo_dir=$(cd -- "$script_dir/../.." && pwd -P)
 # shellcheck source=../../scripts/progress.sh
 . "$repo_dir/scripts/progress.sh"
+# shellcheck source=../gobuild.sh
+. "$repo_dir/tools/gobuild.sh"
 
-out=${1:-$repo_dir/bin/runsc}
-out_dir=$(dirname -- "$out")
-mkdir -p -- "$out_dir"
-out_dir=$(cd -- "$out_dir" && pwd -P)
-out_name=$(basename -- "$out")
-out=$out_dir/$out_name
-digest_file=$out_dir/$out_name.sha256
-
-# Build only from this module, never from a workspace or the vendor tree of
-# whatever directory the caller happens to be in. -mod=readonly: go.mod and
-# go.sum must already pin everything; a missing checksum is an error, not a
-# silent download of something new.
-export GOWORK=off
-export GOFLAGS="-mod=readonly -buildvcs=false"
-export CGO_ENABLED=0
+gobuild_output "${1:-$repo_dir/bin/runsc}"
+gobuild_env
 
 cd -- "$script_dir"
 
@@ -72,12 +61,9 @@ want_version_line="runsc version $version"
 # up_to_date succeeds when the existing binary is the one the digest file
 # records and it runs and reports the pinned version.
 up_to_date() {
-	[[ -f $out && -x $out && -f $digest_file ]] || return 1
-	local recorded actual first
-	recorded=$(awk 'NR==1 {print $1}' "$digest_file")
-	actual=$(sha256sum -- "$out" | awk '{print $1}')
-	[[ -n $recorded && $recorded == "$actual" ]] || return 1
+	gobuild_recorded "$out" || return 1
 	[[ -z $cross ]] || return 0
+	local first
 	first=$("$out" --version 2>/dev/null | sed -n 1p) || return 1
 	[[ $first == "$want_version_line" ]] || return 1
 	return 0
@@ -115,15 +101,9 @@ if [[ -z $cross ]] && ! "$tmp" --version >/dev/null 2>&1; then
 	echo "built runsc does not run --version" >&2
 	exit 1
 fi
+gobuild_static "$tmp" runsc
 if command -v file >/dev/null 2>&1; then
 	desc=$(file -b -- "$tmp")
-	case $desc in
-	*"statically linked"* | *"static-pie linked"*) ;;
-	*)
-		echo "built runsc is not statically linked: $desc" >&2
-		exit 1
-		;;
-	esac
 	case $desc in
 	*"$elf_arch"*) ;;
 	*)
@@ -133,12 +113,8 @@ if command -v file >/dev/null 2>&1; then
 	esac
 fi
 
-chmod 0755 "$tmp"
-digest=$(sha256sum -- "$tmp" | awk '{print $1}')
-mv -f -- "$tmp" "$out"
+digest=$(gobuild_install "$tmp" "$out")
 trap - EXIT
-printf '%s  %s\n' "$digest" "$out_name" >"$digest_file.tmp"
-mv -f -- "$digest_file.tmp" "$digest_file"
 
 progress_done "runsc $version at $out"
 echo "$digest"
