@@ -104,26 +104,9 @@ func TestBrokenBundlesAreRefused(t *testing.T) {
 // A model route whose upstream the compiler would have refused (an unsafe
 // host, plain http) is a finding too.
 func TestUnsafeModelRouteRefused(t *testing.T) {
-	src := filepath.Join("..", "..", "testdata", "host-pi-session-api-key", "golden")
 	for _, up := range []string{"https://169.254.169.254/v1", "https://localhost:8443/v1", "http://llm.example.test:8443/v1"} {
 		t.Run(up, func(t *testing.T) {
-			files, err := bundle.Read(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			eg := string(files[bundle.EgressFile])
-			files[bundle.EgressFile] = []byte(strings.Replace(eg, `"upstream": "https://llm.example.test:8443/v1"`, `"upstream": "`+up+`"`, 1))
-			if string(files[bundle.EgressFile]) == eg {
-				t.Fatal("golden egress.json lacks the model route")
-			}
-			r := Files(files, src, Options{})
-			found := false
-			for _, f := range r.Findings {
-				found = found || f.Check == "egress-destinations"
-			}
-			if !found {
-				t.Errorf("egress-destinations did not fire; findings: %+v", r.Findings)
-			}
+			wantEgressFinding(t, "host-pi-session-api-key", `"upstream": "https://llm.example.test:8443/v1"`, `"upstream": "`+up+`"`)
 		})
 	}
 }
@@ -131,35 +114,34 @@ func TestUnsafeModelRouteRefused(t *testing.T) {
 // An egress rule the compiler would have refused is a finding, in every
 // notation the classifier knows.
 func TestUnsafeEgressRefused(t *testing.T) {
-	src := filepath.Join("..", "..", "testdata", "host-pi-session-no-credential", "golden")
 	for _, host := range []string{"169.254.169.254", "metadata.google.internal", "0x7f.1", "2130706433", "::ffff:127.0.0.1", "localhost"} {
 		t.Run(host, func(t *testing.T) {
-			files, err := bundle.Read(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			eg := string(files[bundle.EgressFile])
-			files[bundle.EgressFile] = []byte(strings.Replace(eg, `"host": "llm.example.test"`, `"host": "`+host+`"`, 1))
-			if string(files[bundle.EgressFile]) == eg {
-				t.Fatal("golden egress.json lacks the model rule")
-			}
-			r := Files(files, src, Options{})
-			found := false
-			for _, f := range r.Findings {
-				found = found || f.Check == "egress-destinations"
-			}
-			if !found {
-				t.Errorf("egress-destinations did not fire; findings: %+v", r.Findings)
-			}
+			wantEgressFinding(t, "host-pi-session-no-credential", `"host": "llm.example.test"`, `"host": "`+host+`"`)
 		})
 	}
+}
+
+// wantEgressFinding edits the golden case's egress.json (from becomes to,
+// once; it fails if from is not there) and wants egress-destinations to
+// fire on it.
+func wantEgressFinding(t *testing.T, goldenCase, from, to string) {
+	t.Helper()
+	src := filepath.Join("..", "..", "testdata", goldenCase, "golden")
 	files, err := bundle.Read(src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range Files(files, src, Options{}).Findings {
-		if f.Check == "egress-destinations" {
-			t.Errorf("the golden bundle's egress was refused: %+v", f)
-		}
+	eg := string(files[bundle.EgressFile])
+	files[bundle.EgressFile] = []byte(strings.Replace(eg, from, to, 1))
+	if string(files[bundle.EgressFile]) == eg {
+		t.Fatalf("golden egress.json of %s lacks %s", goldenCase, from)
+	}
+	r := Files(files, src, Options{})
+	found := false
+	for _, f := range r.Findings {
+		found = found || f.Check == "egress-destinations"
+	}
+	if !found {
+		t.Errorf("egress-destinations did not fire; findings: %+v", r.Findings)
 	}
 }
