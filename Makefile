@@ -10,7 +10,7 @@ BIN := bin
 # instead, so `make test` (root, as CI runs it) has run every test.
 export PASEO_NO_SKIP := 1
 
-.PHONY: all build cross runsc demo test deps deps-demo script-tests vet race unit fuzz acceptance e2e-pi e2e-continuity e2e-ts bench bench-launch bench-pi golden clean image bench-bridge shim containerd kubernetes
+.PHONY: all build cross runsc demo test deps deps-demo script-tests vet race unit unit-unprivileged fuzz acceptance e2e-pi e2e-continuity e2e-ts bench bench-launch bench-pi golden clean image bench-bridge shim containerd kubernetes
 
 all: build
 
@@ -55,7 +55,7 @@ demo: deps-demo build $(DEMO_NEEDS)
 	$(GO) build -o $(BIN)/paseo-demo ./test/cmd/paseo-demo
 	PASEO_POLICY=$(BIN)/paseo-policy PASEO_DEMO=$(BIN)/paseo-demo RUNSC=$(BIN)/runsc ./scripts/demo.sh
 
-test: deps script-tests runsc image vet cross fuzz unit acceptance e2e-pi e2e-continuity e2e-ts kubernetes
+test: deps script-tests runsc image vet cross fuzz unit unit-unprivileged acceptance e2e-pi e2e-continuity e2e-ts kubernetes
 
 # The Debian packages the tests and the runsc and image builds exec (file, a
 # static busybox, git, debootstrap, erofs-utils, npm, qemu-user-static...):
@@ -87,6 +87,12 @@ RACE := -race
 # supervisor's continuity tests, which have their own targets (also -race).
 unit:
 	$(GO) test $(RACE) -count=1 $$($(GO) list ./... | grep -v -e '/acceptance$$' -e '/e2e$$' -e '/supervisor$$')
+
+# Every package's tests once more as nobody, as a developer without root
+# runs `go test ./...`: a root-only test must skip there (through
+# internal/testkit/skip), never fail. Root (it drops to nobody per binary).
+unit-unprivileged:
+	scripts/unit-unprivileged.sh
 
 # Every package with goroutines under the race detector: unit, then the
 # supervisor (e2e-continuity and acceptance run -race as well).

@@ -29,6 +29,7 @@ import (
 	"paseo.dev/paseo-policy/internal/testkit/fakemcp"
 	"paseo.dev/paseo-policy/internal/testkit/fakemodel"
 	"paseo.dev/paseo-policy/internal/testkit/piproto"
+	"paseo.dev/paseo-policy/internal/testkit/skip"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/internal/testkit/testtree"
@@ -65,6 +66,8 @@ type imageInfo struct {
 
 func image(t testing.TB) imageInfo {
 	t.Helper()
+	// Before the image: without root these tests skip, image or not.
+	skip.UnlessRoot(t, "the real-Pi tests run runsc and make namespaces")
 	p := testbundle.Repo(t, ".image/image.json")
 	if v := os.Getenv("PI_BENCH_IMAGE"); v != "" {
 		// make bench-pi's variants of the image (scripts/bench-pi.sh).
