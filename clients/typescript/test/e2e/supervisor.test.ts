@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { afterEach, test } from "node:test";
 
-import { PiSession, SandboxStream, SupervisorConnection, SupervisorError, assistantText, type PiEvent } from "../src/index.js";
+import { PiSession, SandboxStream, SupervisorConnection, SupervisorError, assistantText, type PiEvent } from "../../src/index.js";
 import { supervisorPid, until, world } from "./world.js";
 
 const w = world();
@@ -43,7 +43,7 @@ test("a turn: prompt, Pi's events through agent_settled, exit as typed data", T,
   assert.equal(info.status, "running");
   assert.equal(info.profile, "pi-session");
   assert.ok((await list()).includes(info.sandbox));
-  const state = await session.getState<{ isStreaming: boolean }>();
+  const state = await session.getState();
   assert.equal(state.isStreaming, false);
 
   const turn = await session.turn("hello");
@@ -181,7 +181,7 @@ test("hibernate and wake: the session goes on where it stopped", T, async () => 
   await session.stream.hibernate();
   const woken = await session.stream.wake();
   assert.equal(woken.status, "running");
-  const state = await session.getState<{ messageCount: number }>();
+  const state = await session.getState();
   assert.equal(state.messageCount, 4, "both turns' messages survived two hibernations");
   assert.equal(woken.sandbox, info.sandbox);
   await session.delete();
