@@ -445,14 +445,16 @@ export class PiSession<S extends PiTransport = SandboxStream> {
     } catch (e) {
       err = e;
     }
+    this.ended = true;
+    this.endErr = err;
+    // Before the stream is closed below: exit rejects with why the session failed, not with
+    // the stream's "closed by this client".
+    if (err !== undefined) this.failSession(err);
     if (err instanceof LineTooLongError) {
       // Stop taking the sandbox's output; the sandbox itself is the caller's (delete()).
       clearTimeout(this.ackTimer);
       this.stream.close();
     }
-    this.ended = true;
-    this.endErr = err;
-    if (err !== undefined) this.failSession(err);
     const why = err ?? new PiSessionEndedError("the sandbox ended before Pi answered");
     for (const w of this.waiting.values()) {
       clearTimeout(w.timer);

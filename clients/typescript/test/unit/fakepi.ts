@@ -20,9 +20,14 @@ export class FakePi implements PiTransport {
   private seq = 0;
   private readonly records = new AsyncQueue<OutputRecord>();
   private endResolve!: (e: SandboxExit) => void;
+  private endReject!: (e: unknown) => void;
 
   constructor() {
-    this.ended = new Promise((res) => (this.endResolve = res));
+    this.ended = new Promise((res, rej) => {
+      this.endResolve = res;
+      this.endReject = rej;
+    });
+    this.ended.catch(() => {});
   }
 
   output(): AsyncIterableIterator<OutputRecord> {
@@ -48,9 +53,11 @@ export class FakePi implements PiTransport {
     this.exit(0);
   }
 
+  /** As SandboxStream.close: the output ends and `ended` rejects. */
   close(): void {
     this.closed = true;
     this.records.end();
+    this.endReject(new Error("the stream was closed by this client"));
   }
 
   async delete(): Promise<void> {
