@@ -2,9 +2,11 @@
 // in gVisor with the fake model: see world.ts. The tests run in order, one sandbox each.
 
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { afterEach, test } from "node:test";
 
-import { PiSession, SandboxStream, SupervisorConnection, SupervisorError, assistantText, type PiEvent } from "../src/index.js";
+import { PiError, PiSession, SandboxStream, SupervisorConnection, SupervisorError, assistantText, type PiEvent } from "../../src/index.js";
 import { supervisorPid, until, world } from "./world.js";
 
 const w = world();
@@ -43,8 +45,11 @@ test("a turn: prompt, Pi's events through agent_settled, exit as typed data", T,
   assert.equal(info.status, "running");
   assert.equal(info.profile, "pi-session");
   assert.ok((await list()).includes(info.sandbox));
-  const state = await session.getState<{ isStreaming: boolean }>();
+  const state = await session.getState();
   assert.equal(state.isStreaming, false);
+  // The real Pi's session id and file pass the checks a daemon relies on before persisting them.
+  assert.match(state.sessionId, /^[0-9a-f-]{36}$/);
+  assert.ok(state.sessionFile?.startsWith("/") && state.sessionFile.endsWith(".jsonl"), state.sessionFile);
 
   const turn = await session.turn("hello");
   assert.equal(turn.text, w.turnText);
@@ -61,6 +66,69 @@ test("a turn: prompt, Pi's events through agent_settled, exit as typed data", T,
   assert.equal(ended.status, "exited");
   await session.delete();
   assert.ok(!(await list()).includes(info.sandbox));
+});
+
+test("a tool call: the real Pi's write runs in the sandbox and lands in the host workspace", T, async () => {
+  const { session } = track(await PiSession.create({ ...base, facts: w.facts }));
+  const turn = await session.turn(`${w.tool.prefix} write ${w.tool.file}`);
+  assert.equal(turn.text, w.tool.text);
+  const tools = turn.events.filter((e) => e.type === "tool_execution_start" || e.type === "tool_execution_end");
+  assert.deepEqual(
+    tools.map((e) => [e.type, e.toolName, e.type === "tool_execution_end" ? e.isError : undefined]),
+    [
+      ["tool_execution_start", "write", undefined],
+      ["tool_execution_end", "write", false],
+    ],
+  );
+  assert.equal(readFileSync(join(w.workspace, w.tool.file), "utf8"), w.tool.content, "the file as the host sees it");
+  // The session tree has the turn: get_entries, typed and checked.
+  const { entries, leafId } = await session.getEntries();
+  assert.ok(entries.length >= 4, `${entries.length} entries`);
+  assert.equal(leafId, entries.at(-1)?.id);
+  await session.delete();
+});
+
+test("steer, then interrupt (clear_queue, then abort answered once Pi is idle)", T, async () => {
+  const { session } = track(await PiSession.create({ ...base, facts: w.facts, commandTimeoutMs: 60_000 }));
+  const events: PiEvent[] = [];
+  const sub = session.events();
+  const collected = (async () => {
+    for await (const e of sub) {
+      events.push(e);
+      if (e.type === "agent_settled") return;
+    }
+  })();
+  assert.equal((await session.prompt("stream")).success, true);
+  await until("streaming", () => events.some((e) => e.type === "message_update"), 60_000);
+  assert.equal(await session.steer("and then stop"), "accepted");
+  await session.interrupt();
+  // abort answered only once the session was idle: the turn had settled, nothing streams.
+  const state = await session.getState();
+  assert.equal(state.isStreaming, false);
+  await collected;
+  assert.equal(events.filter((e) => e.type === "agent_settled").length, 1);
+  const aborted = events.find((e) => e.type === "message_end" && (e.message as { stopReason?: string } | undefined)?.stopReason === "aborted");
+  assert.ok(aborted, "the aborted assistant message");
+  await session.setThinkingLevel("max");
+  assert.ok((await session.getState()).thinkingLevel, "a level the model supports");
+  await session.delete();
+});
+
+test("a sandbox killed mid-turn: the turn fails, what waited is rejected, the exit is data", T, async () => {
+  const { session } = track(await PiSession.create({ ...base, facts: w.facts }));
+  const events: PiEvent[] = [];
+  const sub = session.events();
+  void (async () => {
+    for await (const e of sub) events.push(e);
+  })().catch(() => {});
+  const turn = session.turn("stream");
+  await until("streaming", () => events.some((e) => e.type === "message_update"), 60_000);
+  await session.stream.signal("KILL");
+  await assert.rejects(turn, (e: unknown) => e instanceof PiError);
+  const exit = await session.exit;
+  assert.notEqual(exit.exitCode, 0);
+  assert.equal(session.isEnded, true);
+  await session.delete();
 });
 
 test("a refused facts set: every PP-* code and fact path arrives as data", T, async () => {
@@ -181,7 +249,7 @@ test("hibernate and wake: the session goes on where it stopped", T, async () => 
   await session.stream.hibernate();
   const woken = await session.stream.wake();
   assert.equal(woken.status, "running");
-  const state = await session.getState<{ messageCount: number }>();
+  const state = await session.getState();
   assert.equal(state.messageCount, 4, "both turns' messages survived two hibernations");
   assert.equal(woken.sandbox, info.sandbox);
   await session.delete();

@@ -5,7 +5,7 @@
 
 import { readFileSync } from "node:fs";
 
-import type { Diagnostic } from "../src/index.js";
+import type { Diagnostic } from "../../src/index.js";
 
 export interface World {
   socket: string;

@@ -5,10 +5,10 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
-import { ERROR_CODES, SupervisorError } from "../src/index.js";
+import { ERROR_CODES, SupervisorError } from "../../src/index.js";
 
 test("ERROR_CODES is docs/supervisor.md's table, in order", () => {
-  const docs = readFileSync(new URL("../../../../docs/supervisor.md", import.meta.url), "utf8");
+  const docs = readFileSync(new URL("../../../../../docs/supervisor.md", import.meta.url), "utf8");
   const section = docs.split("\n### Error codes\n")[1];
   assert.ok(section, 'docs/supervisor.md has no "### Error codes" section');
   const codes: string[] = [];
