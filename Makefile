@@ -122,11 +122,13 @@ e2e-continuity: runsc image
 	$(GO) test $(RACE) -count=1 -v ./runtime/supervisor
 	$(GO) test $(RACE) -count=1 -v -run '^TestPi($(E2E_CONTINUITY))$$' ./test/e2e
 
-# The TypeScript client (clients/typescript): its `npm test` (node's test runner, tsc from
-# the package's lock) against the real `paseo-policy supervise` and the real Pi in gVisor,
-# in the world test/e2e TestTypeScriptClient builds: a turn, dropped connections and a
-# supervisor SIGKILL mid-turn, a replay from a persisted cursor, hibernate and wake, a
-# refused facts set's diagnostics as data. Fails if any test skipped. Root.
+# The TypeScript client (clients/typescript): `npm run test:unit` (node's test runner, tsc
+# from the package's lock; scripted Pi streams and a scripted supervisor: untrusted frames,
+# line bounds, UTF-8, timeouts) and `npm run test:e2e` against the real `paseo-policy
+# supervise` and the real Pi in gVisor, in the world test/e2e TestTypeScriptClient builds:
+# a turn with a tool call, dropped connections and a supervisor SIGKILL mid-turn, a replay
+# from a persisted cursor, hibernate and wake, steer and interrupt, a refused facts set's
+# diagnostics as data. Fails if either run passes nothing or anything skipped. Root.
 e2e-ts: runsc image
 	$(GO) test $(RACE) -count=1 -v -run '^TestTypeScriptClient$$' ./test/e2e
 
