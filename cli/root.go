@@ -97,7 +97,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		return nil
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newCompile(g), newExplain(g), newRender(g), newDiff(g), newValidate(g), newCheckRegistry(g), newProfiles(g), newVersion(g), newLaunch(g), newDoctor(g), newPS(g), newKill(g), newGC(g), newSupervise(g), newGit(g))
+	root.AddCommand(newCompile(g), newExplain(g), newRender(g), newDiff(g), newValidate(g), newCheckRegistry(g), newProfiles(g), newVersion(g), newLaunch(g), newDoctor(g), newPS(g), newKill(g), newGC(g), newSupervise(g), newGit(g), newPi(g))
 	return root
 }
 
