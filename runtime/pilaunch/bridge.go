@@ -202,7 +202,7 @@ func (s *session) reconnect() error {
 
 func (s *session) run() (Result, error) {
 	if err := s.attach(); err != nil {
-		return Result{}, unavailable("attach: %v", err)
+		return Result{Sandbox: s.sandbox}, unavailable("attach: %v", err)
 	}
 	eof := make(chan struct{})
 	inErr := make(chan error, 1)
@@ -354,9 +354,12 @@ func (s *session) acker(acks <-chan uint64, done chan<- struct{}) {
 		s.cn.mu.Lock()
 		c := s.cn.c
 		s.cn.mu.Unlock()
-		_ = s.b.call(c, supervisor.Request{Op: "ack", Sandbox: s.sandbox, Cursor: cur}, nil)
+		// The record first: an attach may start at or after the
+		// acknowledged cursor, never behind it (out-of-order), so a kill
+		// between the two steps must leave the record ahead, not behind.
 		if s.b.Store != nil {
 			_ = s.b.Store.Save(s.ln.AgentID, Record{Sandbox: s.sandbox, Cursor: cur})
 		}
+		_ = s.b.call(c, supervisor.Request{Op: "ack", Sandbox: s.sandbox, Cursor: cur}, nil)
 	}
 }

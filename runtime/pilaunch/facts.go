@@ -101,14 +101,14 @@ func Plan(cfg *Config, a Args, cwd string) (*Launch, error) {
 	return ln, nil
 }
 
-// sessionAgentID returns <id> for a session log <sessions>/<id>/<file>,
-// or "".
+// sessionAgentID returns <id> for a session log <sessions>/<id>/…/<file>
+// (Pi may keep logs in a subdirectory named for the cwd), or "".
 func sessionAgentID(sessions, session string) string {
 	if code, _ := pathform.Check(session); code != "" || !pathform.Beneath(sessions, session) {
 		return ""
 	}
 	rel := strings.Split(pathform.Rel(sessions, session), "/")
-	if len(rel) != 2 || !idRE.MatchString(rel[0]) || rel[1] == "" {
+	if len(rel) < 2 || !idRE.MatchString(rel[0]) {
 		return ""
 	}
 	return rel[0]
