@@ -49,8 +49,16 @@ type paseoWorld struct {
 // process group of its own (the daemon's process tree), with a daemon's
 // environment: decoys included.
 func (w *paseoWorld) harness(t *testing.T, scenario string, opts map[string]any) (*exec.Cmd, *bufio.Reader) {
+	return w.harnessAs(t, daemonUID, scenario, opts)
+}
+
+// harnessAs runs the harness as uid; opts["command"] defaults to
+// `paseo-policy pi --config <the operator's file>`.
+func (w *paseoWorld) harnessAs(t *testing.T, uid uint32, scenario string, opts map[string]any) (*exec.Cmd, *bufio.Reader) {
 	t.Helper()
-	opts["command"] = []string{w.bin, "pi", "--config", w.config}
+	if opts["command"] == nil {
+		opts["command"] = []string{w.bin, "pi", "--config", w.config}
+	}
 	raw, err := json.Marshal(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +68,7 @@ func (w *paseoWorld) harness(t *testing.T, scenario string, opts map[string]any)
 	for k, v := range decoys {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: daemonUID, Gid: daemonUID, Groups: []uint32{}}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
 	var stderr lockedBuffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
@@ -85,9 +93,11 @@ type step struct {
 	Stderr      string            `json:"stderr"`
 	Request     string            `json:"request"`
 	Models      []struct{ ID, Provider string }
-	AnswerMs    int `json:"answerMs"`
-	TotalMs     int `json:"totalMs"`
-	MS          int `json:"ms"`
+	AnswerMs    int    `json:"answerMs"`
+	TotalMs     int    `json:"totalMs"`
+	MS          int    `json:"ms"`
+	PID         int    `json:"pid"`
+	Provider    string `json:"provider"`
 	Exit        struct {
 		Code   *int    `json:"code"`
 		Signal *string `json:"signal"`
@@ -115,8 +125,12 @@ func readStep(t *testing.T, r *bufio.Reader, want string) step {
 }
 
 func (w *paseoWorld) run(t *testing.T, scenario string, opts map[string]any) step {
+	return w.runAs(t, daemonUID, scenario, opts)
+}
+
+func (w *paseoWorld) runAs(t *testing.T, uid uint32, scenario string, opts map[string]any) step {
 	t.Helper()
-	cmd, r := w.harness(t, scenario, opts)
+	cmd, r := w.harnessAs(t, uid, scenario, opts)
 	s := readStep(t, r, "done")
 	_ = cmd.Wait()
 	return s
@@ -272,6 +286,45 @@ func TestPaseoPiCommand(t *testing.T) {
 			t.Errorf("the agent's record after a deliberate close: %v", err)
 		}
 		t.Logf("session start (indicative): get_state answered %d ms after spawn", s.MS)
+	})
+
+	// The daemon's environment holds other providers' keys; Pi's own bash
+	// RPC command prints its process's environment. Through the command
+	// none of them is there; with the image's Pi run on the host as the Pi
+	// command (the control: the daemon user's own Pi, as Paseo runs it
+	// without the sandbox) every one is.
+	t.Run("decoys", func(t *testing.T) {
+		s := w.run(t, "bash-env", map[string]any{"cwd": w.sc.Workspace(), "model": "fake/fake-1"})
+		if !strings.Contains(s.Text, "PASEO_AGENT_ID=") || !strings.Contains(s.Text, "PI_CODING_AGENT_DIR=") {
+			t.Fatalf("no environment printed: %q (stderr %s)", s.Text, s.Stderr)
+		}
+		for k, v := range decoys {
+			if strings.Contains(s.Text, v) {
+				t.Errorf("the decoy %s reached the sandboxed Pi", k)
+			}
+		}
+		// The control: as root (to chroot), a private mount namespace with
+		// a fresh /tmp over the image's, the image's Pi as uid 1000.
+		host := []string{"/usr/bin/unshare", "-m", "--propagation", "private", "/bin/sh", "-c",
+			`mount -t tmpfs tmpfs "$0/tmp" && exec /usr/sbin/chroot --userspec=1000:1000 "$0" /usr/bin/env HOME=/tmp PI_OFFLINE=1 /usr/local/bin/pi "$@"`, e.image.Rootfs}
+		// unshare, sh, chroot and env exec in place: the pid is Pi's.
+		cmd, r := w.harnessAs(t, 0, "bash-env", map[string]any{"cwd": "/", "command": host})
+		st := readStep(t, r, "started")
+		environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", st.PID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range decoys {
+			if !strings.Contains(string(environ), k+"="+v) {
+				t.Errorf("control: the decoy %s is not in the host Pi's environment", k)
+			}
+		}
+		if st.Provider == "fake" || st.Provider == "" {
+			t.Errorf("control: the host Pi chose provider %q; a decoy key should have given it a real provider's model", st.Provider)
+		}
+		t.Logf("control: the host Pi took the decoy keys and chose provider %s", st.Provider)
+		readStep(t, r, "done")
+		_ = cmd.Wait()
 	})
 
 	t.Run("refused", func(t *testing.T) {
