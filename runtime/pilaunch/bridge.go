@@ -150,6 +150,26 @@ func (b *Bridge) Run(ln *Launch) (Result, error) {
 		}
 	}
 	s := &session{b: b, ln: ln, sandbox: sandbox, cursor: cursor, cn: &conn{c: cl}}
+	if err := s.attach(); err != nil {
+		var re *rpcerr.Error
+		if rec != nil && errors.As(err, &re) && re.Code == rpcerr.SandboxUnavailable && re.StartFresh {
+			// A hibernated sandbox that cannot be restored: the
+			// supervisor's answer is to start again from the session log,
+			// which the facts already name (--session).
+			_ = b.call(cl, supervisor.Request{Op: "delete", Sandbox: sandbox}, nil)
+			_ = b.Store.Remove(ln.AgentID)
+			cl.Close()
+			return b.Run(ln)
+		}
+		if rec == nil {
+			// The sandbox this spawn made serves no one.
+			_ = b.call(cl, supervisor.Request{Op: "delete", Sandbox: sandbox}, nil)
+			if b.Store != nil {
+				_ = b.Store.Remove(ln.AgentID)
+			}
+		}
+		return Result{}, unavailable("attach: %v", err)
+	}
 	res, err := s.run()
 	if b.Store == nil && res.Outcome != Ended {
 		// A probe is nobody's session: it ends with its spawn.
@@ -201,9 +221,6 @@ func (s *session) reconnect() error {
 }
 
 func (s *session) run() (Result, error) {
-	if err := s.attach(); err != nil {
-		return Result{Sandbox: s.sandbox}, unavailable("attach: %v", err)
-	}
 	eof := make(chan struct{})
 	inErr := make(chan error, 1)
 	go s.pump(eof, inErr)
