@@ -230,19 +230,25 @@ func (s *session) run() (Result, error) {
 	defer func() { close(acks); <-ackDone }()
 
 	var eofTimer <-chan time.Time
-	closing := false
-	deliberate := func() {
-		if closing {
-			return
-		}
-		closing = true
+	// deliberate is Paseo's close: input closed, TERM for a Pi busy in a
+	// turn, then delete, which waits for the sandbox's end. Paseo sends
+	// SIGKILL 2 s after its SIGTERM, so the command does not wait for the
+	// stream's end first: once the delete is sent the supervisor finishes
+	// it whether or not the command lives; the record goes after it (a
+	// record left behind is cleaned up by the agent's next spawn).
+	deliberate := func() Result {
 		s.cn.mu.Lock()
 		c, epoch := s.cn.c, s.cn.epoch
 		s.cn.mu.Unlock()
-		// Pi ends on stdin's end; TERM covers a Pi busy in a turn. The
-		// sandbox's end arrives as the stream's end, below.
 		_ = s.b.call(c, supervisor.Request{Op: "closeInput", Sandbox: s.sandbox, Epoch: epoch}, nil)
 		_ = s.b.call(c, supervisor.Request{Op: "signal", Sandbox: s.sandbox, Signal: "TERM"}, nil)
+		var in supervisor.Info
+		_ = s.b.call(c, supervisor.Request{Op: "inspect", Sandbox: s.sandbox}, &in)
+		res := s.finish(in)
+		if in.ExitCode == nil {
+			res.Code = 143 // ended by the close, as Pi's own SIGTERM exit
+		}
+		return res
 	}
 	for {
 		s.cn.mu.Lock()
@@ -293,7 +299,7 @@ func (s *session) run() (Result, error) {
 				}
 			}
 		case <-s.b.Sig.Term:
-			deliberate()
+			return deliberate(), nil
 		case <-eof:
 			eof = nil
 			eofTimer = time.After(s.b.EOFGrace)
@@ -303,11 +309,16 @@ func (s *session) run() (Result, error) {
 				// The pipe ended because the daemon died: not a close.
 				return Result{Outcome: Abandoned, Sandbox: s.sandbox}, nil
 			}
-			deliberate()
+			// Input ended with the parent alive and no SIGTERM: pass the
+			// end on (Pi ends on it) and bridge until the sandbox ends.
+			s.cn.mu.Lock()
+			c, epoch := s.cn.c, s.cn.epoch
+			s.cn.mu.Unlock()
+			_ = s.b.call(c, supervisor.Request{Op: "closeInput", Sandbox: s.sandbox, Epoch: epoch}, nil)
 		case err := <-inErr:
 			return Result{Outcome: Abandoned, Sandbox: s.sandbox}, err
 		}
-		if eofTimer == nil && eof == nil && !closing && s.b.Sig.Gone != nil && s.b.Sig.Gone() {
+		if eofTimer == nil && eof == nil && s.b.Sig.Gone != nil && s.b.Sig.Gone() {
 			return Result{Outcome: Abandoned, Sandbox: s.sandbox}, nil
 		}
 	}
