@@ -122,7 +122,8 @@ e2e-continuity: runsc image
 # Pi in gVisor: a probe, a turn with tool calls, a refused launch, a SIGKILL
 # of the daemon's process tree mid-turn and the respawn that gets the rest,
 # a deliberate close; the same harness against the image's Pi run on the
-# host is the control. Root.
+# host is the control; and a turn and a refusal from inside the official
+# container's topology. Root.
 e2e-paseo: runsc image
 	$(GO) test $(RACE) -count=1 -v -run '^TestPaseo' ./test/e2e
 
