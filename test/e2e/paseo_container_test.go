@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +21,9 @@ import (
 	"paseo.dev/paseo-policy/runtime/pilaunch"
 	"paseo.dev/paseo-policy/runtime/supervisor"
 )
+
+// containerWords is the slow turn the container's daemon is killed in.
+var containerWords = strings.Repeat("contained ", 60)
 
 // envPaseoContainer carries the harness runs to TestHelperPaseoContainer.
 const envPaseoContainer = "PASEO_E2E_PASEO_CONTAINER"
@@ -47,6 +51,7 @@ func TestPaseoPiCommandOfficialContainer(t *testing.T) {
 	e.mu.Lock()
 	e.fm = fakemodel.New(fakemodel.Options{APIKey: apiKey, Scripts: map[string][]fakemodel.Turn{
 		"tool:": {fakemodel.Bash(envCmd), fakemodel.WriteFile("PASEO.md", "written in the official container\n"), fakemodel.Text("wrote it")},
+		"slow:": {fakemodel.Slow(containerWords, 60, 8*time.Second)},
 	}})
 	e.mu.Unlock()
 
@@ -122,6 +127,9 @@ func TestPaseoPiCommandOfficialContainer(t *testing.T) {
 	runs := []containerRun{
 		{"turn", map[string]any{"command": command, "cwd": "/workspace/app", "model": "fake/fake-1", "prompt": "tool: in the container", "mcpServers": mcpServers}},
 		{"refused", map[string]any{"command": command, "cwd": "/opt", "model": "fake/fake-1"}},
+		// The daemon's process tree SIGKILLed mid-turn inside the container,
+		// then a respawn with --session (the helper does both).
+		{"kill-resume", map[string]any{"command": command, "cwd": "/workspace/app", "model": "fake/fake-1", "prompt": "slow: in the container", "deltas": 8, "mcpServers": mcpServers}},
 	}
 	raw, err := json.Marshal(runs)
 	if err != nil {
@@ -188,6 +196,14 @@ func TestPaseoPiCommandOfficialContainer(t *testing.T) {
 	if refused.Request != "failed" || refused.Exit.Code == nil || *refused.Exit.Code == 0 || !strings.Contains(refused.Stderr, "PP-PATH-UNMAPPED workspace.cwd: ") {
 		t.Errorf("a cwd no mapping covers: %+v", refused)
 	}
+	kill := steps["kill-resume"]
+	if !strings.HasSuffix(containerWords, kill.Text) || kill.Text == "" || len(kill.Text)+kill.Before < len(containerWords) {
+		t.Errorf("after the kill inside the container the respawn got %d bytes (%d before the kill) of %d", len(kill.Text), kill.Before, len(containerWords))
+	}
+	if n := strings.Count(strings.Join(rawStrings(kill.Events), "\n"), `"type":"agent_settled"`); n != 1 {
+		t.Errorf("agent_settled %d times after the respawn in the container", n)
+	}
+	t.Logf("inside the container: %d bytes before the kill, %d after the respawn, of %d", kill.Before, len(kill.Text), len(containerWords))
 	cl := dialSupervisor(t, socket)
 	var l []supervisor.Info
 	if err := cl.Call(ctx(t), supervisor.Request{Op: "list"}, &l); err != nil || len(l) != 0 {
@@ -213,6 +229,10 @@ func TestHelperPaseoContainer(t *testing.T) {
 		}
 	}
 	for _, r := range runs {
+		if r.Scenario == "kill-resume" {
+			killResume(t, env, r.Opts)
+			continue
+		}
 		opts, err := json.Marshal(r.Opts)
 		if err != nil {
 			t.Fatal(err)
@@ -241,4 +261,43 @@ func TestHelperPaseoContainer(t *testing.T) {
 
 func contextWithCancel() (context.Context, context.CancelFunc) {
 	return context.WithCancel(context.Background())
+}
+
+// killResume is the daemon killed mid-turn and started again, inside the
+// container: the harness streams a turn in a process group of its own,
+// which is SIGKILLed (harness and command), then a respawn resumes the
+// session and prints what it got.
+func killResume(t *testing.T, env []string, o map[string]any) {
+	opts, _ := json.Marshal(o)
+	cmd := exec.Command("/usr/bin/node", "/opt/harness.mjs", "streaming", string(opts))
+	cmd.Env, cmd.Dir = env, "/tmp"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(out)
+	started := readStep(t, r, "started")
+	first := readStep(t, r, "streaming")
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	_ = cmd.Wait()
+	o["session"] = started.SessionFile
+	opts, _ = json.Marshal(o)
+	res := exec.Command("/usr/bin/node", "/opt/harness.mjs", "resume", string(opts))
+	res.Env, res.Dir = env, "/tmp"
+	got, err := res.Output()
+	if err != nil {
+		t.Errorf("resume: %v\n%s", err, got)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(got)), "\n") {
+		var s map[string]any
+		if json.Unmarshal([]byte(line), &s) == nil && s["step"] == "done" {
+			s["run"], s["before"] = "kill-resume", len(first.Text)
+			b, _ := json.Marshal(s)
+			fmt.Println(string(b))
+		}
+	}
 }

@@ -97,6 +97,7 @@ type step struct {
 	TotalMs     int    `json:"totalMs"`
 	MS          int    `json:"ms"`
 	PID         int    `json:"pid"`
+	Before      int    `json:"before"`
 	Provider    string `json:"provider"`
 	Exit        struct {
 		Code   *int    `json:"code"`
