@@ -324,6 +324,7 @@ func TestPaseoPiCommand(t *testing.T) {
 			t.Errorf("control: the host Pi chose provider %q; a decoy key should have given it a real provider's model", st.Provider)
 		}
 		t.Logf("control: the host Pi took the decoy keys and chose provider %s", st.Provider)
+		t.Logf("first get_state after the spawn (indicative, shared machine): %d ms sandboxed through paseo-policy pi, %d ms for the image's Pi on the host", s.MS, st.MS)
 		readStep(t, r, "done")
 		_ = cmd.Wait()
 	})

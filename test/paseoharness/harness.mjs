@@ -161,13 +161,14 @@ async function main() {
       // Pi's own bash RPC command: what the Pi process's environment holds.
       const { s, mcp } = launch();
       const state = await s.request({ type: "get_state" }, 60_000);
-      report("started", { pid: s.child.pid, provider: state.model?.provider });
+      const startMs = Date.now() - s.started;
+      report("started", { pid: s.child.pid, provider: state.model?.provider, ms: startMs });
       const r = await s.request({ type: "bash", command: "env; tr '\\0' '\\n' </proc/self/environ" }, 60_000)
         .catch((e) => ({ output: "", error: String(e.message) }));
       await new Promise((res) => setTimeout(res, 1_000));
       const exit = await s.close();
       mcp?.cleanup();
-      report("done", { text: r.output ?? JSON.stringify(r), exit, stderr: s.stderr });
+      report("done", { text: r.output ?? JSON.stringify(r), exit, stderr: s.stderr, ms: startMs });
       break;
     }
     case "refused": {
