@@ -124,13 +124,17 @@ func (b *Bridge) Run(ln *Launch) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
+		undo := func() {}
 		if ln.NewSession {
-			if err := MakeSessionDir(strings.TrimSuffix(ln.Facts.State.SessionDir, "/"+ln.AgentID), ln.AgentID); err != nil {
+			if undo, err = MakeSessionDir(strings.TrimSuffix(ln.Facts.State.SessionDir, "/"+ln.AgentID), ln.AgentID); err != nil {
 				return Result{}, &Refusal{diag.List{{Code: CodeState, Path: "state.sessionDir", Message: err.Error()}}}
 			}
 		}
 		var in supervisor.Info
 		err = b.call(cl, supervisor.Request{Op: "createSandbox", Deployment: ln.Facts.Deployment.ID, Facts: facts, MCPToken: ln.MCPToken}, &in)
+		if err != nil {
+			undo() // a refused launch changes nothing
+		}
 		var re *rpcerr.Error
 		if errors.As(err, &re) {
 			if re.Code == rpcerr.Refused && len(re.Diagnostics) > 0 {

@@ -110,11 +110,13 @@ func (s *Store) Remove(agent string) error {
 
 // MakeSessionDir makes <sessions>/<agent> (0700) for a new session: Pi in
 // the sandbox runs as the deployment's user, which on a host daemon is the
-// daemon's own. An existing directory of the daemon user is kept.
-func MakeSessionDir(sessions, agent string) error {
+// daemon's own. An existing directory of the daemon user is kept. The
+// returned undo removes a directory this call made (still empty): a
+// refused launch leaves nothing behind.
+func MakeSessionDir(sessions, agent string) (undo func(), err error) {
 	root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer unix.Close(root)
 	fd, err := unix.Openat2(root, strings.TrimPrefix(sessions, "/"), &unix.OpenHow{
@@ -122,11 +124,16 @@ func MakeSessionDir(sessions, agent string) error {
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if err != nil {
-		return fmt.Errorf("%s config.state.sessionsDir: %v", CodeState, err)
+		return nil, fmt.Errorf("%s config.state.sessionsDir: %v", CodeState, err)
 	}
-	defer unix.Close(fd)
-	if err := unix.Mkdirat(fd, agent, 0o700); err != nil && err != unix.EEXIST {
-		return fmt.Errorf("%s state.sessionDir: %v", CodeState, err)
+	err = unix.Mkdirat(fd, agent, 0o700)
+	if err == unix.EEXIST {
+		unix.Close(fd)
+		return func() {}, nil
 	}
-	return nil
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%s state.sessionDir: %v", CodeState, err)
+	}
+	return func() { _ = unix.Unlinkat(fd, agent, unix.AT_REMOVEDIR); unix.Close(fd) }, nil
 }

@@ -331,7 +331,13 @@ func TestPaseoPiCommand(t *testing.T) {
 
 	t.Run("refused", func(t *testing.T) {
 		before := len(e.requests())
+		sessions := filepath.Join(w.sc.Host, "srv/paseo/state/pi-sessions")
+		entries := func() int { d, _ := os.ReadDir(sessions); return len(d) }
+		dirs := entries()
 		s := w.run(t, "refused", map[string]any{"cwd": "/", "model": "fake/fake-1"})
+		if n := entries(); n != dirs {
+			t.Errorf("the refused launch left a session dir behind (%d entries, %d before)", n, dirs)
+		}
 		if s.Request != "failed" || s.Exit.Code == nil || *s.Exit.Code == 0 {
 			t.Fatalf("a refused launch: request %s, exit %+v", s.Request, s.Exit)
 		}
