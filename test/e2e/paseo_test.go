@@ -356,6 +356,38 @@ func TestPaseoPiCommand(t *testing.T) {
 		}
 	})
 
+	t.Run("unavailable", func(t *testing.T) {
+		// The operator's configuration naming a socket nobody serves: exit
+		// 4, one PP-PI-UNAVAILABLE line, no session dir left.
+		var cfg pilaunch.Config
+		data, err := os.ReadFile(w.config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(data, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Socket = filepath.Join(filepath.Dir(w.config), "nobody.sock")
+		if data, err = json.Marshal(cfg); err != nil {
+			t.Fatal(err)
+		}
+		other := filepath.Join(filepath.Dir(w.config), "pi-unavailable.json")
+		if err := os.WriteFile(other, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sessions := filepath.Join(w.sc.Host, "srv/paseo/state/pi-sessions")
+		entries := func() int { d, _ := os.ReadDir(sessions); return len(d) }
+		dirs := entries()
+		s := w.run(t, "refused", map[string]any{"cwd": w.sc.Workspace(), "model": "fake/fake-1",
+			"command": []string{w.bin, "pi", "--config", other}})
+		if s.Exit.Code == nil || *s.Exit.Code != 4 || !strings.HasPrefix(s.Stderr, "PP-PI-UNAVAILABLE supervisor: ") || strings.Count(s.Stderr, "\n") != 1 {
+			t.Errorf("an unreachable supervisor: exit %+v, stderr %q", s.Exit, s.Stderr)
+		}
+		if n := entries(); n != dirs {
+			t.Errorf("the unavailable launch left a session dir behind")
+		}
+	})
+
 	t.Run("daemon-killed-mid-turn", func(t *testing.T) {
 		opts := map[string]any{"cwd": w.sc.Workspace(), "model": "fake/fake-1", "prompt": "slow: stream", "deltas": 8, "mcpServers": mcpServers}
 		cmd, r := w.harness(t, "streaming", opts)
