@@ -10,7 +10,7 @@ BIN := bin
 # instead, so `make test` (root, as CI runs it) has run every test.
 export PASEO_NO_SKIP := 1
 
-.PHONY: all build cross runsc demo test deps deps-demo script-tests vet race unit unit-unprivileged fuzz acceptance e2e-pi e2e-continuity e2e-ts bench bench-launch bench-pi golden clean image bench-bridge shim containerd kubernetes
+.PHONY: all build cross runsc demo test deps deps-demo script-tests vet race unit unit-unprivileged fuzz acceptance e2e-pi e2e-continuity e2e-ts e2e-paseo bench bench-launch bench-pi golden clean image bench-bridge shim containerd kubernetes
 
 all: build
 
@@ -55,7 +55,7 @@ demo: deps-demo build $(DEMO_NEEDS)
 	$(GO) build -o $(BIN)/paseo-demo ./test/cmd/paseo-demo
 	PASEO_POLICY=$(BIN)/paseo-policy PASEO_DEMO=$(BIN)/paseo-demo RUNSC=$(BIN)/runsc ./scripts/demo.sh
 
-test: deps script-tests runsc image vet cross fuzz unit unit-unprivileged acceptance e2e-pi e2e-continuity e2e-ts kubernetes
+test: deps script-tests runsc image vet cross fuzz unit unit-unprivileged acceptance e2e-pi e2e-continuity e2e-ts e2e-paseo kubernetes
 
 # The Debian packages the tests and the runsc and image builds exec (file, a
 # static busybox, git, debootstrap, erofs-utils, npm, qemu-user-static...):
@@ -121,6 +121,17 @@ e2e-pi: runsc image
 e2e-continuity: runsc image
 	$(GO) test $(RACE) -count=1 -v ./runtime/supervisor
 	$(GO) test $(RACE) -count=1 -v -run '^TestPi($(E2E_CONTINUITY))$$' ./test/e2e
+
+# Paseo as it ships, with `paseo-policy pi` as its Pi command (docs/paseo.md):
+# test/paseoharness launches the command as Paseo's PiCliRuntime does, as the
+# daemon user with other providers' keys in its environment, against the real
+# Pi in gVisor: a probe, a turn with tool calls, a refused launch, a SIGKILL
+# of the daemon's process tree mid-turn and the respawn that gets the rest,
+# a deliberate close; the same harness against the image's Pi run on the
+# host is the control; and a turn and a refusal from inside the official
+# container's topology. Root.
+e2e-paseo: runsc image
+	$(GO) test $(RACE) -count=1 -v -run '^TestPaseo' ./test/e2e
 
 # The TypeScript client (clients/typescript): `npm run test:unit` (node's test runner, tsc
 # from the package's lock; scripted Pi streams and a scripted supervisor: untrusted frames,

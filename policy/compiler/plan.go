@@ -215,6 +215,11 @@ func (c *compilation) slot(name string) (args []string, fact, reason string) {
 		default:
 			return []string{"--session", f.Launch.Session}, "launch.session", "resume the session log the daemon recorded"
 		}
+	case "append-system-prompt":
+		if f.Launch.AppendSystemPrompt == "" {
+			return nil, "", ""
+		}
+		return []string{"--append-system-prompt", f.Launch.AppendSystemPrompt}, "launch.appendSystemPrompt", "the system prompt text the daemon appends"
 	case "no-session":
 		return []string{"--no-session"}, "profile." + c.prof.Name, "probes write no session log"
 	case "mcp-config":

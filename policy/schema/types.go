@@ -68,6 +68,9 @@ type Launch struct {
 	Extension string `json:"extension"`
 	MCPConfig string `json:"mcpConfig,omitempty"`
 	Session   string `json:"session,omitempty"`
+	// AppendSystemPrompt is the text Paseo passes with
+	// --append-system-prompt; the profile's append-system-prompt slot.
+	AppendSystemPrompt string `json:"appendSystemPrompt,omitempty"`
 }
 
 // Registry is the operator's root-owned configuration.

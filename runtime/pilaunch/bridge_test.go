@@ -1,0 +1,273 @@
+package pilaunch
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"paseo.dev/paseo-policy/runtime/supervisor"
+)
+
+// standIn is a stand-in for the supervisor (outside the command under
+// test): one sandbox whose agent echoes its input, as `cat` would, on the
+// protocol's wire. It records the ops it was asked for.
+type standIn struct {
+	t      *testing.T
+	l      net.Listener
+	mu     sync.Mutex
+	ops    []string
+	out    [][]byte // output records, seq = index+1
+	att    net.Conn // the attached connection
+	ends   bool     // the sandbox ended
+	gone   bool     // deleted
+	inputs map[string]bool
+	// dropAfter closes the attached connection once, after this many
+	// records (a supervisor restart).
+	dropAfter int
+}
+
+func newStandIn(t *testing.T) *standIn {
+	p := filepath.Join(t.TempDir(), "s.sock")
+	l, err := net.Listen("unix", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &standIn{t: t, l: l}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go s.serve(c)
+		}
+	}()
+	t.Cleanup(func() { l.Close() })
+	return s
+}
+
+func (s *standIn) socket() string { return s.l.Addr().String() }
+
+func send(c net.Conn, v any) {
+	b, _ := json.Marshal(v)
+	_, _ = c.Write(append(b, '\n'))
+}
+
+func (s *standIn) push(c net.Conn, seq int, data []byte) {
+	send(c, supervisor.Event{V: 1, Event: "output", Sandbox: "sb-1", Seq: uint64(seq), Stream: "stdout", Data: data})
+}
+
+func (s *standIn) serve(c net.Conn) {
+	defer c.Close()
+	sc := bufio.NewScanner(c)
+	sc.Buffer(make([]byte, 1<<20), 4<<20)
+	for sc.Scan() {
+		var req supervisor.Request
+		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
+			s.t.Errorf("stand-in: %v", err)
+			return
+		}
+		s.mu.Lock()
+		s.ops = append(s.ops, req.Op)
+		var result any = struct{}{}
+		switch req.Op {
+		case "createSandbox":
+			result = supervisor.Info{Sandbox: "sb-1", Status: "running"}
+		case "attach":
+			s.att = c
+			result = supervisor.AttachResult{Epoch: 1, Cursor: req.Cursor}
+			send(c, map[string]any{"v": 1, "id": req.ID, "ok": true, "result": result})
+			for i := int(req.Cursor); i < len(s.out); i++ {
+				s.push(c, i+1, s.out[i])
+			}
+			s.mu.Unlock()
+			continue
+		case "write":
+			// Applied once per input id, as the real bridge does.
+			if s.inputs == nil {
+				s.inputs = map[string]bool{}
+			}
+			if s.inputs[req.InputID] {
+				break
+			}
+			s.inputs[req.InputID] = true
+			s.out = append(s.out, req.Data)
+			if s.att != nil {
+				s.push(s.att, len(s.out), req.Data)
+			}
+			if s.dropAfter > 0 && len(s.out) == s.dropAfter {
+				s.dropAfter = 0
+				s.att.Close()
+				s.att = nil
+			}
+		case "closeInput":
+			s.ends = true
+			if s.att != nil {
+				send(s.att, supervisor.Event{V: 1, Event: "detached", Sandbox: "sb-1", Reason: "sandbox ended"})
+			}
+		case "inspect":
+			in := supervisor.Info{Sandbox: "sb-1", Status: "running", Epoch: 1}
+			if s.ends {
+				zero := 0
+				in.Status, in.ExitCode = "exited", &zero
+			}
+			result = in
+		case "delete":
+			s.gone = true
+		}
+		send(c, map[string]any{"v": 1, "id": req.ID, "ok": true, "result": result})
+		s.mu.Unlock()
+	}
+}
+
+func (s *standIn) opList() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.ops...)
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+func launchFor(agent string) *Launch {
+	ln := &Launch{AgentID: agent}
+	ln.Facts.Deployment.ID = "host-alice"
+	return ln
+}
+
+// Bytes both ways, a dropped connection redialled and reattached from the
+// cursor with nothing twice, and stdin's end with the parent alive: Pi's
+// input closed, the sandbox's end deleted and the record removed.
+func TestBridgeBytesAndEnd(t *testing.T) {
+	s := newStandIn(t)
+	s.dropAfter = 2
+	st, err := OpenStore(privateDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	in, w := io.Pipe()
+	var out, errOut syncBuffer
+	b := &Bridge{Socket: s.socket(), Store: st, Stdin: in, Stdout: &out, Stderr: &errOut,
+		Sig: Signals{Term: make(chan struct{}), Gone: func() bool { return false }}, EOFGrace: 50 * time.Millisecond, CallTimeout: 5 * time.Second}
+	done := make(chan Result, 1)
+	go func() {
+		res, err := b.Run(launchFor("agent-1"))
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	lines := []string{`{"id":"req_1","type":"get_state"}` + "\n", `{"id":"req_2","type":"prompt","message":"hi"}` + "\n", "partial line without newline"}
+	for _, l := range lines {
+		if _, err := io.WriteString(w, l); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	w.Close()
+	select {
+	case res := <-done:
+		if res.Outcome != Ended || res.Code != 0 {
+			t.Errorf("result %+v", res)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the bridge never ended")
+	}
+	if got, want := out.String(), lines[0]+lines[1]+lines[2]; got != want {
+		t.Errorf("stdout %q, want %q (byte for byte, each once)", got, want)
+	}
+	if r, _ := st.Load("agent-1"); r != nil {
+		t.Errorf("the record survived the end: %+v", r)
+	}
+	if !s.gone {
+		t.Error("the ended sandbox was not deleted")
+	}
+	var attaches int
+	for _, op := range s.opList() {
+		if op == "attach" {
+			attaches++
+		}
+	}
+	if attaches < 2 {
+		t.Errorf("no reattach after the dropped connection: %v", s.opList())
+	}
+}
+
+// A Paseo that goes away without closing (the parent is gone when stdin
+// ends) leaves the sandbox and the record with the cursor; a SIGTERM is
+// a close: delete at once.
+func TestBridgeAbandonAndTerm(t *testing.T) {
+	s := newStandIn(t)
+	st, err := OpenStore(privateDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	in, w := io.Pipe()
+	var out syncBuffer
+	b := &Bridge{Socket: s.socket(), Store: st, Stdin: in, Stdout: &out, Stderr: io.Discard,
+		Sig: Signals{Term: make(chan struct{}), Gone: func() bool { return true }}, EOFGrace: 50 * time.Millisecond, CallTimeout: 5 * time.Second}
+	done := make(chan Result, 1)
+	go func() { res, _ := b.Run(launchFor("agent-2")); done <- res }()
+	_, _ = io.WriteString(w, "one\n")
+	time.Sleep(200 * time.Millisecond)
+	w.Close()
+	res := <-done
+	if res.Outcome != Abandoned || s.gone {
+		t.Fatalf("result %+v, deleted %v", res, s.gone)
+	}
+	r, err := st.Load("agent-2")
+	if err != nil || r == nil || r.Sandbox != "sb-1" || r.Cursor != 1 {
+		t.Fatalf("record %+v %v", r, err)
+	}
+
+	// The respawn reattaches from the record's cursor (nothing twice) and a
+	// SIGTERM ends it.
+	in2, w2 := io.Pipe()
+	defer w2.Close()
+	term := make(chan struct{})
+	var out2 syncBuffer
+	b2 := &Bridge{Socket: s.socket(), Store: st, Stdin: in2, Stdout: &out2, Stderr: io.Discard,
+		Sig: Signals{Term: term, Gone: func() bool { return false }}, EOFGrace: 50 * time.Millisecond, CallTimeout: 5 * time.Second}
+	go func() { res, _ := b2.Run(launchFor("agent-2")); done <- res }()
+	_, _ = io.WriteString(w2, "two\n")
+	time.Sleep(200 * time.Millisecond)
+	close(term)
+	res = <-done
+	if res.Outcome != Ended || !s.gone || out2.String() != "two\n" {
+		t.Errorf("after SIGTERM: %+v, deleted %v, stdout %q", res, s.gone, out2.String())
+	}
+	if r, _ := st.Load("agent-2"); r != nil {
+		t.Errorf("the record survived the close: %+v", r)
+	}
+}
+
+func privateDir(t *testing.T) string {
+	d := t.TempDir()
+	if err := os.Chmod(d, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
