@@ -158,6 +158,9 @@ func NewModel(r bundle.Route, o ModelOptions) (*Proxy, error) {
 		ModifyResponse: func(resp *http.Response) error {
 			// Nothing of the provider's session state reaches the sandbox.
 			resp.Header.Del("Set-Cookie")
+			// Nor the key, if the provider or a gateway echoes it.
+			d, _ := resp.Request.Context().Value(modelKey{}).(*modelRequest)
+			scrubResponse(resp, d.key, &p.Stats.Scrubbed)
 			return nil
 		},
 		// SSE: pass bytes on as they come.
