@@ -1,11 +1,17 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"paseo.dev/paseo-policy/internal/testkit/fakemodel"
+	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 )
 
 // The provider key rotated while Pi runs (issue 24): the key changes at
@@ -56,5 +62,65 @@ func TestPiModelKeyRotation(t *testing.T) {
 	}
 	if rs, n := res.Routes["model"], len(e.requests()); rs.Forwarded != int64(n) || rs.Refused != 0 {
 		t.Errorf("model route %+v, want the model's %d requests forwarded and none refused", rs, n)
+	}
+}
+
+// Pi's own requests pass the model route's body policy (issue 31): a
+// session with a reasoning model at thinking high, whose turns think,
+// call tools and send the thinking back, a second prompt on the same
+// session; the route refuses none, and every request reaches the model.
+// The chat bodies Pi sent are routeproxy's recorded corpus
+// (testdata/pi-0.84.2/openai-completions): PASEO_UPDATE=1 rewrites it.
+func TestPiModelRouteBodyPolicy(t *testing.T) {
+	e := newEnv(t,
+		fakemodel.Turn{Reasoning: "The user wants a file; I will write it.",
+			ToolCalls: []fakemodel.ToolCall{{Name: "write", Arguments: map[string]string{"path": "a.txt", "content": "alpha\n"}}}},
+		fakemodel.Turn{Reasoning: "Now read it back.", ToolCalls: []fakemodel.ToolCall{{Name: "read", Arguments: map[string]string{"path": "a.txt"}}}},
+		fakemodel.Turn{Reasoning: "It holds alpha.", Content: "a.txt holds alpha"},
+		fakemodel.Turn{Reasoning: "A second prompt.", Content: "still here"},
+	)
+	e.models = `{"providers":{"fake":{"baseUrl":"` + modelURL + `","api":"openai-completions",
+ "apiKey":"$FAKE_LLM_KEY","compat":{"supportsDeveloperRole":false},
+ "models":[{"id":"fake-1","reasoning":true,"input":["text","image"],"contextWindow":128000,"maxTokens":16384}]}}}`
+	sc := e.scene(t, "pi-session", `{"model":{"thinking":"high"}}`)
+	p := e.launch(t, sc)
+	c := ctx(t)
+	p.turn(t, c, "write a.txt and read it back")
+	p.turn(t, c, "anything else?")
+	res := p.stop(t)
+	rs := res.Routes["model"]
+	if rs.Refused != 0 || len(rs.ByReason) != 0 || rs.Forwarded != int64(len(e.requests())) {
+		t.Errorf("model route %+v: want all of the model's %d requests forwarded, none refused", rs, len(e.requests()))
+	}
+	var bodies [][]byte
+	for _, r := range e.requests() {
+		if strings.HasSuffix(r.Path, "/chat/completions") {
+			bodies = append(bodies, r.Body)
+		}
+	}
+	if len(bodies) != 4 {
+		t.Fatalf("%d chat requests reached the model, want 4", len(bodies))
+	}
+	all := string(bytes.Join(bodies, nil))
+	for _, want := range []string{`"reasoning_content":"It holds alpha."`, `"tool_calls":[`, `"role":"tool"`, `"reasoning_effort":"high"`, `"tools":[`} {
+		if !strings.Contains(all, want) {
+			t.Errorf("Pi's requests never held %s: the turn did not exercise it", want)
+		}
+	}
+	if os.Getenv("PASEO_UPDATE") == "1" {
+		dir := testbundle.Repo(t, "runtime/launcher/routeproxy/testdata/pi-0.84.2/openai-completions")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i, b := range bodies {
+			var v any
+			if err := json.Unmarshal(b, &v); err != nil {
+				t.Fatal(err)
+			}
+			out, _ := json.MarshalIndent(v, "", " ")
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("turn-%d.json", i+1)), append(out, '\n'), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
