@@ -105,6 +105,8 @@ var completionsBody = obj(fields{
 	"prediction":         refused(ReasonShape, "predicted outputs are not Pi's"),
 	"metadata":           refused(ReasonProviderState, "stored-completion metadata is provider-side state"),
 	"user":               refused(ReasonProviderState, "an end-user id is provider-side state"),
+	"models":             refused(ReasonForeignModel, "fallback models (OpenRouter's models) are other models than the route's"),
+	"mcp_servers":        refused(ReasonConnector, "the provider (or a gateway in front of it) would connect to the MCP servers named here"),
 })
 
 // ---- openai-responses ----
@@ -172,6 +174,7 @@ var responsesBody = obj(fields{
 	"metadata":             refused(ReasonProviderState, "response metadata is provider-side state"),
 	"user":                 refused(ReasonProviderState, "an end-user id is provider-side state"),
 	"safety_identifier":    refused(ReasonProviderState, "an end-user id is provider-side state"),
+	"mcp_servers":          refused(ReasonConnector, "the provider (or a gateway in front of it) would connect to the MCP servers named here"),
 })
 
 // itemRef refuses an item_reference (a stored item named by id) before

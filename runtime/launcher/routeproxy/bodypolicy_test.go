@@ -70,6 +70,7 @@ var bodyAttacks = []struct {
 	{"openai-completions", "file part", `{"model":"m-1","messages":[{"role":"user","content":[{"type":"file","file":{"file_id":"file-1"}}]}]}`, ReasonRemoteContent, "messages[0].content[0].type"},
 	{"openai-completions", "mcp tool", `{"model":"m-1","messages":[],"tools":[{"type":"mcp","server_url":"https://attacker.test"}]}`, ReasonConnector, "tools[0].type"},
 	{"openai-completions", "extra member in a function", `{"model":"m-1","messages":[],"tools":[{"type":"function","function":{"name":"x","parameters":{},"url":"https://a.test"}}]}`, ReasonUnknownMember, "tools[0].function.url"},
+	{"openai-completions", "fallback models", `{"model":"m-1","messages":[],"models":["gpt-big"]}`, ReasonForeignModel, "models"},
 	{"openai-completions", "metadata", `{"model":"m-1","messages":[],"metadata":{"a":"b"}}`, ReasonProviderState, "metadata"},
 	{"openai-completions", "member on a message", `{"model":"m-1","messages":[{"role":"user","content":"hi","audio":{"id":"x"}}]}`, ReasonUnknownMember, "messages[0].audio"},
 	{"openai-responses", "mcp tool", `{"model":"m-1","input":[],"tools":[{"type":"mcp","server_label":"x","server_url":"https://attacker.test/mcp","headers":{"Authorization":"Bearer stolen"}}]}`, ReasonConnector, "tools[0].type"},
