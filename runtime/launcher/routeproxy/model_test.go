@@ -34,13 +34,13 @@ type modelWorld struct {
 	dials atomic.Int64
 }
 
-func newModelWorld(t *testing.T, upstream http.Handler, mod func(*ModelOptions)) *modelWorld {
+func newModelWorld(t testing.TB, upstream http.Handler, mod func(*ModelOptions)) *modelWorld {
 	t.Helper()
 	return newModelWorldFor(t, modelRoute, upstream, mod)
 }
 
 // newModelWorldFor is newModelWorld for another route (another API).
-func newModelWorldFor(t *testing.T, route bundle.Route, upstream http.Handler, mod func(*ModelOptions)) *modelWorld {
+func newModelWorldFor(t testing.TB, route bundle.Route, upstream http.Handler, mod func(*ModelOptions)) *modelWorld {
 	t.Helper()
 	ca, err := fakemodel.NewTestCA("llm.example.test")
 	if err != nil {

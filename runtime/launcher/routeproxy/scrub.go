@@ -60,7 +60,7 @@ func keySpellings(key []byte) [][]byte {
 	if j, err := json.Marshal(string(key)); err == nil {
 		add(j[1 : len(j)-1])
 	}
-	minimal := strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(string(key))
+	minimal := strings.ReplaceAll(strings.ReplaceAll(string(key), `\`, `\\`), `"`, `\"`)
 	add([]byte(minimal))
 	add([]byte(strings.ReplaceAll(minimal, "/", `\/`)))
 	return out
@@ -69,18 +69,11 @@ func keySpellings(key []byte) [][]byte {
 // scrubber replaces spellings in place, same length.
 type scrubber struct {
 	spellings [][]byte
-	first     [256]bool // first bytes of the spellings
-	longest   int
 	count     *atomic.Int64
 }
 
 func newScrubber(key []byte, count *atomic.Int64) *scrubber {
-	s := &scrubber{spellings: keySpellings(key), count: count}
-	for _, sp := range s.spellings {
-		s.first[sp[0]] = true
-		s.longest = max(s.longest, len(sp))
-	}
-	return s
+	return &scrubber{spellings: keySpellings(key), count: count}
 }
 
 // replace masks every spelling in b.
@@ -101,20 +94,27 @@ func (s *scrubber) replace(b []byte) {
 	}
 }
 
-// hold is how many bytes at b's end could begin a spelling.
+// hold is how many bytes at b's end could begin a spelling: for each
+// spelling, the earliest place in its reach from the end where its first
+// byte starts a prefix of it.
 func (s *scrubber) hold(b []byte) int {
-	for l := min(s.longest-1, len(b)); l > 0; l-- {
-		tail := b[len(b)-l:]
-		if !s.first[tail[0]] {
-			continue
-		}
-		for _, sp := range s.spellings {
-			if len(sp) > l && bytes.HasPrefix(sp, tail) {
-				return l
+	best := 0
+	for _, sp := range s.spellings {
+		win := b[len(b)-min(len(sp)-1, len(b)):]
+		for off := 0; len(win)-off > best; {
+			i := bytes.IndexByte(win[off:], sp[0])
+			if i < 0 {
+				break
 			}
+			i += off
+			if len(win)-i > best && bytes.HasPrefix(sp, win[i:]) {
+				best = len(win) - i
+				break
+			}
+			off = i + 1
 		}
 	}
-	return 0
+	return best
 }
 
 func (s *scrubber) header(h http.Header) {
@@ -194,5 +194,5 @@ func scrubResponse(resp *http.Response, key []byte, count *atomic.Int64) {
 	// Trailers arrive after the body, past any check here; providers send
 	// none, so none are passed on.
 	resp.Trailer = nil
-	resp.Body = &scrubBody{s: s, src: resp.Body, readBuf: make([]byte, 32<<10)}
+	resp.Body = &scrubBody{s: s, src: resp.Body, readBuf: make([]byte, 8<<10)}
 }
