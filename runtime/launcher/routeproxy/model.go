@@ -344,8 +344,11 @@ func (p *Proxy) refuseModel(w http.ResponseWriter, rf *Refusal) {
 	p.Stats.Refused.Add(1)
 	p.Stats.OutOfScope.Add(1)
 	p.Stats.ByReason[rf.Reason].Add(1)
+	// 400 for what Pi could have sent differently (a client that falls
+	// back without a field, as Pi 1.6.0 does for Anthropic's thread,
+	// reads 400); 403 for what the route never forwards.
 	status, typ := http.StatusForbidden, "permission_error"
-	if rf.Reason == ReasonShape || rf.Reason == ReasonUnknownMember {
+	if rf.Reason == ReasonShape || rf.Reason == ReasonUnknownMember || rf.Reason == ReasonProviderState {
 		status, typ = http.StatusBadRequest, "invalid_request_error"
 	}
 	var doc any

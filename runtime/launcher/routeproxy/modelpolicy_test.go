@@ -87,7 +87,7 @@ func TestModelRouteBodyPolicy(t *testing.T) {
 				}
 				resp, body := w.do(t, "POST", apiPaths[api], c.body, piHeaders(api))
 				wantStatus := http.StatusForbidden
-				if c.reason == ReasonShape || c.reason == ReasonUnknownMember {
+				if c.reason == ReasonShape || c.reason == ReasonUnknownMember || c.reason == ReasonProviderState {
 					wantStatus = http.StatusBadRequest
 				}
 				if resp.StatusCode != wantStatus || resp.Header.Get("Content-Type") != "application/json" {
@@ -194,5 +194,14 @@ func TestModelRouteFeatureHeaders(t *testing.T) {
 	}
 	if got := w.proxy.Stats.ByReason[ReasonFeatureHeader].Load(); got != 6 {
 		t.Errorf("feature-header refusals %d, want 6", got)
+	}
+	// Control: the provider takes the headers as sent where nothing
+	// stands in front of it.
+	direct := &recorder{}
+	req, _ := http.NewRequest("POST", "/v1/messages", strings.NewReader(body))
+	set("Anthropic-Beta", "mcp-client-2025-04-04")(req)
+	direct.ServeHTTP(&httpRecorder{header: http.Header{}}, req)
+	if got := direct.all()[0].header.Get("Anthropic-Beta"); got != "mcp-client-2025-04-04" {
+		t.Errorf("control: the provider got Anthropic-Beta %q", got)
 	}
 }
