@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"paseo.dev/paseo-policy/internal/testkit/fakemodel"
+	"paseo.dev/paseo-policy/internal/testkit/piproto"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 )
 
@@ -68,7 +69,7 @@ func TestPiModelKeyRotation(t *testing.T) {
 // Pi's own requests pass the model route's body policy (issue 31): a
 // session with a reasoning model at thinking high, whose turns think,
 // call tools and send the thinking back, a second prompt on the same
-// session; the route refuses none, and every request reaches the model.
+// session with an image; the route refuses none, and every request reaches the model.
 // The chat bodies Pi sent are routeproxy's recorded corpus
 // (testdata/pi-0.84.2/openai-completions): PASEO_UPDATE=1 rewrites it.
 func TestPiModelRouteBodyPolicy(t *testing.T) {
@@ -86,7 +87,13 @@ func TestPiModelRouteBodyPolicy(t *testing.T) {
 	p := e.launch(t, sc)
 	c := ctx(t)
 	p.turn(t, c, "write a.txt and read it back")
-	p.turn(t, c, "anything else?")
+	// The second prompt brings an image (a 1x1 PNG), as a client's paste.
+	p.call(t, c, map[string]any{"type": "prompt", "message": "anything else in this picture?",
+		"images": []map[string]string{{"type": "image", "mimeType": "image/png",
+			"data": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="}}})
+	if _, _, err := p.Until(c, piproto.Event("agent_settled")); err != nil {
+		t.Fatalf("the prompt with an image did not settle: %v\nstderr: %s", err, p.stderr.String())
+	}
 	res := p.stop(t)
 	rs := res.Routes["model"]
 	if rs.Refused != 0 || len(rs.ByReason) != 0 || rs.Forwarded != int64(len(e.requests())) {
@@ -102,7 +109,7 @@ func TestPiModelRouteBodyPolicy(t *testing.T) {
 		t.Fatalf("%d chat requests reached the model, want 4", len(bodies))
 	}
 	all := string(bytes.Join(bodies, nil))
-	for _, want := range []string{`"reasoning_content":"It holds alpha."`, `"tool_calls":[`, `"role":"tool"`, `"reasoning_effort":"high"`, `"tools":[`} {
+	for _, want := range []string{`"reasoning_content":"It holds alpha."`, `"tool_calls":[`, `"role":"tool"`, `"reasoning_effort":"high"`, `"tools":[`, `"image_url":{"url":"data:image/png;base64,`} {
 		if !strings.Contains(all, want) {
 			t.Errorf("Pi's requests never held %s: the turn did not exercise it", want)
 		}
@@ -118,6 +125,9 @@ func TestPiModelRouteBodyPolicy(t *testing.T) {
 				t.Fatal(err)
 			}
 			out, _ := json.MarshalIndent(v, "", " ")
+			// The host paths Pi saw (its cwd, in the system prompt) as the
+			// daemon names them, so a re-recording differs only where Pi does.
+			out = bytes.ReplaceAll(out, []byte(e.host), nil)
 			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("turn-%d.json", i+1)), append(out, '\n'), 0o644); err != nil {
 				t.Fatal(err)
 			}
