@@ -158,7 +158,13 @@ func NewModel(r bundle.Route, o ModelOptions) (*Proxy, error) {
 		ModifyResponse: func(resp *http.Response) error {
 			// Nothing of the provider's session state reaches the sandbox.
 			resp.Header.Del("Set-Cookie")
-			// Nor the key, if the provider or a gateway echoes it.
+			// Nor the key, if the provider or a gateway echoes it: in an
+			// encoded body the masking could not see it, so only identity
+			// (what the route asked for) passes.
+			if ce := resp.Header.Values("Content-Encoding"); len(ce) > 1 || (len(ce) == 1 && !strings.EqualFold(ce[0], "identity")) {
+				resp.Body.Close()
+				return errEncodedAnswer
+			}
 			d, _ := resp.Request.Context().Value(modelKey{}).(*modelRequest)
 			scrubResponse(resp, d.key, &p.Stats.Scrubbed)
 			return nil
@@ -304,6 +310,9 @@ func (p *Proxy) modelGuard(next http.Handler, key func() ([]byte, error)) http.H
 		next.ServeHTTP(w, req)
 	})
 }
+
+// errEncodedAnswer refuses an answer the route cannot read to mask the key.
+var errEncodedAnswer = errors.New("the provider answered with a content encoding the route did not ask for")
 
 // IsModel reports whether r is a model route.
 func IsModel(r bundle.Route) bool { return r.Purpose == "model" }

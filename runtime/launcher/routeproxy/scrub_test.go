@@ -2,6 +2,7 @@ package routeproxy
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -228,3 +229,31 @@ func (r *httpRecorder) Header() http.Header         { return r.header }
 func (r *httpRecorder) Write(b []byte) (int, error) { return r.body.Write(b) }
 func (r *httpRecorder) WriteHeader(int)             {}
 func (r *httpRecorder) Flush()                      {}
+
+// An answer in an encoding the route did not ask for (the masking could
+// not see the key in it) is refused, not passed on. Control: the gzip
+// answer holds the key for a client that decompresses it.
+func TestModelRouteRefusesEncodedAnswers(t *testing.T) {
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	io.WriteString(zw, `{"error":"bad key `+testModelKey+`"}`)
+	zw.Close()
+	up := http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+		rw.Header().Set("Content-Encoding", "gzip")
+		rw.Header().Set("Content-Type", "application/json")
+		rw.WriteHeader(http.StatusUnauthorized)
+		rw.Write(gz.Bytes())
+	})
+	w := newModelWorld(t, up, nil)
+	resp, body := w.do(t, "POST", "/chat/completions", chatBody, nil)
+	if resp.StatusCode != http.StatusBadGateway || strings.Contains(body, testModelKey) {
+		t.Errorf("gzip answer: %d %q, want 502", resp.StatusCode, body)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(gz.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain, _ := io.ReadAll(zr); !bytes.Contains(plain, []byte(testModelKey)) {
+		t.Error("control: the gzip answer does not hold the key")
+	}
+}
