@@ -147,6 +147,8 @@ var rItem = tagged("type", map[string]fields{
 	"tool_search_call": {"call_id": str, "execution": enum("client"), "status": str,
 		"arguments": obj(fields{"query": str, "limit": num})},
 	"tool_search_output": {"call_id": str, "execution": enum("client"), "status": str, "tools": arr(rTool)},
+	// Pi 1.6.0: a reasoning effort change mid-conversation.
+	"configuration_update": {"reasoning": obj(fields{"effort": str})},
 }, partKind)
 
 var responsesBody = obj(fields{
@@ -231,8 +233,8 @@ var aMessage = tagged("role", map[string]fields{
 	// effort markers).
 	"system": {"output_config": obj(fields{"effort": str}), "content": arr(tagged("type", map[string]fields{
 		"text":          aText,
-		"tool_addition": {"tool": obj(fields{"type": enum("tool_definition"), "definition": aTool})},
-		"tool_removal":  {"tool": obj(fields{"type": enum("tool_reference"), "name": str})},
+		"tool_addition": {"tool": obj(fields{"type": enum("tool_definition"), "definition": aTool}), "cache_control": cacheControl},
+		"tool_removal":  {"tool": obj(fields{"type": enum("tool_reference"), "name": str}), "cache_control": cacheControl},
 	}, partKind))},
 }, shapeOf)
 

@@ -26,6 +26,9 @@ var piBodies = map[string][]string{
 			`{"type":"function_call","id":"fc_1","call_id":"call_1","name":"bash","arguments":"{}"},` +
 			`{"type":"function_call_output","call_id":"call_1","output":[{"type":"input_text","text":"out"},{"type":"input_image","detail":"auto","image_url":"data:image/png;base64,AA=="}]}],` +
 			`"stream":true,"store":false,"reasoning":{"effort":"none"},"tool_choice":"auto","service_tier":"flex","prompt_cache_retention":"24h"}`,
+		`{"model":"m-1","input":[{"role":"user","content":"hi"},{"type":"configuration_update","reasoning":{"effort":"low"}},` +
+			`{"type":"tool_search_call","call_id":"pi_tool_load_1","execution":"client","status":"completed","arguments":{"query":"grep","limit":1}},` +
+			`{"type":"tool_search_output","call_id":"pi_tool_load_1","execution":"client","status":"completed","tools":[{"type":"function","name":"grep","description":"d","parameters":{},"defer_loading":true}]}],"stream":true,"store":false}`,
 	},
 	"anthropic-messages": {
 		`{"model":"m-1","messages":[{"role":"user","content":"hi"}],"max_tokens":8192,"stream":true,"system":[{"type":"text","text":"sys","cache_control":{"type":"ephemeral"}}],` +
