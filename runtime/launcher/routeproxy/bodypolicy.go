@@ -232,8 +232,8 @@ func tagged(tag string, variants map[string]fields, other func(string) Reason) c
 		}
 		v := ""
 		if t, ok := n.get(tag); ok {
-			if t.kind != kindString {
-				return refuseAt(ReasonShape, join(path, tag), "must be a string")
+			if t.kind != kindString || t.str == "" {
+				return refuseAt(ReasonShape, join(path, tag), "must be a non-empty string")
 			}
 			v = t.str
 		}

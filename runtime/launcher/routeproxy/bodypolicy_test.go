@@ -109,6 +109,7 @@ var bodyAttacks = []struct {
 	{"anthropic-messages", "mcp tool use replayed", `{"model":"m-1","max_tokens":10,"messages":[{"role":"assistant","content":[{"type":"mcp_tool_use","id":"x"}]}]}`, ReasonConnector, "messages[0].content[0].type"},
 	{"anthropic-messages", "tool with extra member", `{"model":"m-1","max_tokens":10,"messages":[],"tools":[{"name":"x","input_schema":{},"input_examples":[{}]}]}`, ReasonUnknownMember, "tools[0].input_examples"},
 	{"anthropic-messages", "unknown top-level", `{"model":"m-1","max_tokens":10,"messages":[],"context_management":{}}`, ReasonUnknownMember, "context_management"},
+	{"anthropic-messages", "tool of an empty type", `{"model":"m-1","max_tokens":10,"messages":[],"tools":[{"type":"","name":"x","input_schema":{}}]}`, ReasonShape, "tools[0].type"},
 	{"anthropic-messages", "thinking of a wrong type", `{"model":"m-1","max_tokens":10,"messages":[],"thinking":{"type":"enabled","budget_tokens":"all"}}`, ReasonShape, "thinking.budget_tokens"},
 }
 
