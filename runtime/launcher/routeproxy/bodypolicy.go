@@ -215,6 +215,18 @@ func obj(f fields) check {
 	}
 }
 
+// withModel requires the model member: a body without one would leave the
+// choice to the provider or a gateway's default, another model than the
+// route's.
+func withModel(ch check) check {
+	return func(c *checkCtx, n *node, path string) *Refusal {
+		if _, ok := n.get("model"); n.kind == kindObject && !ok {
+			return refuseAt(ReasonForeignModel, join(path, "model"), "a body names the route's model %q", c.model)
+		}
+		return ch(c, n, path)
+	}
+}
+
 // tagged dispatches an object on its tag member (type or role) to the
 // variant's fields (which need not name the tag). A value of the tag no
 // variant has is refused for other(value); an object without the tag
@@ -272,7 +284,7 @@ func (p *BodyPolicy) Check(n *node, model string) *Refusal {
 
 // BodyPolicies are the policies of the APIs a model route speaks.
 var BodyPolicies = map[string]*BodyPolicy{
-	"openai-completions": {API: "openai-completions", body: completionsBody},
-	"openai-responses":   {API: "openai-responses", body: responsesBody},
-	"anthropic-messages": {API: "anthropic-messages", body: anthropicBody},
+	"openai-completions": {API: "openai-completions", body: withModel(completionsBody)},
+	"openai-responses":   {API: "openai-responses", body: withModel(responsesBody)},
+	"anthropic-messages": {API: "anthropic-messages", body: withModel(anthropicBody)},
 }

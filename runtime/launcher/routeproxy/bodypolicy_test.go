@@ -65,6 +65,8 @@ var bodyAttacks = []struct {
 	path            string
 }{
 	{"openai-completions", "other model", `{"model":"gpt-big","messages":[]}`, ReasonForeignModel, "model"},
+	{"openai-completions", "no model", `{"messages":[]}`, ReasonForeignModel, "model"},
+	{"anthropic-messages", "no model", `{"max_tokens":10,"messages":[]}`, ReasonForeignModel, "model"},
 	{"openai-completions", "model as a list", `{"model":["m-1"],"messages":[]}`, ReasonForeignModel, "model"},
 	{"openai-completions", "web search options", `{"model":"m-1","messages":[],"web_search_options":{}}`, ReasonHostedTool, "web_search_options"},
 	{"openai-completions", "unknown member", `{"model":"m-1","messages":[],"n":5}`, ReasonUnknownMember, "n"},
