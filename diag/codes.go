@@ -42,6 +42,7 @@ const (
 	GitNotRepo   Code = "PP-GIT-NOT-GITDIR" // a Git fact names a directory that does not look like a Git dir (HEAD, objects/, refs/) or an object store (pack/)
 	GitIndex     Code = "PP-GIT-INDEX"      // the worktree's index cannot be read whole (too large, damaged, a split index), so its submodules cannot be pinned
 	GitSubmodule Code = "PP-GIT-SUBMODULE"  // the index lists a submodule (gitlink) whose path the worktree lacks
+	GitStore     Code = "PP-GIT-STORE"      // Git writes are granted without a private store (state.gitStore), or the store is not this agent's own directory apart from the workspace and the repository
 
 	// Host git adopting an agent's commit into the host index (paseo-policy git adopt).
 	GitAdoptRepo     Code = "PP-GIT-ADOPT-REPO"     // the directory is not a worktree's top level, its .git leads to another gitdir than expected, or the repository is a partial clone (a missing object would be fetched)
