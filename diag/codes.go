@@ -51,6 +51,13 @@ const (
 	GitAdoptGitlinks Code = "PP-GIT-ADOPT-GITLINKS" // HEAD's tree adds, removes or changes a gitlink (mode 160000) the index has; each differing path is named
 	GitAdoptTree     Code = "PP-GIT-ADOPT-TREE"     // HEAD's tree cannot be adopted as it is: unreadable, paths out of order or twice, over the entry bound, or read-tree made another index than the tree checked (the old index is put back)
 
+	// Host git importing an agent's Git store into the shared repository (paseo-policy git import).
+	GitImportRepo   Code = "PP-GIT-IMPORT-REPO"   // the request is malformed (paths, agent id, branch, base) or the shared repository cannot be used as given
+	GitImportStore  Code = "PP-GIT-IMPORT-STORE"  // the store holds what the import does not read: a symlink, a device, a file over its bound, too many files, a name of the wrong shape
+	GitImportRef    Code = "PP-GIT-IMPORT-REF"    // a ref the store offers is malformed (a granted one: refused) or outside the grant (never written; listed)
+	GitImportObject Code = "PP-GIT-IMPORT-OBJECT" // an object is not what its name says (a loose object whose content hashes elsewhere), a pack git cannot index, a granted ref naming a missing object, or fsck refused what the repository received
+	GitImportMoved  Code = "PP-GIT-IMPORT-MOVED"  // the repository's branch is not at the value the import was given (moved since launch or the last import); nothing is written
+
 	// Credentials.
 	CredentialShape   Code = "PP-CRED-SHAPE"            // fields that do not fit the credential mode
 	CredentialExposed Code = "PP-CRED-AUTHFILE-PRESENT" // an auth.json would be visible in a mode that must not see it
