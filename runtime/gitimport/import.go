@@ -127,13 +127,16 @@ func Import(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	res, updates, err := o.plan(refs, shared)
-	if err != nil || len(updates) == 0 {
-		return res, err
-	}
+	// The whole store is listed even when no ref moves: a store with a
+	// link where the import looks is refused either way, so its state is
+	// said at every import, not at the first one that has work.
 	objs, err := readObjects(store, hexLen, o.Limits)
 	if err != nil {
 		return Result{}, err
+	}
+	res, updates, err := o.plan(refs, shared)
+	if err != nil || len(updates) == 0 {
+		return res, err
 	}
 
 	q, err := os.MkdirTemp(o.WorkDir, "paseo-git-import-")
