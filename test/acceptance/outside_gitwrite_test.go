@@ -61,8 +61,8 @@ func TestOutsideGitWrite(t *testing.T) {
 func gitWriteAttacks(t *testing.T, _ *scene) []OutsideAttack {
 	testbundle.Prerequisites(t)
 	a := OutsideAttack{Name: "agent-plants-git-data-write-side", Attacker: "agent",
-		Goal:    "from its sandbox, plant in the repository's objects, refs and reflogs (and in its own Git store) so that the daemon's write-side host git (checkout, commit, merge, gc, push) writes through a symlink into the deployment user's files, takes another repository's objects, reads history changed under the same ids, or that main moves",
-		Control: "the same plants in the repository on the host as the deployment user, as issue 19's read-write objects/, refs/ and logs/ allowed"}
+		Goal:    "from its sandbox, plant in the repository's objects, refs and reflogs (and in its own Git store) so that the daemon's write-side host git (checkout, commit, merge, gc, push) writes through a symlink into the deployment user's files, takes another repository's objects, reads history changed under the same ids or replaced (refs/replace), loses an object, or that main moves",
+		Control: "each plant alone in the repository on the host as the deployment user, as issue 19's read-write objects/, refs/ and logs/ allowed"}
 	var l *gitplant.WriteLab
 	sb := testbundle.New(t, testbundle.Options{Argv: testbundle.Script(gitplant.WriteScript), Prepare: func(t testing.TB, host string) {
 		l = gitplant.NewWriteLab(t, host, gitPlantUID)
@@ -94,12 +94,12 @@ func gitWriteAttacks(t *testing.T, _ *scene) []OutsideAttack {
 		t.Errorf("the import of the planted store: %v, want %s", ierr, diag.GitImportStore)
 	}
 
-	c := gitplant.NewWriteLab(t, t.TempDir(), gitPlantUID)
-	c.PlantOnHost(t)
-	control := c.HostWriteSide(t)
-
 	var cases []GitWriteCase
 	for _, s := range gitplant.WriteSurfaces {
+		// One fresh lab per surface, so no plant spoils another's command.
+		c := gitplant.NewWriteLab(t, t.TempDir(), gitPlantUID)
+		c.PlantOnHost(t, s.Name)
+		control := c.HostWriteSide(t)
 		a.Contained.Attempts++
 		a.ControlRun.Attempts++
 		if planted["repo-"+s.Name] != "ok" {

@@ -29,6 +29,8 @@ var WriteSurfaces = []struct{ Name, Effect string }{
 	{"pack-symlink", "objects/pack led to another repository's packs: its objects taken into this one, or its pack gone"},
 	{"object-overwrite", "main's README reads as the agent wrote it, under its old id"},
 	{"ref-move", "main is not where the user left it"},
+	{"replace-ref", "refs/replace/<main> names the agent's commit: git shows it for main's id"},
+	{"object-delete", "an object of main's tree is gone from the repository"},
 }
 
 // WriteScript plants each surface (and grafts, whose effect is not read)
@@ -44,6 +46,8 @@ plant() {
   try $p-pack-symlink $b sh -c "$b rm -rf $T/objects/pack; $b ln -s $OTHER/objects/pack $T/objects/pack"
   try $p-object-overwrite $b sh -c "$b mkdir -p $T/objects/$OBJDIR && $b rm -f $T/objects/$OBJDIR/$OBJFILE; $b cp $W/evil.obj $T/objects/$OBJDIR/$OBJFILE"
   try $p-ref-move $b sh -c "echo $EVIL > $T/refs/heads/main"
+  try $p-replace-ref $b sh -c "$b mkdir -p $T/refs/replace && echo $EVIL > $T/refs/replace/$MAIN"
+  try $p-object-delete $b rm -f $T/objects/$DELDIR/$DELFILE
   try $p-grafts $b sh -c "$b mkdir -p $T/info && echo $MAIN > $T/info/grafts"
 }
 plant repo $REPO
@@ -54,9 +58,9 @@ plant store /run/paseo/git-store
 type WriteLab struct {
 	Host, Common, Store, Other, Victim string
 	// Main is main's commit (and the worktree branch feature's), Evil a
-	// commit the agent moves main to, Readme main's README blob, Secret
-	// the other repository's commit.
-	Main, Evil, Readme, Secret string
+	// commit the agent moves main to, Readme main's README blob, License
+	// another blob of main's, Secret the other repository's commit.
+	Main, Evil, Readme, License, Secret string
 	uid                        int
 }
 
@@ -78,10 +82,12 @@ func NewWriteLab(t testing.TB, host string, uid int) *WriteLab {
 	writeFile(t, l.Victim, "# the deployment user's login script\n")
 	l.git(t, "", "init", "-q", "-b", "main", repo)
 	writeFile(t, filepath.Join(repo, "README"), "proj\n")
-	l.git(t, l.Common, "--work-tree="+repo, "add", "README")
+	writeFile(t, filepath.Join(repo, "LICENSE"), "the user's license\n")
+	l.git(t, l.Common, "--work-tree="+repo, "add", "README", "LICENSE")
 	l.git(t, l.Common, "--work-tree="+repo, "commit", "-q", "-m", "init")
 	l.Main = l.git(t, l.Common, "rev-parse", "HEAD")
 	l.Readme = l.git(t, l.Common, "rev-parse", "HEAD:README")
+	l.License = l.git(t, l.Common, "rev-parse", "HEAD:LICENSE")
 	l.git(t, "", "-C", repo, "worktree", "add", "-q", "-b", "feature", ws)
 	l.Evil = l.git(t, l.Common, "commit-tree", "-m", "evil", l.git(t, l.Common, "rev-parse", "HEAD^{tree}"))
 	l.git(t, "", "init", "-q", "-b", "main", l.Other)
@@ -100,8 +106,8 @@ func NewWriteLab(t testing.TB, host string, uid int) *WriteLab {
 	fmt.Fprintf(zw, "blob 5\x00evil\n")
 	zw.Close()
 	writeFile(t, filepath.Join(ws, "evil.obj"), evil.String())
-	writeFile(t, filepath.Join(ws, "plant.env"), fmt.Sprintf("REPO=%s\nVICTIM=%s\nOTHER=%s\nOBJDIR=%s\nOBJFILE=%s\nEVIL=%s\nMAIN=%s\n",
-		l.Common, l.Victim, l.Other+"/.git", l.Readme[:2], l.Readme[2:], l.Evil, l.Main))
+	writeFile(t, filepath.Join(ws, "plant.env"), fmt.Sprintf("REPO=%s\nVICTIM=%s\nOTHER=%s\nOBJDIR=%s\nOBJFILE=%s\nEVIL=%s\nMAIN=%s\nDELDIR=%s\nDELFILE=%s\n",
+		l.Common, l.Victim, l.Other+"/.git", l.Readme[:2], l.Readme[2:], l.Evil, l.Main, l.License[:2], l.License[2:]))
 	for _, p := range []string{filepath.Join(host, "srv/paseo/repos"), ws, l.Store, filepath.Dir(l.Victim)} {
 		chownAll(t, p, uid)
 	}
@@ -109,22 +115,27 @@ func NewWriteLab(t testing.TB, host string, uid int) *WriteLab {
 	return l
 }
 
-// PlantOnHost is the control: the same plants in the repository as the
-// deployment user, as issue 19's read-write objects/, refs/ and logs/ let
-// a sandbox make them.
-func (l *WriteLab) PlantOnHost(t testing.TB) {
+// hostPlants are the control's plants, one surface each, made in the
+// repository ($T) on the host.
+var hostPlants = map[string]string{
+	"reflog-symlink":   `rm -f $T/logs/HEAD; ln -s $VICTIM $T/logs/HEAD`,
+	"pack-symlink":     `rmdir $T/objects/pack; ln -s $OTHER/objects/pack $T/objects/pack`,
+	"object-overwrite": `mkdir -p $T/objects/$OBJDIR; rm -f $T/objects/$OBJDIR/$OBJFILE; cp $W/evil.obj $T/objects/$OBJDIR/$OBJFILE`,
+	"ref-move":         `echo $EVIL > $T/refs/heads/main`,
+	"replace-ref":      `mkdir -p $T/refs/replace; echo $EVIL > $T/refs/replace/$MAIN`,
+	"object-delete":    `rm -f $T/objects/$DELDIR/$DELFILE`,
+}
+
+// PlantOnHost is the control for one surface: its plant made in the
+// repository as the deployment user, as issue 19's read-write objects/,
+// refs/ and logs/ let a sandbox make it.
+func (l *WriteLab) PlantOnHost(t testing.TB, surface string) {
 	t.Helper()
 	ws := filepath.Join(l.Host, "srv/paseo/workspace/proj-feature")
-	script := `set -e; . ` + ws + `/plant.env; T=$REPO
-rm -f $T/logs/HEAD; ln -s $VICTIM $T/logs/HEAD
-rmdir $T/objects/pack; ln -s $OTHER/objects/pack $T/objects/pack
-mkdir -p $T/objects/$OBJDIR; rm -f $T/objects/$OBJDIR/$OBJFILE; cp ` + ws + `/evil.obj $T/objects/$OBJDIR/$OBJFILE
-echo $EVIL > $T/refs/heads/main
-mkdir -p $T/info; echo $MAIN > $T/info/grafts`
-	cmd := exec.Command("sh", "-c", script)
+	cmd := exec.Command("sh", "-c", `set -e; W=`+ws+`; . $W/plant.env; T=$REPO; `+hostPlants[surface])
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: l.cred()}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("control plant: %v\n%s", err, out)
+		t.Fatalf("control plant %s: %v\n%s", surface, err, out)
 	}
 }
 
@@ -182,6 +193,11 @@ func (l *WriteLab) HostWriteSide(t testing.TB) WriteSide {
 	_, otherErr := l.deployGit("--git-dir="+filepath.Join(l.Other, ".git"), "cat-file", "-e", l.Secret)
 	_, takenErr := l.deployGit("--git-dir="+l.Common, "cat-file", "-e", l.Secret)
 	w.Won["pack-symlink"] = otherErr != nil || len(packs) == 0 || takenErr == nil
+	// As the daemon's git reads it by default: replace objects on.
+	got, _ = l.deployGit("--git-dir="+l.Common, "log", "-1", "--format=%s", l.Main)
+	w.Won["replace-ref"] = strings.TrimSpace(got) == "evil"
+	_, err = l.deployGit("--git-dir="+l.Common, "--no-replace-objects", "cat-file", "-e", l.License)
+	w.Won["object-delete"] = err != nil
 	return w
 }
 
