@@ -253,7 +253,9 @@ func (c *compilation) gitStore(l gitLayout) (source, bool) {
 	if !ok || !c.ownedByAgent("state.gitStore", f.State.GitStore, "the agent's Git store") {
 		return source{}, false
 	}
-	for _, p := range []struct{ dir, what string }{{l.repo.dest, "the repository"}, {l.gitdir.dest, "the worktree's Git dir"}, {l.worktree, "the worktree"}} {
+	// The agent dir is a projection, no bind, so gitStoreApart would not
+	// see it; the daemon's files there are what every Pi of it loads.
+	for _, p := range []struct{ dir, what string }{{l.repo.dest, "the repository"}, {l.gitdir.dest, "the worktree's Git dir"}, {l.worktree, "the worktree"}, {f.State.AgentDir, "state.agentDir"}} {
 		if pathform.Beneath(p.dir, s.dest) || pathform.Beneath(s.dest, p.dir) {
 			c.diags.Addf(diag.GitStore, "state.gitStore", "the Git store must lie apart from %s", p.what)
 			return source{}, false
