@@ -222,7 +222,8 @@ func TestImportAgentCommits(t *testing.T) {
 
 // After the agent's own gc its objects are in a pack: the import indexes
 // it itself. Its .idx, which the agent wrote, is replaced by a lying one
-// (another pack's); the import never reads it.
+// (another pack's), and a multi-pack-index, commit-graph and bitmap are
+// planted beside it; the import reads none of them.
 func TestImportPackedStore(t *testing.T) {
 	l := newLab(t)
 	feature, _, _ := l.agentWork(t)
@@ -247,6 +248,14 @@ func TestImportPackedStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(t, packs[0], string(data))
+	// A multi-pack-index, a commit-graph and a bitmap claiming what they
+	// like: git would trust them; the import never reads them.
+	for _, p := range []string{"objects/pack/multi-pack-index", "objects/info/commit-graph", strings.TrimSuffix(packs[0], ".idx") + ".bitmap"} {
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(l.store, p)
+		}
+		writeFile(t, p, "lies\n")
+	}
 	res, err := Import(context.Background(), l.options())
 	if err != nil {
 		t.Fatal(err)
