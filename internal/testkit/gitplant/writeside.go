@@ -61,7 +61,7 @@ type WriteLab struct {
 	// commit the agent moves main to, Readme main's README blob, License
 	// another blob of main's, Secret the other repository's commit.
 	Main, Evil, Readme, License, Secret string
-	uid                        int
+	uid                                 int
 }
 
 // NewWriteLab replaces the base tree's hand-made repository beneath host
