@@ -62,6 +62,7 @@ type State struct {
 	AgentDir   string `json:"agentDir"`
 	SessionDir string `json:"sessionDir"`
 	CacheDir   string `json:"cacheDir,omitempty"`
+	GitStore   string `json:"gitStore,omitempty"`
 }
 
 type Launch struct {

@@ -190,8 +190,9 @@ func (e *env) prepareState(t testing.TB, sc *testbundle.Scene) {
 	e.writeAgentFiles(t, agent)
 	write(t, filepath.Join(sc.Host, "srv/paseo/launch/paseo-pi-extension-a1/paseo-integration.mjs"), "export default function () {}\n")
 	// The daemon gives each agent its own jiti cache dir, owned by the
-	// sandbox user (testdata/base: state.cacheDir).
-	for _, d := range []string{agent, filepath.Join(sc.Host, "srv/paseo/state/pi-sessions/agent-7f3c"), filepath.Join(sc.Host, "srv/paseo/state/pi-cache/agent-7f3c")} {
+	// sandbox user (testdata/base: state.cacheDir), and its own Git store
+	// (state.gitStore).
+	for _, d := range []string{agent, filepath.Join(sc.Host, "srv/paseo/state/pi-sessions/agent-7f3c"), filepath.Join(sc.Host, "srv/paseo/state/pi-cache/agent-7f3c"), filepath.Join(sc.Host, "srv/paseo/state/pi-git/agent-7f3c")} {
 		chownTree(t, d, 1000, 1000)
 	}
 }
