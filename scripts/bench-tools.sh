@@ -32,7 +32,7 @@ if rev=$(git rev-parse --short HEAD 2>/dev/null); then
   git diff --quiet HEAD -- ./runtime/launcher ./internal ./test/e2e ./policy 2>/dev/null || rev="$rev + uncommitted changes"
   echo "   code: $rev"
 fi
-echo "   files ${FILES:-20000}, rounds ${ROUNDS:-5}, sandbox git settings: ${GITCONFIG:-none}"
+echo "   files ${FILES:-20000}, rounds ${ROUNDS:-5}, sandbox git settings: ${GITCONFIG:-as the profile sets them}"
 
 "$go" test -c -o "$tmp/e2e.test" ./test/e2e
 if ! (cd ./test/e2e && TOOLS_BENCH_FILES=${FILES:-20000} TOOLS_BENCH_ROUNDS=${ROUNDS:-5} TOOLS_BENCH_GITCONFIG=${GITCONFIG:-} TOOLS_BENCH_ONLY=${ONLY:-} \
