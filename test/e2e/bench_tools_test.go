@@ -101,12 +101,16 @@ const toolsWalkJS = `const fs=require("fs"),path=require("path");let n=0,b=0;` +
 // run as Pi's bash tool runs it (bash -c), answered with DONE, its exit
 // code, and bash's `time` (wall, user, system seconds). Its output goes to
 // a file in /tmp; a failure's output goes to stderr.
+// A line that starts with "?" also has its output printed before DONE,
+// each line prefixed "| " (the tests' use).
 const toolsServer = `export LC_ALL=C
 TIMEFORMAT='%3R %3U %3S'
 echo READY
 while IFS= read -r line; do
+  show=; case $line in '?'*) show=1; line=${line#?};; esac
   t=$( { time /bin/bash -c "$line" >/tmp/.bench-out 2>&1; } 2>&1 ); rc=$?
   if [ "$rc" -ne 0 ]; then echo "command failed ($rc): $line" >&2; head -c 4000 /tmp/.bench-out >&2; fi
+  if [ -n "$show" ]; then while IFS= read -r o; do echo "| $o"; done </tmp/.bench-out; fi
   echo "DONE $rc $t"
 done`
 
@@ -128,6 +132,20 @@ type toolsSample struct{ wall, cpu, appCPU time.Duration }
 // run sends one command and waits for its answer.
 func (s *toolsSide) run(tb testing.TB, cmd string) toolsSample {
 	tb.Helper()
+	smp, _ := s.exchange(tb, cmd)
+	return smp
+}
+
+// output runs one command and returns its output (stdout and stderr).
+func (s *toolsSide) output(tb testing.TB, cmd string) string {
+	tb.Helper()
+	_, out := s.exchange(tb, "?"+cmd)
+	return out
+}
+
+func (s *toolsSide) exchange(tb testing.TB, cmd string) (toolsSample, string) {
+	tb.Helper()
+	var out strings.Builder
 	var c0 time.Duration
 	if s.cpu != nil {
 		c0 = s.cpu()
@@ -139,6 +157,10 @@ func (s *toolsSide) run(tb testing.TB, cmd string) toolsSample {
 		line, err := s.out.ReadString('\n')
 		if err != nil {
 			tb.Fatalf("%s: the server ended (%v); stderr: %s", s.name, err, s.stderr)
+		}
+		if o, ok := strings.CutPrefix(line, "| "); ok {
+			out.WriteString(o)
+			continue
 		}
 		f, ok := strings.CutPrefix(strings.TrimSpace(line), "DONE ")
 		if !ok {
@@ -160,7 +182,7 @@ func (s *toolsSide) run(tb testing.TB, cmd string) toolsSample {
 		if s.cpu != nil {
 			smp.cpu = s.cpu() - c0
 		}
-		return smp
+		return smp, out.String()
 	}
 }
 
