@@ -74,9 +74,16 @@ func coherenceScene(t *testing.T) (*sandbox, string) {
 	sc := testbundle.New(t, testbundle.Options{Host: host, Argv: testbundle.Script(coherenceServer)})
 	chownTree(t, filepath.Join(host, "srv/paseo/repos"))
 	chownTree(t, ws)
-	// Host git runs as the deployment user, who must reach the tree.
-	for d := filepath.Dir(host); d != "/" && d != filepath.Dir(filepath.Clean(os.TempDir())); d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o755); err != nil {
+	// Host git runs as the deployment user, who must reach the tree: the
+	// test's own directories beneath the temp dir (never the temp dir
+	// itself) get search permission for others.
+	tmp := filepath.Clean(os.TempDir())
+	for d := filepath.Dir(host); strings.HasPrefix(d, tmp+"/"); d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, st.Mode().Perm()|0o011); err != nil {
 			t.Fatal(err)
 		}
 	}
