@@ -10,7 +10,7 @@ BIN := bin
 # instead, so `make test` (root, as CI runs it) has run every test.
 export PASEO_NO_SKIP := 1
 
-.PHONY: all build cross runsc demo test deps deps-demo script-tests vet race unit unit-unprivileged fuzz acceptance e2e-pi e2e-continuity e2e-ts e2e-paseo bench bench-launch bench-pi golden clean image bench-bridge shim containerd kubernetes
+.PHONY: all build cross runsc demo test deps deps-demo script-tests vet race unit unit-unprivileged fuzz acceptance e2e-pi e2e-continuity e2e-ts e2e-paseo bench bench-launch bench-pi bench-tools golden clean image bench-bridge shim containerd kubernetes
 
 all: build
 
@@ -218,3 +218,9 @@ bench-bridge:
 # scripts/bench-pi.sh and docs/benchmarks.md).
 bench-pi: runsc image
 	./scripts/bench-pi.sh
+
+# An agent's tools (git, rg, find, fd, cat, writes, node) on a generated
+# 20,000-file repository in one sandbox against the same commands on the
+# host, in one run (root; see scripts/bench-tools.sh and docs/benchmarks.md).
+bench-tools: runsc image
+	./scripts/bench-tools.sh
