@@ -133,7 +133,10 @@ func (b *Bridge) Run(ln *Launch) (Result, error) {
 			}
 		}
 		var in supervisor.Info
-		err = b.call(cl, supervisor.Request{Op: "createSandbox", Deployment: ln.Facts.Deployment.ID, Facts: facts, MCPToken: ln.MCPToken}, &in)
+		// A probe is nobody's session: if this spawn is killed before it
+		// deletes the sandbox, the supervisor deletes it once it ended.
+		err = b.call(cl, supervisor.Request{Op: "createSandbox", Deployment: ln.Facts.Deployment.ID, Facts: facts, MCPToken: ln.MCPToken,
+			DeleteOnExit: b.Store == nil}, &in)
 		if err != nil {
 			undo() // a refused launch changes nothing
 		}
@@ -348,7 +351,11 @@ func (s *session) run() (Result, error) {
 					}
 				}
 				var in supervisor.Info
-				if err := s.b.call(s.cn.c, supervisor.Request{Op: "inspect", Sandbox: s.sandbox}, &in); err == nil && in.Status == supervisor.StatusExited {
+				err := s.b.call(s.cn.c, supervisor.Request{Op: "inspect", Sandbox: s.sandbox}, &in)
+				var re *rpcerr.Error
+				if err == nil && in.Status == supervisor.StatusExited || errors.As(err, &re) && re.Code == rpcerr.NotFound {
+					// Ended (not-found: a deleteOnExit sandbox the
+					// supervisor deleted after its end).
 					return s.finish(in), nil
 				}
 				if err := s.attach(); err != nil {
