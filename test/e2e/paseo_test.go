@@ -97,6 +97,11 @@ type step struct {
 	TotalMs     int    `json:"totalMs"`
 	MS          int    `json:"ms"`
 	PID         int    `json:"pid"`
+	// Strays: response frames the harness got for an id it did not send
+	// or no longer waited for, or for another command; Next: the id the
+	// harness would number next.
+	Strays []string `json:"strays"`
+	Next   int      `json:"next"`
 	Before      int    `json:"before"`
 	Provider    string `json:"provider"`
 	Exit        struct {
@@ -389,7 +394,11 @@ func TestPaseoPiCommand(t *testing.T) {
 	})
 
 	t.Run("daemon-killed-mid-turn", func(t *testing.T) {
-		opts := map[string]any{"cwd": w.sc.Workspace(), "model": "fake/fake-1", "prompt": "slow: stream", "deltas": 8, "mcpServers": mcpServers}
+		// The killed daemon's last command (Pi's bash, answered 2 s later)
+		// is answered while nobody is attached: its response frame waits
+		// in the sandbox's output, with an id the new daemon uses again.
+		opts := map[string]any{"cwd": w.sc.Workspace(), "model": "fake/fake-1", "prompt": "slow: stream", "deltas": 8, "mcpServers": mcpServers,
+			"lateCommand": "sleep 2; echo late"}
 		cmd, r := w.harness(t, "streaming", opts)
 		started := readStep(t, r, "started")
 		first := readStep(t, r, "streaming")
@@ -402,9 +411,19 @@ func TestPaseoPiCommand(t *testing.T) {
 		if len(l) != 1 || l[0].Status == supervisor.StatusExited {
 			t.Fatalf("after the kill: %+v", l)
 		}
-		// Paseo comes back and resumes the agent with its session log.
+		time.Sleep(2500 * time.Millisecond) // the late command's answer is written meanwhile
+		// Paseo comes back and resumes the agent with its session log; its
+		// requests reach the killed daemon's last id.
 		opts["session"] = started.SessionFile
+		opts["untilId"] = first.Next
+		delete(opts, "lateCommand")
 		s := w.run(t, "resume", opts)
+		if len(s.Strays) != 0 {
+			t.Errorf("the respawned daemon got response frames it did not ask for: %q", s.Strays)
+		}
+		if !strings.Contains(s.Stderr, "paseo-policy pi: dropped") {
+			t.Errorf("no stale response frame was dropped (the scene did not produce one?); stderr %q", s.Stderr)
+		}
 		rest := s.Text
 		if !strings.HasSuffix(words, rest) || rest == "" {
 			t.Fatalf("the respawn got %q, not the rest of the turn", rest)
