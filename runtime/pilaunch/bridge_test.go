@@ -37,6 +37,8 @@ type standIn struct {
 	// echoed; answerAlso follows each answer as further records.
 	answer     bool
 	answerAlso [][]byte
+	// deleteOnExit: what each createSandbox asked.
+	deleteOnExit []bool
 }
 
 // emit appends a record and pushes it to the attachment (s.mu held).
@@ -93,6 +95,7 @@ func (s *standIn) serve(c net.Conn) {
 		var result any = struct{}{}
 		switch req.Op {
 		case "createSandbox":
+			s.deleteOnExit = append(s.deleteOnExit, req.DeleteOnExit)
 			result = supervisor.Info{Sandbox: "sb-1", Status: "running"}
 		case "attach":
 			s.att = c
@@ -392,5 +395,35 @@ func TestOutLines(t *testing.T) {
 	}
 	if ids := in.feed([]byte("2\"}\n{\"id\":3}\n{\"id\":\"req_4\"}")); len(ids) != 1 || ids[0] != "req_2" {
 		t.Errorf("ids %v, want [req_2]", ids)
+	}
+}
+
+// A probe (no store: nobody's session) asks the supervisor to delete its
+// sandbox once it ended, so a probe command killed before its own delete
+// leaves nothing; a session does not, so that a killed daemon's sandbox
+// outlives its command.
+func TestProbeAsksDeleteOnExit(t *testing.T) {
+	s := newStandIn(t)
+	st, err := OpenStore(privateDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, store := range []*Store{nil, st} {
+		in, w := io.Pipe()
+		b := &Bridge{Socket: s.socket(), Store: store, Stdin: in, Stdout: io.Discard, Stderr: io.Discard,
+			Sig: Signals{Term: make(chan struct{}), Gone: func() bool { return false }}, EOFGrace: 50 * time.Millisecond, CallTimeout: 5 * time.Second}
+		w.Close()
+		s.mu.Lock()
+		s.ends = false
+		s.mu.Unlock()
+		if _, err := b.Run(launchFor("agent-4")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.deleteOnExit) != 2 || !s.deleteOnExit[0] || s.deleteOnExit[1] {
+		t.Errorf("deleteOnExit asked by a probe, then a session: %v, want [true false]", s.deleteOnExit)
 	}
 }
