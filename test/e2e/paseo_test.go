@@ -93,18 +93,18 @@ type step struct {
 	Stderr      string            `json:"stderr"`
 	Request     string            `json:"request"`
 	Models      []struct{ ID, Provider string }
-	AnswerMs    int    `json:"answerMs"`
-	TotalMs     int    `json:"totalMs"`
-	MS          int    `json:"ms"`
-	PID         int    `json:"pid"`
+	AnswerMs    int `json:"answerMs"`
+	TotalMs     int `json:"totalMs"`
+	MS          int `json:"ms"`
+	PID         int `json:"pid"`
 	// Strays: response frames the harness got for an id it did not send
 	// or no longer waited for, or for another command; Next: the id the
 	// harness would number next.
-	Strays []string `json:"strays"`
-	Next   int      `json:"next"`
-	Before      int    `json:"before"`
-	Provider    string `json:"provider"`
-	Exit        struct {
+	Strays   []string `json:"strays"`
+	Next     int      `json:"next"`
+	Before   int      `json:"before"`
+	Provider string   `json:"provider"`
+	Exit     struct {
 		Code   *int    `json:"code"`
 		Signal *string `json:"signal"`
 	} `json:"exit"`
