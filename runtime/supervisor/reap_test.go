@@ -65,3 +65,45 @@ func TestDeleteOnExitReapsAnAbandonedSandbox(t *testing.T) {
 	}
 	f.assertNothingLeft(t)
 }
+
+// The holder keeps deleteOnExit: a supervisor started after the creator's
+// was stopped adopts the sandbox and reaps it once it ended with nobody
+// holding it. Control: an adopted sandbox created without it stays.
+func TestDeleteOnExitAfterSupervisorRestart(t *testing.T) {
+	f := newFixture(t, 200)
+	c := f.dial(t)
+	var reaped, kept Info
+	for _, x := range []struct {
+		in  *Info
+		del bool
+	}{{&reaped, true}, {&kept, false}} {
+		if err := c.Call(tctx(t), Request{Op: "createSandbox", Deployment: "host-alice", Facts: f.sc.Facts, DeleteOnExit: x.del}, x.in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+	f.stop()
+	f.start(t)
+	c = f.dial(t)
+	for _, id := range []string{reaped.Sandbox, kept.Sandbox} {
+		if err := c.Call(tctx(t), Request{Op: "signal", Sandbox: id, Signal: "KILL"}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := false
+	for deadline := time.Now().Add(60 * time.Second); !gone && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		err := c.Call(tctx(t), Request{Op: "inspect", Sandbox: reaped.Sandbox}, nil)
+		gone = isCode(err, "not-found")
+	}
+	if !gone {
+		t.Error("the adopted deleteOnExit sandbox was not reaped after its end")
+	}
+	var in Info
+	if err := c.Call(tctx(t), Request{Op: "inspect", Sandbox: kept.Sandbox}, &in); err != nil || in.Status != StatusExited {
+		t.Errorf("control: the adopted sandbox without the flag: %+v %v", in, err)
+	}
+	if err := c.Call(tctx(t), Request{Op: "delete", Sandbox: kept.Sandbox}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.assertNothingLeft(t)
+}
