@@ -180,6 +180,7 @@ fuzz:
 	$(GO) test -run=^$$ -fuzz=^FuzzGitlinks$$ -fuzztime=$(FUZZ_FAST) ./policy/compiler/gitindex
 	$(GO) test -run=^$$ -fuzz=^FuzzHost$$ -fuzztime=$(FUZZ_FAST) ./internal/netdest
 	$(GO) test -run=^$$ -fuzz=^FuzzIndentCompact$$ -fuzztime=$(FUZZ_FAST) ./policy/bundle
+	$(GO) test -run=^$$ -fuzz=^FuzzBodyPolicy$$ -fuzztime=$(FUZZ_FAST) ./runtime/launcher/routeproxy
 	$(GO) test -run=^$$ -fuzz=^FuzzRouteAgainstStandIn$$ -fuzztime=$(FUZZ_STANDIN) ./runtime/launcher/routeproxy
 
 bench: build

@@ -62,6 +62,7 @@ var execImporters = map[string]string{
 	"internal/testkit/localexec":     "test support: the contract test's second execution backend runs a plain host process",
 	"runtime/supervisor/holder":      "re-execs its own binary (/proc/self/exe) as a sandbox's holder process (Spawn, client.go); the holder runs runsc through launcher",
 	"runtime/gitadopt":               "runs host git in an agent's worktree (rev-parse, config, cat-file, ls-files, ls-tree, read-tree) with a clean environment and no hooks, fsmonitor or filters; never runsc",
+	"runtime/gitimport":              "runs host git in a quarantine repository it made (init, index-pack, update-ref) and in the shared repository (rev-parse, for-each-ref, fetch from the quarantine with fsck, update-ref) with a clean environment and no hooks, fsmonitor or replace objects; never in an agent's store, never runsc",
 	"internal/testkit/testbundle":    "test support: builds static probe binaries with go build",
 	"internal/testkit/testnet":       "test support: starts test hosts' processes inside the namespaces it made",
 	"internal/testkit/testcontainer": "test support: re-execs the test binary into the container's namespaces",

@@ -57,6 +57,8 @@ type compilation struct {
 	git    *gitLayout
 	gitDot dotGit
 	gitEnv []grant.Env
+	// gitStoreDest is the agent's Git store in fact space, once granted.
+	gitStoreDest string
 	// the projected settings.json, checked once every mount is known
 	settings *source
 	// the model route (modelroute.go): the provider API it serves and the
@@ -383,6 +385,7 @@ func (c *compilation) binds() []grant.Mount {
 	}
 	out = append(out, c.credentialMount()...)
 	c.agentDirApart(out)
+	c.gitStoreApart(out)
 	return out
 }
 
