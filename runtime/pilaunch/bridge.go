@@ -132,6 +132,17 @@ func (b *Bridge) Run(ln *Launch) (Result, error) {
 				return Result{}, &Refusal{diag.List{{Code: CodeState, Path: "state.sessionDir", Message: err.Error()}}}
 			}
 		}
+		if st := ln.Facts.State.GitStore; st != "" {
+			// The agent's Git store, kept across its spawns (an existing
+			// one of the daemon user is kept).
+			undoSession := undo
+			undoStore, err := MakeSessionDir(strings.TrimSuffix(st, "/"+ln.AgentID), ln.AgentID)
+			if err != nil {
+				undoSession()
+				return Result{}, &Refusal{diag.List{{Code: CodeState, Path: "state.gitStore", Message: err.Error()}}}
+			}
+			undo = func() { undoStore(); undoSession() }
+		}
 		var in supervisor.Info
 		// A probe is nobody's session: if this spawn is killed before it
 		// deletes the sandbox, the supervisor deletes it once it ended.
