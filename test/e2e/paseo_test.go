@@ -452,3 +452,91 @@ func rawStrings(r []json.RawMessage) []string {
 	}
 	return out
 }
+
+// Git in Paseo's linked worktree through the command: a configuration with
+// state.gitStoresDir makes the command claim the worktree's Git facts and
+// the agent's store; the agent commits in the sandbox (into its store, the
+// repository read-only), and `paseo-policy git import`, run by the daemon
+// user after the turn, brings the commit onto the worktree's branch.
+func TestPaseoPiCommandGitWorktree(t *testing.T) {
+	e := newEnv(t)
+	e.mu.Lock()
+	e.fm = fakemodel.New(fakemodel.Options{APIKey: apiKey, Scripts: map[string][]fakemodel.Turn{
+		"git:": {fakemodel.Bash(`export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@example.test GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@example.test; ` +
+			`echo agent > agent.txt && git add agent.txt && git commit -q -m by-agent-through-paseo && echo commit-ok || echo commit-failed`),
+			fakemodel.Text("committed")},
+	}})
+	e.mu.Unlock()
+	w := newPaseoWorld(t, e)
+	repo := filepath.Join(w.sc.Host, "srv/paseo/repos/paseo-proj")
+	ws := filepath.Join(w.sc.Host, "srv/paseo/workspace/paseo-proj-agent")
+	common := filepath.Join(repo, ".git")
+	initRepo(t, repo)
+	hostSetupGit(t, "-C", repo, "worktree", "add", "-q", "-b", "agent-work", ws)
+	chownTree(t, repo, daemonUID, daemonUID)
+	chownTree(t, ws, daemonUID, daemonUID)
+	stores := filepath.Join(w.sc.Host, "srv/paseo/state/pi-git")
+	if err := os.MkdirAll(stores, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(stores, daemonUID, daemonUID); err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(readFileBytes(t, w.config), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg["state"].(map[string]any)["gitStoresDir"] = stores
+	data, _ := json.Marshal(cfg)
+	gitConfig := filepath.Join(filepath.Dir(w.config), "pi-git.json")
+	if err := os.WriteFile(gitConfig, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := hostRev(t, common, "refs/heads/agent-work")
+	before := repoBytes(t, common)
+	mcpServers := map[string]any{"paseo": map[string]any{
+		"url":     w.agentURL + "?callerAgentId=agent-paseo-git",
+		"headers": map[string]string{"Authorization": "Bearer " + mcpToken}}}
+	s := w.run(t, "turn", map[string]any{"command": []string{w.bin, "pi", "--config", gitConfig}, "cwd": ws, "model": "fake/fake-1",
+		"prompt": "git: commit", "mcpServers": mcpServers})
+	all := strings.Join(rawStrings(s.Events), "\n")
+	if !strings.Contains(all, "commit-ok") {
+		t.Fatalf("the agent's commit in the linked worktree did not succeed; stderr %s\n%s", s.Stderr, tailOf(all, 2000))
+	}
+	if after := repoBytes(t, common); after != before {
+		t.Errorf("the agent's commit wrote the repository (it goes to the agent's store)")
+	}
+	store := filepath.Join(stores, "agent-paseo-git")
+	searchable(t, store)
+	cmd := exec.Command(w.bin, "-o", "json", "git", "import", "--home", "/nonexistent", "--repo", common,
+		"--state-root", filepath.Join(w.sc.Host, "srv/paseo/state"), "--store", store, "--agent", "agent-paseo-git",
+		"--branch", "refs/heads/agent-work", "--base", base)
+	cmd.Env = gitEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: daemonUID, Gid: daemonUID, Groups: []uint32{}}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git import: %v\n%s", err, out)
+	}
+	if got, err := deployGit(t, repo, "log", "--format=%s", "refs/heads/agent-work"); err != nil || !strings.Contains(got, "by-agent-through-paseo") {
+		t.Errorf("the agent's commit is not on the worktree's branch after the import: %v %q (import: %s)", err, got, out)
+	}
+	if l := w.list(t); len(l) != 0 {
+		t.Errorf("sandboxes after the close: %+v", l)
+	}
+}
+
+func readFileBytes(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func tailOf(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
