@@ -99,7 +99,14 @@ func TestDeleteOnExitAfterSupervisorRestart(t *testing.T) {
 		t.Error("the adopted deleteOnExit sandbox was not reaped after its end")
 	}
 	var in Info
-	if err := c.Call(tctx(t), Request{Op: "inspect", Sandbox: kept.Sandbox}, &in); err != nil || in.Status != StatusExited {
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if err = c.Call(tctx(t), Request{Op: "inspect", Sandbox: kept.Sandbox}, &in); err != nil || in.Status == StatusExited {
+			break
+		}
+	}
+	time.Sleep(3 * time.Second) // several reaper ticks
+	if err = c.Call(tctx(t), Request{Op: "inspect", Sandbox: kept.Sandbox}, &in); err != nil || in.Status != StatusExited {
 		t.Errorf("control: the adopted sandbox without the flag: %+v %v", in, err)
 	}
 	if err := c.Call(tctx(t), Request{Op: "delete", Sandbox: kept.Sandbox}, nil); err != nil {
