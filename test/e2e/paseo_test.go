@@ -181,6 +181,13 @@ func newPaseoWorld(t *testing.T, e *env) *paseoWorld {
 		chownTree(t, d, daemonUID, daemonUID)
 	}
 	chownTree(t, sc.Workspace(), daemonUID, daemonUID)
+	// The workspace is a linked worktree of a repository under the repos
+	// root, which the daemon user owns (it made the worktree): the command
+	// reads the worktree's Git pointers as that user.
+	if repos := filepath.Join(sc.Host, "srv/paseo/repos"); dirExists(repos) {
+		chmodUp(t, repos, "/tmp")
+		chownTree(t, repos, daemonUID, daemonUID)
+	}
 	chmodUp(t, filepath.Join(sc.Host, "srv/paseo/launch/paseo-pi-extension-a1"), "/tmp")
 
 	// The operator's side: the supervisor serving the daemon's group, and
@@ -539,4 +546,9 @@ func tailOf(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+func dirExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
 }
