@@ -59,6 +59,8 @@ type Result struct {
 	Outcome Outcome
 	Code    int
 	Sandbox string
+	// Dropped counts the stdout lines not forwarded (frames.go).
+	Dropped int
 }
 
 // Refusal is a launch that never started: every diagnostic, one stderr
@@ -130,8 +132,22 @@ func (b *Bridge) Run(ln *Launch) (Result, error) {
 				return Result{}, &Refusal{diag.List{{Code: CodeState, Path: "state.sessionDir", Message: err.Error()}}}
 			}
 		}
+		if st := ln.Facts.State.GitStore; st != "" {
+			// The agent's Git store, kept across its spawns (an existing
+			// one of the daemon user is kept).
+			undoSession := undo
+			undoStore, err := MakeSessionDir(strings.TrimSuffix(st, "/"+ln.AgentID), ln.AgentID)
+			if err != nil {
+				undoSession()
+				return Result{}, &Refusal{diag.List{{Code: CodeState, Path: "state.gitStore", Message: err.Error()}}}
+			}
+			undo = func() { undoStore(); undoSession() }
+		}
 		var in supervisor.Info
-		err = b.call(cl, supervisor.Request{Op: "createSandbox", Deployment: ln.Facts.Deployment.ID, Facts: facts, MCPToken: ln.MCPToken}, &in)
+		// A probe is nobody's session: if this spawn is killed before it
+		// deletes the sandbox, the supervisor deletes it once it ended.
+		err = b.call(cl, supervisor.Request{Op: "createSandbox", Deployment: ln.Facts.Deployment.ID, Facts: facts, MCPToken: ln.MCPToken,
+			DeleteOnExit: b.Store == nil}, &in)
 		if err != nil {
 			undo() // a refused launch changes nothing
 		}
@@ -153,7 +169,8 @@ func (b *Bridge) Run(ln *Launch) (Result, error) {
 			}
 		}
 	}
-	s := &session{b: b, ln: ln, sandbox: sandbox, cursor: cursor, cn: &conn{c: cl}}
+	pend := &pending{}
+	s := &session{b: b, ln: ln, sandbox: sandbox, cursor: cursor, cn: &conn{c: cl}, pend: pend, out: &outLines{pend: pend}, resumed: rec != nil}
 	if err := s.attach(); err != nil {
 		var re *rpcerr.Error
 		if rec != nil && errors.As(err, &re) && re.Code == rpcerr.SandboxUnavailable && re.StartFresh {
@@ -174,7 +191,13 @@ func (b *Bridge) Run(ln *Launch) (Result, error) {
 		}
 		return Result{}, unavailable("attach: %v", err)
 	}
+	if s.resumed {
+		// Everything the sandbox wrote before this spawn could write a
+		// command answers no command of this spawn (frames.go).
+		s.after = s.outputEnd()
+	}
 	res, err := s.run()
+	res.Dropped = s.out.dropped
 	if b.Store == nil && res.Outcome != Ended {
 		// A probe is nobody's session: it ends with its spawn.
 		_ = b.call(s.cn.c, supervisor.Request{Op: "delete", Sandbox: sandbox}, nil)
@@ -190,6 +213,38 @@ type session struct {
 	cursor  uint64
 	cn      *conn
 	inputN  int
+	// seen and errSeen: the last stdout and stderr records handled; the
+	// cursor stays at a line's start, behind seen while a line is held.
+	seen, errSeen uint64
+	in            inLines
+	pend          *pending
+	out           *outLines
+	// resumed: this spawn reattached to a sandbox an earlier spawn made,
+	// whose commands Pi may still answer; after is the output written
+	// before this spawn wrote anything.
+	resumed bool
+	after   uint64
+}
+
+// outputEnd is the last output record the sandbox has written, as far as
+// the supervisor knows now.
+func (s *session) outputEnd() uint64 {
+	s.cn.mu.Lock()
+	c := s.cn.c
+	s.cn.mu.Unlock()
+	var in supervisor.Info
+	if s.b.call(c, supervisor.Request{Op: "inspect", Sandbox: s.sandbox}, &in) != nil || in.NextSeq == 0 {
+		return s.after
+	}
+	return max(s.after, in.NextSeq-1)
+}
+
+// dropped tells Paseo's log (stderr) that lines were dropped, never what
+// they held.
+func (s *session) logDrops(n int) {
+	if n > 0 {
+		fmt.Fprintf(s.b.Stderr, "paseo-policy pi: dropped %d stdout line(s): a response frame to no request of this spawn (one the killed daemon sent, or one already answered) or a line Paseo could not route safely (%d so far)\n", n, s.out.dropped)
+	}
 }
 
 func (s *session) attach() error {
@@ -200,6 +255,9 @@ func (s *session) attach() error {
 	s.cn.mu.Lock()
 	s.cn.epoch = att.Epoch
 	s.cn.mu.Unlock()
+	// The replay starts after the cursor, at a line's start.
+	s.seen = s.cursor
+	s.out.reset()
 	return nil
 }
 
@@ -268,16 +326,27 @@ func (s *session) run() (Result, error) {
 			}
 			switch ev.Event {
 			case "output":
-				if ev.Seq <= s.cursor {
+				if ev.Seq <= s.seen {
 					continue
 				}
-				w := s.b.Stdout
+				s.seen = ev.Seq
 				if ev.Stream == "stderr" {
-					w = s.b.Stderr
+					if ev.Seq > s.errSeen {
+						s.errSeen = ev.Seq
+						_, _ = s.b.Stderr.Write(ev.Data)
+					}
+				} else {
+					out, drops := s.out.feed(ev.Seq, ev.Data)
+					s.logDrops(drops)
+					if len(out) > 0 {
+						if _, err := s.b.Stdout.Write(out); err != nil {
+							// Paseo's end of stdout is gone: it died without closing.
+							return Result{Outcome: Abandoned, Sandbox: s.sandbox}, nil
+						}
+					}
 				}
-				if _, err := w.Write(ev.Data); err != nil && ev.Stream != "stderr" {
-					// Paseo's end of stdout is gone: it died without closing.
-					return Result{Outcome: Abandoned, Sandbox: s.sandbox}, nil
+				if !s.out.boundary() {
+					continue // a line is held: the cursor stays at its start
 				}
 				s.cursor = ev.Seq
 				select {
@@ -293,7 +362,11 @@ func (s *session) run() (Result, error) {
 					}
 				}
 				var in supervisor.Info
-				if err := s.b.call(s.cn.c, supervisor.Request{Op: "inspect", Sandbox: s.sandbox}, &in); err == nil && in.Status == supervisor.StatusExited {
+				err := s.b.call(s.cn.c, supervisor.Request{Op: "inspect", Sandbox: s.sandbox}, &in)
+				var re *rpcerr.Error
+				if err == nil && in.Status == supervisor.StatusExited || errors.As(err, &re) && re.Code == rpcerr.NotFound {
+					// Ended (not-found: a deleteOnExit sandbox the
+					// supervisor deleted after its end).
 					return s.finish(in), nil
 				}
 				if err := s.attach(); err != nil {
@@ -334,6 +407,10 @@ func (s *session) finish(in supervisor.Info) Result {
 	if in.ExitCode != nil {
 		code = *in.ExitCode
 	}
+	// A last line without its newline, decided as every other.
+	out, drops := s.out.flush()
+	s.logDrops(drops)
+	_, _ = s.b.Stdout.Write(out)
 	_ = s.b.call(s.cn.c, supervisor.Request{Op: "delete", Sandbox: s.sandbox}, nil)
 	if s.b.Store != nil {
 		_ = s.b.Store.Remove(s.ln.AgentID)
@@ -350,6 +427,17 @@ func (s *session) pump(eof chan<- struct{}, inErr chan<- error) {
 		n, err := s.b.Stdin.Read(buf)
 		if n > 0 {
 			s.inputN++
+			// The ids of the commands this chunk completes are registered
+			// before Pi can read them (it reads whole lines).
+			for _, cid := range s.in.feed(buf[:n]) {
+				after := s.after
+				if s.resumed {
+					after = s.outputEnd()
+				}
+				if !s.pend.add(cid, after) {
+					fmt.Fprintf(s.b.Stderr, "paseo-policy pi: a command's id was not registered (longer than %d bytes, or %d commands outstanding): its response will be dropped\n", maxIDBytes, maxPending)
+				}
+			}
 			id := fmt.Sprintf("%s-%d-%d", s.ln.AgentID, time.Now().UnixNano(), s.inputN)
 			data := append([]byte(nil), buf[:n]...)
 			for try := 0; ; try++ {

@@ -78,6 +78,11 @@ type StateDirs struct {
 	// BridgeDir holds the command's session records (sandbox, cursor),
 	// owned by the daemon user, mode 0700.
 	BridgeDir string `json:"bridgeDir"`
+	// GitStoresDir, optional, holds one Git store per agent,
+	// <GitStoresDir>/<agent id> (state.gitStore), made 0700 by the command:
+	// with it, Git in the sandbox writes (into the store; `paseo-policy
+	// git import` brings the work back); without it, Git is read-only.
+	GitStoresDir string `json:"gitStoresDir,omitempty"`
 }
 
 var (
@@ -197,6 +202,9 @@ func (c *Config) check() diag.List {
 	path("state.agentDir", c.State.AgentDir)
 	path("state.sessionsDir", c.State.SessionsDir)
 	path("state.bridgeDir", c.State.BridgeDir)
+	if c.State.GitStoresDir != "" {
+		path("state.gitStoresDir", c.State.GitStoresDir)
+	}
 	path("extension", c.Extension)
 	path("probeCwd", c.ProbeCwd)
 	if !idRE.MatchString(c.Deployment) {

@@ -36,4 +36,7 @@ const (
 	CodeUnavailable diag.Code = "PP-PI-UNAVAILABLE"
 	// CodeState: the bridge dir or a session record cannot be used safely.
 	CodeState diag.Code = "PP-PI-STATE"
+	// CodeGit: the cwd's `.git` file, or what it names, cannot be read as
+	// Git writes it (a link, not a regular file, too long, malformed).
+	CodeGit diag.Code = "PP-PI-GIT"
 )

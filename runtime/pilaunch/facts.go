@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/pathform"
 	"paseo.dev/paseo-policy/policy/schema"
@@ -91,6 +93,17 @@ func Plan(cfg *Config, a Args, cwd string) (*Launch, error) {
 		f.MCP = &schema.MCP{AgentsURL: cfg.MCP.AgentsURL, TokenRef: cfg.MCP.TokenRef}
 	}
 	f.State = schema.State{AgentDir: cfg.State.AgentDir, SessionDir: cfg.State.SessionsDir + "/" + ln.AgentID}
+	if !ln.Probe {
+		write := cfg.State.GitStoresDir != ""
+		g, err := gitFacts(cwd, write)
+		if err != nil {
+			return nil, diag.List{{Code: CodeGit, Path: "workspace.git", Message: err.Error()}}
+		}
+		f.Workspace.Git = g
+		if write && (g != nil || isDir(cwd+"/.git")) {
+			f.State.GitStore = cfg.State.GitStoresDir + "/" + ln.AgentID
+		}
+	}
 	f.Launch = schema.Launch{Extension: cfg.Extension, MCPConfig: a.MCPConfig, Session: a.Session, AppendSystemPrompt: a.AppendSystemPrompt}
 	if a.Extension != "" {
 		f.Launch.Extension = a.Extension
@@ -118,4 +131,14 @@ func randomHex() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// isDir reports whether p is a directory, reached without following links.
+func isDir(p string) bool {
+	fd, err := openNoFollow(p, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return false
+	}
+	unix.Close(fd)
+	return true
 }

@@ -129,7 +129,8 @@ func TestPaseoPiCommandOfficialContainer(t *testing.T) {
 		{"refused", map[string]any{"command": command, "cwd": "/opt", "model": "fake/fake-1"}},
 		// The daemon's process tree SIGKILLed mid-turn inside the container,
 		// then a respawn with --session (the helper does both).
-		{"kill-resume", map[string]any{"command": command, "cwd": "/workspace/app", "model": "fake/fake-1", "prompt": "slow: in the container", "deltas": 8, "mcpServers": mcpServers}},
+		{"kill-resume", map[string]any{"command": command, "cwd": "/workspace/app", "model": "fake/fake-1", "prompt": "slow: in the container", "deltas": 8, "mcpServers": mcpServers,
+			"lateCommand": "sleep 2; echo late"}},
 	}
 	raw, err := json.Marshal(runs)
 	if err != nil {
@@ -202,6 +203,9 @@ func TestPaseoPiCommandOfficialContainer(t *testing.T) {
 	}
 	if n := strings.Count(strings.Join(rawStrings(kill.Events), "\n"), `"type":"agent_settled"`); n != 1 {
 		t.Errorf("agent_settled %d times after the respawn in the container", n)
+	}
+	if len(kill.Strays) != 0 || !strings.Contains(kill.Stderr, "paseo-policy pi: dropped") {
+		t.Errorf("the killed daemon's late answer inside the container: the respawn got %q, its command's stderr %q (want none, and the drop counted)", kill.Strays, kill.Stderr)
 	}
 	t.Logf("inside the container: %d bytes before the kill, %d after the respawn, of %d", kill.Before, len(kill.Text), len(containerWords))
 	cl := dialSupervisor(t, socket)
@@ -284,7 +288,10 @@ func killResume(t *testing.T, env []string, o map[string]any) {
 	first := readStep(t, r, "streaming")
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	_ = cmd.Wait()
+	time.Sleep(2500 * time.Millisecond) // the late command's answer is written meanwhile
 	o["session"] = started.SessionFile
+	o["untilId"] = first.Next
+	delete(o, "lateCommand")
 	opts, _ = json.Marshal(o)
 	res := exec.Command("/usr/bin/node", "/opt/harness.mjs", "resume", string(opts))
 	res.Env, res.Dir = env, "/tmp"

@@ -93,13 +93,18 @@ type step struct {
 	Stderr      string            `json:"stderr"`
 	Request     string            `json:"request"`
 	Models      []struct{ ID, Provider string }
-	AnswerMs    int    `json:"answerMs"`
-	TotalMs     int    `json:"totalMs"`
-	MS          int    `json:"ms"`
-	PID         int    `json:"pid"`
-	Before      int    `json:"before"`
-	Provider    string `json:"provider"`
-	Exit        struct {
+	AnswerMs    int `json:"answerMs"`
+	TotalMs     int `json:"totalMs"`
+	MS          int `json:"ms"`
+	PID         int `json:"pid"`
+	// Strays: response frames the harness got for an id it did not send
+	// or no longer waited for, or for another command; Next: the id the
+	// harness would number next.
+	Strays   []string `json:"strays"`
+	Next     int      `json:"next"`
+	Before   int      `json:"before"`
+	Provider string   `json:"provider"`
+	Exit     struct {
 		Code   *int    `json:"code"`
 		Signal *string `json:"signal"`
 	} `json:"exit"`
@@ -176,6 +181,13 @@ func newPaseoWorld(t *testing.T, e *env) *paseoWorld {
 		chownTree(t, d, daemonUID, daemonUID)
 	}
 	chownTree(t, sc.Workspace(), daemonUID, daemonUID)
+	// The workspace is a linked worktree of a repository under the repos
+	// root, which the daemon user owns (it made the worktree): the command
+	// reads the worktree's Git pointers as that user.
+	if repos := filepath.Join(sc.Host, "srv/paseo/repos"); dirExists(repos) {
+		chmodUp(t, repos, "/tmp")
+		chownTree(t, repos, daemonUID, daemonUID)
+	}
 	chmodUp(t, filepath.Join(sc.Host, "srv/paseo/launch/paseo-pi-extension-a1"), "/tmp")
 
 	// The operator's side: the supervisor serving the daemon's group, and
@@ -389,7 +401,11 @@ func TestPaseoPiCommand(t *testing.T) {
 	})
 
 	t.Run("daemon-killed-mid-turn", func(t *testing.T) {
-		opts := map[string]any{"cwd": w.sc.Workspace(), "model": "fake/fake-1", "prompt": "slow: stream", "deltas": 8, "mcpServers": mcpServers}
+		// The killed daemon's last command (Pi's bash, answered 2 s later)
+		// is answered while nobody is attached: its response frame waits
+		// in the sandbox's output, with an id the new daemon uses again.
+		opts := map[string]any{"cwd": w.sc.Workspace(), "model": "fake/fake-1", "prompt": "slow: stream", "deltas": 8, "mcpServers": mcpServers,
+			"lateCommand": "sleep 2; echo late"}
 		cmd, r := w.harness(t, "streaming", opts)
 		started := readStep(t, r, "started")
 		first := readStep(t, r, "streaming")
@@ -402,9 +418,19 @@ func TestPaseoPiCommand(t *testing.T) {
 		if len(l) != 1 || l[0].Status == supervisor.StatusExited {
 			t.Fatalf("after the kill: %+v", l)
 		}
-		// Paseo comes back and resumes the agent with its session log.
+		time.Sleep(2500 * time.Millisecond) // the late command's answer is written meanwhile
+		// Paseo comes back and resumes the agent with its session log; its
+		// requests reach the killed daemon's last id.
 		opts["session"] = started.SessionFile
+		opts["untilId"] = first.Next
+		delete(opts, "lateCommand")
 		s := w.run(t, "resume", opts)
+		if len(s.Strays) != 0 {
+			t.Errorf("the respawned daemon got response frames it did not ask for: %q", s.Strays)
+		}
+		if !strings.Contains(s.Stderr, "paseo-policy pi: dropped") {
+			t.Errorf("no stale response frame was dropped (the scene did not produce one?); stderr %q", s.Stderr)
+		}
 		rest := s.Text
 		if !strings.HasSuffix(words, rest) || rest == "" {
 			t.Fatalf("the respawn got %q, not the rest of the turn", rest)
@@ -432,4 +458,97 @@ func rawStrings(r []json.RawMessage) []string {
 		out[i] = string(m)
 	}
 	return out
+}
+
+// Git in Paseo's linked worktree through the command: a configuration with
+// state.gitStoresDir makes the command claim the worktree's Git facts and
+// the agent's store; the agent commits in the sandbox (into its store, the
+// repository read-only), and `paseo-policy git import`, run by the daemon
+// user after the turn, brings the commit onto the worktree's branch.
+func TestPaseoPiCommandGitWorktree(t *testing.T) {
+	e := newEnv(t)
+	e.mu.Lock()
+	e.fm = fakemodel.New(fakemodel.Options{APIKey: apiKey, Scripts: map[string][]fakemodel.Turn{
+		"git:": {fakemodel.Bash(`export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@example.test GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@example.test; ` +
+			`echo agent > agent.txt && git add agent.txt && git commit -q -m by-agent-through-paseo && echo commit-ok || echo commit-failed`),
+			fakemodel.Text("committed")},
+	}})
+	e.mu.Unlock()
+	w := newPaseoWorld(t, e)
+	repo := filepath.Join(w.sc.Host, "srv/paseo/repos/paseo-proj")
+	ws := filepath.Join(w.sc.Host, "srv/paseo/workspace/paseo-proj-agent")
+	common := filepath.Join(repo, ".git")
+	initRepo(t, repo)
+	hostSetupGit(t, "-C", repo, "worktree", "add", "-q", "-b", "agent-work", ws)
+	chownTree(t, repo, daemonUID, daemonUID)
+	chownTree(t, ws, daemonUID, daemonUID)
+	stores := filepath.Join(w.sc.Host, "srv/paseo/state/pi-git")
+	if err := os.MkdirAll(stores, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(stores, daemonUID, daemonUID); err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(readFileBytes(t, w.config), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg["state"].(map[string]any)["gitStoresDir"] = stores
+	data, _ := json.Marshal(cfg)
+	gitConfig := filepath.Join(filepath.Dir(w.config), "pi-git.json")
+	if err := os.WriteFile(gitConfig, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := hostRev(t, common, "refs/heads/agent-work")
+	before := repoBytes(t, common)
+	mcpServers := map[string]any{"paseo": map[string]any{
+		"url":     w.agentURL + "?callerAgentId=agent-paseo-git",
+		"headers": map[string]string{"Authorization": "Bearer " + mcpToken}}}
+	s := w.run(t, "turn", map[string]any{"command": []string{w.bin, "pi", "--config", gitConfig}, "cwd": ws, "model": "fake/fake-1",
+		"prompt": "git: commit", "mcpServers": mcpServers})
+	all := strings.Join(rawStrings(s.Events), "\n")
+	if !strings.Contains(all, "commit-ok") {
+		t.Fatalf("the agent's commit in the linked worktree did not succeed; stderr %s\n%s", s.Stderr, tailOf(all, 2000))
+	}
+	if after := repoBytes(t, common); after != before {
+		t.Errorf("the agent's commit wrote the repository (it goes to the agent's store)")
+	}
+	store := filepath.Join(stores, "agent-paseo-git")
+	searchable(t, store)
+	cmd := exec.Command(w.bin, "-o", "json", "git", "import", "--home", "/nonexistent", "--repo", common,
+		"--state-root", filepath.Join(w.sc.Host, "srv/paseo/state"), "--store", store, "--agent", "agent-paseo-git",
+		"--branch", "refs/heads/agent-work", "--base", base)
+	cmd.Env = gitEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: daemonUID, Gid: daemonUID, Groups: []uint32{}}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git import: %v\n%s", err, out)
+	}
+	if got, err := deployGit(t, repo, "log", "--format=%s", "refs/heads/agent-work"); err != nil || !strings.Contains(got, "by-agent-through-paseo") {
+		t.Errorf("the agent's commit is not on the worktree's branch after the import: %v %q (import: %s)", err, got, out)
+	}
+	if l := w.list(t); len(l) != 0 {
+		t.Errorf("sandboxes after the close: %+v", l)
+	}
+}
+
+func readFileBytes(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func tailOf(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func dirExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
 }

@@ -58,6 +58,10 @@ class Session {
       stdio: ["pipe", "pipe", "pipe"],
     });
     this.pending = new Map();
+    // strays: response frames for an id this process did not send or no
+    // longer waits for, or for another command than the one it sent
+    // (PiCliRuntime ignores them; the tests count them).
+    this.strays = [];
     this.events = [];
     this.waiters = [];
     this.next = 1;
@@ -90,7 +94,7 @@ class Session {
     if (!m || typeof m !== "object" || Array.isArray(m)) return;
     if (m.type === "response") {
       const p = m.id && this.pending.get(m.id);
-      if (!p) return;
+      if (!p || (m.command && m.command !== p.command)) { this.strays.push(line); if (!p) return; }
       this.pending.delete(m.id);
       clearTimeout(p.timer);
       m.success ? p.resolve(m.data) : p.reject(new Error(m.error ?? `${m.command} failed`));
@@ -103,7 +107,7 @@ class Session {
     const id = `req_${this.next++}`;
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => { this.pending.delete(id); reject(new Error(`timeout ${command.type}\n${this.stderr}`)); }, timeoutMs);
-      this.pending.set(id, { resolve, reject, timer });
+      this.pending.set(id, { resolve, reject, timer, command: command.type });
       this.child.stdin.write(`${JSON.stringify({ ...command, id })}\n`);
     });
   }
@@ -186,7 +190,14 @@ async function main() {
       await s.request({ type: "prompt", message: opts.prompt });
       let n = 0;
       await s.waitEvent((e) => e.type === "message_update" && e.assistantMessageEvent?.type === "text_delta" && ++n >= (opts.deltas ?? 5));
-      report("streaming", { text: text(s.events) });
+      // A command Pi answers only after the kill (its bash RPC command
+      // answers when the command ends): the answer waits in the sandbox's
+      // output for the respawn, with an id the new daemon numbers again.
+      if (opts.lateCommand) {
+        s.request({ type: "bash", command: opts.lateCommand }, 120_000).catch(() => {});
+        await new Promise((res) => setTimeout(res, 1_000));
+      }
+      report("streaming", { text: text(s.events), next: s.next });
       await new Promise(() => {}); // until killed
       break;
     }
@@ -195,10 +206,14 @@ async function main() {
       // rest of the turn arrives as events.
       const { s, mcp } = launch();
       await s.request({ type: "get_state" }, 60_000);
+      // Requests up to the killed daemon's last id, as a new daemon's own
+      // numbering reaches it (PiCliRuntime numbers from req_1 again).
+      while (s.next < (opts.untilId ?? 0)) await s.request({ type: "get_state" }, 60_000);
       await s.waitEvent((e) => e.type === "agent_settled");
+      if (opts.settleMs) await new Promise((res) => setTimeout(res, opts.settleMs));
       const exit = await s.close();
       mcp?.cleanup();
-      report("done", { events: s.events, text: text(s.events), exit, stderr: s.stderr });
+      report("done", { events: s.events, text: text(s.events), exit, stderr: s.stderr, strays: s.strays });
       break;
     }
     case "probe": {
