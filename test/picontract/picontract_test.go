@@ -192,6 +192,7 @@ func TestPiContract(t *testing.T) {
 	})
 
 	t.Run("rpc", func(t *testing.T) { rpcContract(t, im, &rec) })
+	t.Run("approve-control", func(t *testing.T) { approveControl(t, im) })
 
 	if t.Failed() {
 		return
@@ -242,7 +243,7 @@ func settingsKeys(t *testing.T, im piImage) []string {
 			t.Fatalf("Pi %s declares its settings in neither settings-schema.d.ts nor settings-manager.d.ts: look again", im.Pi)
 		}
 	}
-	key := regexp.MustCompile(`^    ([A-Za-z][A-Za-z0-9]*)\??:`)
+	key := regexp.MustCompile(`^    (\$?[A-Za-z][A-Za-z0-9]*)\??:`)
 	var keys []string
 	in := false
 	for line := range strings.Lines(string(data)) {
@@ -520,6 +521,38 @@ func rpcContract(t *testing.T, im piImage, rec *record) {
 	rec.SessionHeader, rec.SessionEntries = sessionShape(t, sessions)
 	if len(rec.SessionEntries) == 0 {
 		t.Errorf("Pi wrote no session file in PI_CODING_AGENT_SESSION_DIR: %v", rec.SessionFiles)
+	}
+}
+
+// approveControl is the planted-files check's control: the same planted
+// workspace, with the project trusted for the run (--approve), loads the
+// planted extension, so its absence in rpcContract is the trust gate's
+// doing and not a plant that could never load.
+func approveControl(t *testing.T, im piImage) {
+	base := t.TempDir()
+	home, agent, cwd, tmp := filepath.Join(base, "home"), filepath.Join(base, "agent"), filepath.Join(base, "work"), filepath.Join(base, "tmp")
+	for _, d := range []string{home, agent, cwd, tmp} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	marker := filepath.Join(base, "planted-ran")
+	writeFile(t, filepath.Join(cwd, ".pi/extensions/planted.mjs"), plantedExtension)
+	writeFile(t, filepath.Join(cwd, ".pi/settings.json"), `{"extensions":["extensions/planted.mjs"]}`)
+	cmd := exec.Command(im.node(), im.bundle(), "--mode", "rpc", "--no-session", "--approve")
+	cmd.Dir = cwd
+	cmd.Env = []string{"HOME=" + home, "PATH=/usr/bin:/bin", "TMPDIR=" + tmp, "LANG=C.UTF-8", "PI_OFFLINE=1", "PI_TELEMETRY=0",
+		"PI_CODING_AGENT_DIR=" + agent, "PASEO_CONTRACT_MARKER=" + marker}
+	cmd.Stdin = strings.NewReader(`{"id":"c1","type":"get_commands"}` + "\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("pi --approve: %v", stderrOf(err))
+	}
+	if !bytes.Contains(out, []byte(`"paseo_planted"`)) {
+		t.Errorf("with --approve Pi did not list the planted extension's command, so the planted-files check proves nothing: %s", out)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Errorf("with --approve the planted extension did not run, so the planted-files check proves nothing: %v", err)
 	}
 }
 
