@@ -193,6 +193,7 @@ func TestPiContract(t *testing.T) {
 
 	t.Run("rpc", func(t *testing.T) { rpcContract(t, im, &rec) })
 	t.Run("approve-control", func(t *testing.T) { approveControl(t, im) })
+	t.Run("adapter-project-mcp", func(t *testing.T) { adapterProjectMCP(t, im) })
 
 	if t.Failed() {
 		return
@@ -554,6 +555,85 @@ func approveControl(t *testing.T, im piImage) {
 	if _, err := os.Stat(marker); err != nil {
 		t.Errorf("with --approve the planted extension did not run, so the planted-files check proves nothing: %v", err)
 	}
+}
+
+// adapterProjectMCP: pi-mcp-adapter starts the servers of a workspace's
+// .mcp.json and .pi/mcp.json, trusted or not, unless PI_MCP_CONFIG_MODE is
+// "exclusive", when it reads <agentDir>/mcp.json only. The compiler sets
+// exclusive mode and binds the generated config there (env.go, plan.go);
+// the control run without it shows the planted servers start.
+func adapterProjectMCP(t *testing.T, im piImage) {
+	adapter := im.pkg("pi-mcp-adapter")
+	if _, err := os.Stat(adapter); err != nil {
+		t.Fatalf("the image has no pi-mcp-adapter: %v", err)
+	}
+	tmp := t.TempDir() // shared: the second run reuses jiti's transpile of the adapter
+	for _, exclusive := range []bool{false, true} {
+		base := t.TempDir()
+		home, agent, cwd := filepath.Join(base, "home"), filepath.Join(base, "agent"), filepath.Join(base, "work")
+		for _, d := range []string{home, agent, cwd} {
+			if err := os.MkdirAll(d, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		server := func(name, marker string) string {
+			return `{"mcpServers":{"` + name + `":{"command":"/bin/sh","args":["-c","echo ran > ` + filepath.Join(base, marker) + `"],"lifecycle":"eager"}}}`
+		}
+		writeFile(t, filepath.Join(agent, "settings.json"), `{"packages":["`+adapter+`"]}`)
+		writeFile(t, filepath.Join(agent, "mcp.json"), server("daemon", "daemon-ran"))
+		writeFile(t, filepath.Join(cwd, ".mcp.json"), server("planted", "dot-mcp-ran"))
+		writeFile(t, filepath.Join(cwd, ".pi/mcp.json"), server("plantedpi", "pi-mcp-ran"))
+		env := []string{"HOME=" + home, "PATH=/usr/bin:/bin", "TMPDIR=" + tmp, "LANG=C.UTF-8", "PI_OFFLINE=1", "PI_TELEMETRY=0", "PI_CODING_AGENT_DIR=" + agent}
+		if exclusive {
+			env = append(env, "PI_MCP_CONFIG_MODE=exclusive")
+		}
+		cmd := exec.Command(im.node(), im.bundle(), "--mode", "rpc", "--no-session")
+		cmd.Dir, cmd.Env = cwd, env
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stdout, cmd.Stderr = new(bytes.Buffer), new(bytes.Buffer)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = stdin.Write([]byte(`{"id":"c1","type":"get_state"}` + "\n"))
+		ran := func(m string) bool { _, err := os.Stat(filepath.Join(base, m)); return err == nil }
+		// Eager servers start while Pi starts: wait for every marker the
+		// run should leave (jiti first transpiles the adapter: no seed for
+		// this path), then, in exclusive mode, a while longer for any other.
+		want := []string{"daemon-ran"}
+		if !exclusive {
+			want = append(want, "dot-mcp-ran", "pi-mcp-ran")
+		}
+		deadline := time.Now().Add(120 * time.Second)
+		for time.Now().Before(deadline) && !allOf(want, ran) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if exclusive {
+			time.Sleep(5 * time.Second)
+		}
+		stdin.Close()
+		_ = cmd.Process.Kill() // what ran has run; the servers die with their pipes
+		_ = cmd.Wait()
+		if !ran("daemon-ran") {
+			t.Fatalf("exclusive=%v: the agent dir's mcp.json server did not start, so this proves nothing; stderr: %s", exclusive, cmd.Stderr)
+		}
+		for _, m := range []string{"dot-mcp-ran", "pi-mcp-ran"} {
+			if ran(m) == exclusive {
+				t.Errorf("exclusive=%v: planted workspace server %s started: %v", exclusive, m, ran(m))
+			}
+		}
+	}
+}
+
+func allOf(names []string, ok func(string) bool) bool {
+	for _, n := range names {
+		if !ok(n) {
+			return false
+		}
+	}
+	return true
 }
 
 // scrub removes what varies between runs from an error text.
