@@ -10,7 +10,7 @@ BIN := bin
 # instead, so `make test` (root, as CI runs it) has run every test.
 export PASEO_NO_SKIP := 1
 
-.PHONY: all build cross runsc demo test deps deps-demo script-tests vet race unit unit-unprivileged fuzz acceptance e2e-pi e2e-continuity e2e-ts e2e-paseo bench bench-launch bench-pi bench-tools golden clean image bench-bridge shim containerd kubernetes
+.PHONY: all build cross runsc demo test test-pi-contract deps deps-demo script-tests vet race unit unit-unprivileged fuzz acceptance e2e-pi e2e-continuity e2e-ts e2e-paseo bench bench-launch bench-pi bench-tools golden clean image bench-bridge shim containerd kubernetes
 
 all: build
 
@@ -55,7 +55,7 @@ demo: deps-demo build $(DEMO_NEEDS)
 	$(GO) build -o $(BIN)/paseo-demo ./test/cmd/paseo-demo
 	PASEO_POLICY=$(BIN)/paseo-policy PASEO_DEMO=$(BIN)/paseo-demo RUNSC=$(BIN)/runsc ./scripts/demo.sh
 
-test: deps script-tests runsc image vet cross fuzz unit unit-unprivileged acceptance e2e-pi e2e-continuity e2e-ts e2e-paseo kubernetes
+test: deps script-tests runsc image vet cross fuzz unit unit-unprivileged acceptance test-pi-contract e2e-pi e2e-continuity e2e-ts e2e-paseo kubernetes
 
 # The Debian packages the tests and the runsc and image builds exec (file, a
 # static busybox, git, debootstrap, erofs-utils, npm, qemu-user-static...):
@@ -83,10 +83,10 @@ vet:
 # compiler promises that concurrent compiles share nothing mutable.
 RACE := -race
 
-# Every package but the acceptance proof, the real-Pi tests and the
+# Every package but the acceptance proof, the real-Pi tests, the Pi contract and the
 # supervisor's continuity tests, which have their own targets (also -race).
 unit:
-	$(GO) test $(RACE) -count=1 $$($(GO) list ./... | grep -v -e '/acceptance$$' -e '/e2e$$' -e '/supervisor$$')
+	$(GO) test $(RACE) -count=1 $$($(GO) list ./... | grep -v -e '/acceptance$$' -e '/e2e$$' -e '/supervisor$$' -e '/picontract$$')
 
 # Every package's tests once more as nobody, as a developer without root
 # runs `go test ./...`: a root-only test must skip there (through
@@ -108,6 +108,16 @@ E2E_CONTINUITY := ContinuityThroughSupervisor|OfficialContainer
 # daemon restart, planted code and settings, OAuth files, Git work and
 # control files (a linked and a main worktree), a deployment's own uid.
 # Root.
+# The Pi contract suite (test/picontract): what paseo-policy relies on from
+# the image's Pi (RPC frames and commands, settings keys, environment, the
+# files it writes, extension loading, the model catalogue the compiler
+# embeds), against its record in test/picontract/testdata/pi-<version>.json.
+# A Pi upgrade: bump the pin, `make image test-pi-contract`, read the diff
+# (docs/image.md, "Upgrading Pi"). Runs Pi as a host process; root only for
+# the image build.
+test-pi-contract: image
+	$(GO) test $(RACE) -count=1 -v ./test/picontract
+
 e2e-pi: runsc image
 	$(GO) test $(RACE) -count=1 -v -run '^TestPi' -skip '^TestPi($(E2E_CONTINUITY))$$' ./test/e2e
 

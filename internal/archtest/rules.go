@@ -85,7 +85,7 @@ const skipHelper = "internal/testkit/skip"
 
 // testOnly are packages that are tests themselves; every other package
 // that is not TestSupport is product.
-var testOnly = []string{"test/acceptance", "test/e2e", "internal/archtest"}
+var testOnly = []string{"test/acceptance", "test/e2e", "test/picontract", "internal/archtest"}
 
 // launchSide run a bundle; they read the compiler's output types and must
 // not be able to compile, so a launch cannot depend on CUE or profiles.

@@ -22,6 +22,8 @@ func (c *compilation) env(p *grant.Plan) {
 	add("TMPDIR", sandboxTmp, "private tmpfs", prof)
 	add("LANG", sandboxLang, "fixed locale", prof)
 	add("PI_OFFLINE", "1", "no catalog refresh, update check or helper download at run time", prof)
+	add("PI_TELEMETRY", "0", "no install telemetry, whatever settings.json says (egress is deny-by-default anyway)", prof)
+	add("PI_MCP_CONFIG_MODE", "exclusive", "pi-mcp-adapter reads only <agentDir>/mcp.json (the generated one, or none): never a workspace's .mcp.json or .pi/mcp.json, whose servers it would start", prof)
 	add("PI_CODING_AGENT_DIR", f.State.AgentDir, "Pi's state dir: this sandbox's private projection of the agent dir", "state.agentDir")
 	if c.prof.State.SessionDir != "none" {
 		add("PI_CODING_AGENT_SESSION_DIR", f.State.SessionDir, "where Pi writes session logs", "state.sessionDir")

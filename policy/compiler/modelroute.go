@@ -69,8 +69,9 @@ func (c *compilation) modelUpstream() (upstream, prefix string, ok bool) {
 }
 
 // modelRoute grants the route: the API is the facts' model.api or the
-// daemon's models.json's for the provider (which must agree), and the
-// requests are the profile's for that API.
+// daemon's models.json's for the provider (which must agree), or for a
+// model of Pi's built-in catalogue the catalogue's (which they must agree
+// with), and the requests are the profile's for that API.
 func (c *compilation) modelRoute(p *grant.Plan) {
 	upstream, prefix, ok := c.modelUpstream()
 	if !ok || c.modelAPI == "" {
@@ -142,8 +143,21 @@ func (c *compilation) modelsDoc(daemon []byte, port int) []byte {
 		}
 		api = a
 	}
+	if !definesModel(entry, f.Model.ID) {
+		// A built-in model: Pi speaks the catalogue's API to it whatever
+		// the provider's entry says (an entry without the model in its
+		// models list only moves the provider's base URL).
+		if catAPI, ok := catalogueAPI(f.Model.Provider, f.Model.ID); ok {
+			if api != "" && api != catAPI {
+				cat, _ := EmbeddedPiCatalogue()
+				c.diags.Addf(diag.ModelRoute, "model.api", "names API %s, but Pi %s speaks %s to its built-in model %s of provider %s; leave model.api out or name that API", api, cat.Pi, catAPI, f.Model.ID, f.Model.Provider)
+				return nil
+			}
+			api = catAPI
+		}
+	}
 	if api == "" {
-		c.diags.Addf(diag.ModelRoute, "model.api", "api-key mode routes the model by its provider API: name it in model.api or in the provider's models.json entry")
+		c.diags.Addf(diag.ModelRoute, "model.api", "api-key mode routes the model by its provider API: Pi's built-in catalogue has no model %s of provider %s, so name the API in model.api or in the provider's models.json entry", f.Model.ID, f.Model.Provider)
 		return nil
 	}
 	if grant.ModelCredentials[api] == "" {
@@ -175,6 +189,23 @@ func (c *compilation) modelsDoc(daemon []byte, port int) []byte {
 	}
 	c.modelAPI = api
 	return out
+}
+
+// definesModel reports whether a models.json provider entry lists model id
+// in its models, which adds it or replaces Pi's built-in model of that id
+// (docs/models.md). A malformed list is refused by modelsPerModelOK.
+func definesModel(entry map[string]json.RawMessage, id string) bool {
+	var models []struct {
+		ID string `json:"id"`
+	}
+	if raw, ok := entry["models"]; !ok || json.Unmarshal(raw, &models) != nil {
+		return false
+	}
+	return slices.ContainsFunc(models, func(m struct {
+		ID string `json:"id"`
+	}) bool {
+		return m.ID == id
+	})
 }
 
 // modelsPerModelOK refuses per-model settings that would leave the route:

@@ -382,6 +382,15 @@ func (c *compilation) binds() []grant.Mount {
 		out = append(out, grant.Mount{Destination: f.Launch.MCPConfig, Type: "bind", Source: bundle.MCPConfigFile,
 			Options:    []string{"bind", "ro", "nosuid", "nodev", "noexec"},
 			Provenance: why("generated MCP config: only Paseo's server, through the launcher's proxy on the gateway; no bearer (the proxy adds the daemon's)", "launch.mcpConfig")})
+		// With PI_MCP_CONFIG_MODE=exclusive (env.go) the adapter reads its
+		// config from <agentDir>/mcp.json only, never the --mcp-config path
+		// or the workspace's .mcp.json and .pi/mcp.json: the same generated
+		// file goes there, read-only in the agent dir's projection.
+		if code, _ := pathform.Check(f.State.AgentDir); code == "" {
+			out = append(out, grant.Mount{Destination: f.State.AgentDir + "/mcp.json", Type: "bind", Source: bundle.MCPConfigFile,
+				Options:    []string{"bind", "ro", "nosuid", "nodev", "noexec"},
+				Provenance: why("generated MCP config where the adapter reads it in exclusive mode (PI_MCP_CONFIG_MODE): only Paseo's server, through the launcher's proxy on the gateway; no bearer", "launch.mcpConfig")})
+		}
 	}
 	out = append(out, c.credentialMount()...)
 	c.agentDirApart(out)

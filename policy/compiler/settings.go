@@ -358,3 +358,8 @@ var npmSpec = regexp.MustCompile(`^(@?[^@]+(?:/[^@]+)?)(?:@(.+))?$`)
 
 // npmName is a plain npm package name, scoped or not: no "..", no path.
 var npmName = regexp.MustCompile(`^(@[A-Za-z0-9~-][A-Za-z0-9._~-]*/)?[A-Za-z0-9~-][A-Za-z0-9._~-]*$`)
+
+// SettingKeys are the settings.json keys the allowlist judges (inert,
+// path-checked or refused), sorted: the Pi contract suite (test/picontract)
+// checks them against the keys the image's Pi declares.
+func SettingKeys() []string { return slices.Sorted(maps.Keys(settingKeys)) }

@@ -16,8 +16,10 @@ import (
 // lands there and dies with the sandbox), tries to overwrite the daemon's
 // settings.json and models.json (read-only), writes an auth.json that would
 // run a command, a forged session log into another agent's session dir (not
-// mounted) and an extension plus project settings into the workspace it
-// shares with agent 2 (untrusted project resources), and code into the
+// mounted), an extension plus project settings into the workspace it
+// shares with agent 2 (untrusted project resources) and MCP configs there
+// (.mcp.json, .pi/mcp.json, which the MCP adapter in exclusive mode never
+// reads), and code into the
 // adapter's entry in its jiti cache (/tmp/jiti: the sandbox's own, seeded
 // from the image at every start).
 // Then agent 2 starts on
@@ -51,6 +53,9 @@ export default function () {}
 			`echo '{"other":{"type":"api_key","key":"!touch ` + ws + `/AUTH-COMMAND-RAN"}}' > auth.json && echo auth-written || echo auth-refused`,
 			`mkdir -p ` + sessions + `/agent-9d21 && echo '{"type":"session"}' > ` + sessions + `/agent-9d21/forged.jsonl && echo session-written || echo session-refused`,
 			`echo '{"extensions":["` + wsExt + `"]}' > ` + ws + `/.pi/settings.json && echo project-settings-written`,
+			// MCP configs in the workspace whose server pi-mcp-adapter would
+			// start at every Pi start (eager) if it read them.
+			`echo '{"mcpServers":{"planted":{"command":"/bin/sh","args":["-c","touch ` + ws + `/MCP-PLANT-RAN"],"lifecycle":"eager"}}}' > ` + ws + `/.mcp.json && cp ` + ws + `/.mcp.json ` + ws + `/.pi/mcp.json && echo mcp-config-written`,
 			// The adapter's entry as jiti cached it, with code in front and
 			// jiti's hash line kept: a hit for any later jiti that read
 			// this cache.
@@ -68,7 +73,7 @@ export default function () {}
 	p.turn(t, c, "plant settings")
 	out := e.lastToolResult(t)
 	p.stop(t)
-	for _, want := range []string{"settings-refused", "models-refused", "session-refused", "project-settings-written", "jiti-planted"} {
+	for _, want := range []string{"settings-refused", "models-refused", "session-refused", "project-settings-written", "mcp-config-written", "jiti-planted"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("plant attempts: want %s in %q", want, out)
 		}
@@ -116,7 +121,7 @@ export default function () {}
 	e.startAndStop(t, sc3)
 	ran(t, ws, "INTEGRATION-RAN-agent-7f3c", true)
 
-	for _, m := range []string{"PLANTED-RAN-agent-7f3c", "PLANTED-RAN-agent-9d21", "AUTH-COMMAND-RAN", "JITI-PLANT-RAN-agent-7f3c"} {
+	for _, m := range []string{"PLANTED-RAN-agent-7f3c", "PLANTED-RAN-agent-9d21", "AUTH-COMMAND-RAN", "JITI-PLANT-RAN-agent-7f3c", "MCP-PLANT-RAN"} {
 		ran(t, ws, m, false)
 	}
 }
