@@ -349,7 +349,10 @@ func startToolsSandbox(tb testing.TB, im imageInfo, host string, r *toolsRepo) *
 		RegistryPatch: fmt.Sprintf(`{"image":{"version":%q,"digest":%q,"erofs":%s}}`, im.Version, im.Digest, erofs)})
 	// The scene's tree rewrote the repository's config and the worktree's
 	// pointers with the same content; the owner is the sandbox user again.
+	// The agent's Git store (testdata/base: state.gitStore) is the daemon's
+	// to make and the deployment user's to own, as in the e2e scenes.
 	chownTree(tb, r.repo, 1000, 1000)
+	chownTree(tb, filepath.Join(host, "srv/paseo/state/pi-git/agent-7f3c"), 1000, 1000)
 
 	id := fmt.Sprintf("pp-tools-%d-%d", os.Getpid(), time.Now().UnixNano())
 	inR, inW := io.Pipe()
