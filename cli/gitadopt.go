@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/runtime/gitadopt"
@@ -29,14 +30,43 @@ func newGit(g *globals) *cobra.Command {
 	return cmd
 }
 
-type gitAdoptOptions struct {
+// gitStep is what git adopt and git import share: HOME for git, a
+// timeout, and one way to end (a diag.List is a refusal, exit 1, with
+// what it left unchanged; anything else is internal).
+type gitStep struct {
 	*globals
-	o       gitadopt.Options
+	home    string
 	timeout time.Duration
 }
 
+func (s *gitStep) flags(f *pflag.FlagSet, timeout time.Duration, giveUp string) {
+	f.StringVar(&s.home, "home", os.Getenv("HOME"), "HOME for git: the daemon user's (its ~/.gitconfig is read)")
+	f.DurationVar(&s.timeout, "timeout", timeout, giveUp)
+}
+
+// context ends on SIGINT, SIGTERM or the timeout.
+func (s *gitStep) context() (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	return ctx, func() { cancel(); stop() }
+}
+
+// failed maps a step's error: unchanged says what a refusal left as it was.
+func (s *gitStep) failed(err error, unchanged string) error {
+	var dl diag.List
+	if errors.As(err, &dl) {
+		return s.refuseWith(dl, "; "+unchanged)
+	}
+	return exitWith(ExitInternal, err)
+}
+
+type gitAdoptOptions struct {
+	gitStep
+	o gitadopt.Options
+}
+
 func newGitAdopt(g *globals) *cobra.Command {
-	o := &gitAdoptOptions{globals: g}
+	o := &gitAdoptOptions{gitStep: gitStep{globals: g}}
 	cmd := &cobra.Command{
 		Use:   "adopt WORKTREE",
 		Short: "Set a worktree's host index to its HEAD commit's tree when the gitlinks stay the same",
@@ -61,24 +91,18 @@ fsmonitor, no filters, no replace objects, no lazy fetch.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.o.GitDir, "gitdir", "", "the gitdir the worktree's .git must lead to (the facts' workspace.git.gitdir)")
-	f.StringVar(&o.o.Home, "home", os.Getenv("HOME"), "HOME for git: the daemon user's (its ~/.gitconfig is read)")
 	f.IntVar(&o.o.MaxEntries, "max-entries", gitadopt.DefaultMaxEntries, "refuse a HEAD tree (and fail on an index) with more entries")
-	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up (changing nothing) after this long")
+	o.flags(f, 2*time.Minute, "give up (changing nothing) after this long")
 	return cmd
 }
 
 func (o *gitAdoptOptions) run() error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	ctx, cancel := o.context()
 	defer cancel()
+	o.o.Home = o.home
 	res, err := gitadopt.Adopt(ctx, o.o)
-	var dl diag.List
-	switch {
-	case errors.As(err, &dl):
-		return o.refuseWith(dl, "; the index was not changed")
-	case err != nil:
-		return exitWith(ExitInternal, err)
+	if err != nil {
+		return o.failed(err, "the index was not changed")
 	}
 	if o.json() {
 		return o.printJSON(map[string]any{"ok": true, "worktree": o.o.Worktree, "commit": res.Commit, "entries": res.Entries, "gitlinks": res.Gitlinks, "changed": res.Changed})

@@ -1,29 +1,22 @@
 package cli
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/runtime/gitimport"
 )
 
 type gitImportOptions struct {
-	*globals
-	o       gitimport.Options
-	timeout time.Duration
+	gitStep
+	o gitimport.Options
 }
 
 func newGitImport(g *globals) *cobra.Command {
-	o := &gitImportOptions{globals: g}
+	o := &gitImportOptions{gitStep: gitStep{globals: g}}
 	cmd := &cobra.Command{
 		Use:   "import --repo DIR --state-root DIR --store DIR --agent ID --branch REF [--base ID]",
 		Short: "Bring an agent's Git work from its private store into the shared repository, verified, on the granted refs only",
@@ -60,23 +53,17 @@ as they were. Run it as the deployment user.`,
 	f.StringVar(&o.o.Agent, "agent", "", "the agent id: refs/heads/<agent>/* and refs/paseo/<agent>/stash are its namespace")
 	f.StringVar(&o.o.Branch, "branch", "", "the worktree's branch, refs/heads/...")
 	f.StringVar(&o.o.Base, "base", "", "the branch's value at launch or after the last import (empty: it did not exist)")
-	f.StringVar(&o.o.Home, "home", os.Getenv("HOME"), "HOME for git: the daemon user's")
-	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
+	o.flags(f, 10*time.Minute, "give up after this long")
 	return cmd
 }
 
 func (o *gitImportOptions) run() error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	ctx, cancel := o.context()
 	defer cancel()
+	o.o.Home = o.home
 	res, err := gitimport.Import(ctx, o.o)
-	var dl diag.List
-	switch {
-	case errors.As(err, &dl):
-		return o.refuseWith(dl, "; no ref was written")
-	case err != nil:
-		return exitWith(ExitInternal, err)
+	if err != nil {
+		return o.failed(err, "no ref was written")
 	}
 	if o.json() {
 		return o.printJSON(map[string]any{"ok": true, "updated": res.Updated, "ignored": res.Ignored, "loose": res.Loose, "packs": res.Packs})

@@ -61,8 +61,7 @@ var execImporters = map[string]string{
 	"internal/childproc":             "starts the *exec.Cmd the launcher built from a thread that lives until it is reaped; builds no command",
 	"internal/testkit/localexec":     "test support: the contract test's second execution backend runs a plain host process",
 	"runtime/supervisor/holder":      "re-execs its own binary (/proc/self/exe) as a sandbox's holder process (Spawn, client.go); the holder runs runsc through launcher",
-	"runtime/gitadopt":               "runs host git in an agent's worktree (rev-parse, config, cat-file, ls-files, ls-tree, read-tree) with a clean environment and no hooks, fsmonitor or filters; never runsc",
-	"runtime/gitimport":              "runs host git in a quarantine repository it made (init, index-pack, update-ref) and in the shared repository (rev-parse, for-each-ref, fetch from the quarantine with fsck, update-ref) with a clean environment and no hooks, fsmonitor or replace objects; never in an agent's store, never runsc",
+	"internal/hostgit":               "runs host git, the one hardened runner (clean environment, no hooks, fsmonitor, replace objects or transport but a local path) for runtime/gitadopt and runtime/gitimport; never runsc",
 	"internal/testkit/testbundle":    "test support: builds static probe binaries with go build",
 	"internal/testkit/testnet":       "test support: starts test hosts' processes inside the namespaces it made",
 	"internal/testkit/testcontainer": "test support: re-execs the test binary into the container's namespaces",
@@ -122,6 +121,14 @@ var supervisorClients = []string{"runtime/pilaunch"}
 // notForClients are the packages a supervisor client may not import.
 var notForClients = []string{"policy/compiler", "policy/profiles", "runtime/launcher", "runtime/supervisor/holder"}
 
+// hostGit runs host git; hostGitUsers are the host-side Git steps, the
+// only packages that may import it (a new user is a new place git runs on
+// what an agent wrote, and is reviewed as one). It imports nothing of the
+// module, so its hardening cannot depend on a layer's types.
+const hostGit = "internal/hostgit"
+
+var hostGitUsers = []string{"runtime/gitadopt", "runtime/gitimport"}
+
 // Check returns every violation in pkgs, sorted. A rule that names a
 // package pkgs lacks is a violation too: after a move the rules must move
 // with it instead of silently allowing nothing or guarding nothing.
@@ -138,7 +145,7 @@ func Check(pkgs []Package) []Violation {
 	for _, fs := range neutralSeams {
 		forbidden = append(forbidden, fs...)
 	}
-	for _, names := range [][]string{keys(cueImporters), keys(cueTestImporters), keys(execImporters), testOnly, launchSide, notOnLaunchSide, slices.Sorted(maps.Keys(neutralSeams)), forbidden, lineCarriers, supervisorClients, notForClients, {skipHelper}} {
+	for _, names := range [][]string{keys(cueImporters), keys(cueTestImporters), keys(execImporters), testOnly, launchSide, notOnLaunchSide, slices.Sorted(maps.Keys(neutralSeams)), forbidden, lineCarriers, supervisorClients, notForClients, hostGitUsers, {skipHelper, hostGit}} {
 		for _, n := range names {
 			if !known[n] {
 				add("stale-rule", n, "", "a rule names this package but the module has none; update internal/archtest")
@@ -191,6 +198,16 @@ func Check(pkgs []Package) []Violation {
 			for _, imp := range p.Imports {
 				if within(imp, notForClients) {
 					add("clients-only-ask", p.Path, imp, "a supervisor client hands over facts and bridges bytes; compiling and launching are the supervisor's")
+				}
+			}
+		}
+		if !slices.Contains(hostGitUsers, p.Path) && slices.Contains(p.Imports, hostGit) {
+			add("host-git-for-git-steps", p.Path, hostGit, "host git runs on what an agent wrote in the host-side Git steps only (runtime/gitadopt, runtime/gitimport)")
+		}
+		if p.Path == hostGit {
+			for _, d := range p.Deps {
+				if known[d] {
+					add("host-git-imports-no-layer", p.Path, d, "the host git runner is a leaf: its hardening depends on no layer of the module")
 				}
 			}
 		}

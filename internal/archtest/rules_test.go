@@ -8,12 +8,12 @@ import (
 // one edge to it.
 func baseline() []Package {
 	var pkgs []Package
-	for _, n := range append(append(append(append(append(append(keys(cueImporters), keys(execImporters)...), testOnly...), launchSide...), notOnLaunchSide...), lineCarriers...), skipHelper) {
+	for _, n := range append(append(append(append(append(append(append(keys(cueImporters), keys(execImporters)...), testOnly...), launchSide...), notOnLaunchSide...), lineCarriers...), hostGitUsers...), skipHelper) {
 		pkgs = append(pkgs, Package{Path: n})
 	}
 	// Module packages no rule names, for edges to them (the standard
 	// library's runtime is no module package).
-	for _, n := range append([]string{"runtime/supervisor/rpcerr", "policy/bundle", "runtime/supervisor"}, append(supervisorClients, notForClients...)...) {
+	for _, n := range append([]string{"runtime/supervisor/rpcerr", "policy/bundle", "runtime/supervisor", "diag"}, append(supervisorClients, notForClients...)...) {
 		pkgs = append(pkgs, Package{Path: n})
 	}
 	return pkgs
@@ -78,6 +78,13 @@ func TestRules(t *testing.T) {
 		{"the OCI adapter imports the seam and the launcher", "runtime/launcher/ociexec", imports("runtime/execution", "runtime/launcher"), ""},
 		{"the seam's contract test uses the OCI adapter", "runtime/execution", tests("runtime/launcher/ociexec"), ""},
 		{"launcher depends on pathsafe", "runtime/launcher", deps("internal/pathsafe"), ""},
+		{"the Git steps run host git", "runtime/gitimport", imports("internal/hostgit"), ""},
+		{"the adopt step runs host git", "runtime/gitadopt", imports("internal/hostgit"), ""},
+		{"a Git step execs git on its own", "runtime/gitimport", imports("os/exec"), "exec-allowlist"},
+		{"the launcher runs host git", "runtime/launcher", imports("internal/hostgit"), "host-git-for-git-steps"},
+		{"the CLI runs host git", "cli", imports("internal/hostgit"), "host-git-for-git-steps"},
+		{"the host git runner imports a layer", "internal/hostgit", deps("diag"), "host-git-imports-no-layer"},
+		{"the host git runner uses the standard library", "internal/hostgit", imports("os/exec", "syscall"), ""},
 		{"launcher depends on a compiler subpackage", "runtime/launcher", deps("policy/compiler/gitindex"), "launch-reads-output-only"},
 		{"the skip helper skips", "internal/testkit/skip", skips("skip.go"), ""},
 		{"a launcher test skips on its own", "runtime/launcher", skips("network_test.go"), "one-skip-helper"},

@@ -26,6 +26,7 @@ import (
 	"strings"
 
 	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/internal/hostgit"
 	"paseo.dev/paseo-policy/internal/pathform"
 )
 
@@ -333,7 +334,7 @@ func quarantine(ctx context.Context, git gitRunner, q, repo, format string, stor
 		_, err = git.run(ctx, q, f, "index-pack", "--stdin")
 		f.Close()
 		if err != nil {
-			var ge *gitError
+			var ge *hostgit.Error
 			if errors.As(err, &ge) {
 				return refusef(diag.GitImportObject, "store/objects/pack/"+name, "git cannot index it: %v", err)
 			}
