@@ -43,12 +43,13 @@ is compiled in memory and compared with DIR (exit 5 on drift).`,
 	f.StringVar(&o.out, "out", "", "directory to write the bundle into")
 	f.StringVar(&o.check, "check", "", "compare against the bundle in this directory instead of writing")
 	f.StringVar(&o.resolveRoot, "resolve-root", "", "resolve bind sources beneath this directory instead of / (a host image or a test tree)")
-	_ = cmd.MarkFlagRequired("facts")
-	_ = cmd.MarkFlagRequired("registry")
 	return cmd
 }
 
 func (o *compileOptions) run() error {
+	if o.facts == "" || o.registry == "" {
+		return usageError{fmt.Errorf("--facts and --registry are required")}
+	}
 	if (o.out == "") == (o.check == "") {
 		return usageError{fmt.Errorf("give exactly one of --out and --check")}
 	}

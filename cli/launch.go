@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -38,7 +39,10 @@ bearer: the route proxy adds the daemon's, read once from the same directory
 under the route's tokenRef and kept out of the sandbox), runs it under runsc with fixed flags while owning its
 stdio, enforces wall time and output limits, and tears everything down.
 When the sandbox cannot be enforced it exits 4 (sandbox-unavailable) and
-nothing runs. The agent's own exit code is returned otherwise.`,
+nothing runs. When the agent exits non-zero, launch exits 7 and says the
+agent's code on stderr ("the agent exited N"); with -o json it also writes
+its result, the agent's code as exitCode, as one JSON line to stderr (stdout
+is the agent's). docs/launcher.md, "Exit codes", has the table.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			o.BundleDir = args[0]
@@ -50,20 +54,7 @@ nothing runs. The agent's own exit code is returned otherwise.`,
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			res, err := launcher.Launch(ctx, o)
-			var ue *launcher.UnavailableError
-			if errors.As(err, &ue) {
-				return exitWith(ExitUnavailable, err)
-			}
-			if err != nil {
-				return exitWith(ExitInternal, err)
-			}
-			if res.Reason != "" {
-				fmt.Fprintf(g.stderr, "paseo-policy: sandbox %s ended: %s\n", res.ID, res.Reason)
-			}
-			if res.ExitCode != 0 {
-				return exitWith(res.ExitCode&0xff, nil)
-			}
-			return nil
+			return g.launchEnd(res, err)
 		},
 	}
 	f := cmd.Flags()
@@ -73,6 +64,35 @@ nothing runs. The agent's own exit code is returned otherwise.`,
 	f.StringVar(&secretsDir, "secrets-dir", "", "root-only directory holding <deployment-id>/<secretRef> files (root-owned, 0600)")
 	f.StringVar(&o.Uplink, "uplink-netns", "", "network namespace (path) the sandbox veth peers live in, for network mode sandbox (default: this process's)")
 	return cmd
+}
+
+// launchEnd is how launch ends: the launcher's refusal (4) or failure (6),
+// or the sandbox's result, where the agent's non-zero exit is ExitAgent
+// and its code is said on stderr, never passed on as launch's own: an
+// agent exiting 4 is not "sandbox unavailable".
+func (g *globals) launchEnd(res launcher.Result, err error) error {
+	var ue *launcher.UnavailableError
+	switch {
+	case errors.As(err, &ue):
+		return exitWith(ExitUnavailable, err)
+	case err != nil:
+		return exitWith(ExitInternal, err)
+	}
+	if res.Reason != "" {
+		fmt.Fprintf(g.stderr, "paseo-policy: sandbox %s ended: %s\n", res.ID, res.Reason)
+	}
+	if g.json() {
+		line, err := json.Marshal(res)
+		if err != nil {
+			return exitWith(ExitInternal, err)
+		}
+		fmt.Fprintf(g.stderr, "%s\n", line)
+	}
+	if res.ExitCode != 0 {
+		fmt.Fprintf(g.stderr, "paseo-policy: sandbox %s: the agent exited %d\n", res.ID, res.ExitCode)
+		return exitWith(ExitAgent, nil)
+	}
+	return nil
 }
 
 func newDoctor(g *globals) *cobra.Command {

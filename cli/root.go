@@ -9,59 +9,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 
-	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/policy/compiler"
 )
-
-// Exit codes. Stable: scripts and the supervisor rely on them.
-const (
-	ExitOK          = 0
-	ExitRefused     = 1 // input refused: diagnostics, or a bundle that fails validation
-	ExitUsage       = 2 // bad flags or arguments
-	ExitWidened     = 3 // diff: something widened or needs review
-	ExitUnavailable = 4 // the sandbox cannot run here (launcher preflight)
-	ExitDrift       = 5 // compile --check: the committed bundle differs
-	ExitInternal    = 6 // I/O or a bug
-)
-
-// exitError carries an exit code and an optional message; a nil Err means
-// the command already printed what it had to say.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string {
-	if e.err == nil {
-		return fmt.Sprintf("exit %d", e.code)
-	}
-	return e.err.Error()
-}
-
-func exitWith(code int, err error) error { return &exitError{code, err} }
-
-type usageError struct{ error }
-
-func exitCode(err error) int {
-	var ee *exitError
-	var dl diag.List
-	var ue usageError
-	switch {
-	case err == nil:
-		return ExitOK
-	case errors.As(err, &ee):
-		return ee.code
-	case errors.As(err, &dl):
-		return ExitRefused
-	case errors.As(err, &ue):
-		return ExitUsage
-	}
-	return ExitInternal
-}
 
 // globals are flags every command shares.
 type globals struct {
@@ -103,7 +55,12 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		return nil
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	// Runnable, so that its Args check (usageArgs) refuses an unknown
+	// command as a usage error; with no command it prints the help as a
+	// bare root would.
+	root.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
 	root.AddCommand(newCompile(g), newExplain(g), newRender(g), newDiff(g), newValidate(g), newCheckRegistry(g), newProfiles(g), newVersion(g), newLaunch(g), newDoctor(g), newPS(g), newKill(g), newGC(g), newSupervise(g), newGit(g), newPi(g))
+	usageArgs(root)
 	return root
 }
 
@@ -118,22 +75,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		if !(errors.As(err, &ee) && ee.err == nil) {
 			fmt.Fprintln(stderr, "paseo-policy:", err)
 		}
-		if code == ExitInternal && !errors.As(err, &ee) && isUsage(err) {
-			code = ExitUsage
-		}
 	}
 	return code
-}
-
-// isUsage recognises cobra's own argument errors (unknown command, wrong
-// number of arguments), which it returns as plain errors.
-func isUsage(err error) bool {
-	for _, p := range []string{"unknown command", "accepts ", "requires at least", "unknown flag", "required flag"} {
-		if strings.Contains(err.Error(), p) {
-			return true
-		}
-	}
-	return false
 }
 
 // Run is the process entry point.
