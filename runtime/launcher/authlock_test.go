@@ -104,8 +104,8 @@ func wantAuthInUse(t *testing.T, err error, owner string) {
 	if !errors.As(err, &ue) {
 		t.Fatalf("second launch: got %v, want sandbox-unavailable", err)
 	}
-	if !strings.Contains(ue.Reason, ErrAuthFileInUse.Error()) || !strings.Contains(ue.Reason, owner) {
-		t.Errorf("reason %q does not say the auth.json is in use by %s", ue.Reason, owner)
+	if !errors.Is(err, ErrAuthFileInUse) || !strings.Contains(ue.Reason, owner) {
+		t.Errorf("%v: not ErrAuthFileInUse, or the reason does not name its owner %s", err, owner)
 	}
 }
 

@@ -223,7 +223,7 @@ func Wake(ctx context.Context, opts Options) (res Result, err error) {
 		res = l.res
 	}()
 	if err := l.wakePhases(ctx); err != nil {
-		return res, &UnavailableError{Reason: "wake: " + err.Error() + "; the checkpoint was not restored, start the agent fresh"}
+		return res, &UnavailableError{Reason: "wake: " + err.Error() + "; the checkpoint was not restored, start the agent fresh", Err: err}
 	}
 	return res, nil
 }

@@ -42,11 +42,19 @@ const DefaultStateRoot = "/run/paseo-sandbox"
 
 // UnavailableError means the sandbox cannot run here. The agent was not
 // started; running it locally instead is the caller's explicit choice.
-type UnavailableError struct{ Reason string }
+// Err is the phase's error, kept whole: errors.Is and errors.As see the
+// launcher's sentinels (ErrAuthFileInUse, ErrSecretUnknown, ...) through
+// it; Reason is what the caller is told, Err's text with the step.
+type UnavailableError struct {
+	Reason string
+	Err    error
+}
 
 func (e *UnavailableError) Error() string {
 	return "sandbox-unavailable: " + e.Reason + " (the agent was not started; a local retry is the caller's explicit choice)"
 }
+
+func (e *UnavailableError) Unwrap() error { return e.Err }
 
 // Options configure one launch.
 type Options struct {
@@ -270,7 +278,7 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 		res = l.res
 	}()
 	if err := l.phases(ctx); err != nil {
-		return res, &UnavailableError{Reason: err.Error()}
+		return res, &UnavailableError{Reason: err.Error(), Err: err}
 	}
 	return res, nil
 }

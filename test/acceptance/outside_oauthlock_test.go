@@ -87,7 +87,7 @@ func startOAuth(t *testing.T, sc *testbundle.Scene, stateRoot string) (r *oauthR
 		return r, false
 	case err := <-r.done:
 		var ue *launcher.UnavailableError
-		if errors.As(err, &ue) && strings.Contains(ue.Reason, launcher.ErrAuthFileInUse.Error()) {
+		if errors.As(err, &ue) && errors.Is(err, launcher.ErrAuthFileInUse) {
 			return nil, true
 		}
 		t.Fatalf("oauthlock attack: launch refused for another reason: %v", err)
