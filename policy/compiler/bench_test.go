@@ -20,7 +20,7 @@ package compiler
 //	  /bare                    a fresh cue.Context, the schema built in it,
 //	                           #Facts unified with the facts, validated
 //	                           concrete and decoded into schema.Facts;
-//	  /LoadFacts               schema.LoadFacts, the compiler's own facts
+//	  /LoadFacts               schema.NewLoader().Facts, the compiler's own facts
 //	                           stage (the above plus prechecks, the unknown
 //	                           field walk and the JSON round trip).
 
@@ -252,13 +252,13 @@ func BenchmarkCUEBaseline(b *testing.B) {
 	})
 	b.Run("LoadFacts", func(b *testing.B) {
 		in := schema.Input{Name: "facts.json", Data: facts}
-		if _, ds := schema.LoadFacts(in); len(ds) > 0 {
+		if _, ds := schema.NewLoader().Facts(in); len(ds) > 0 {
 			b.Fatal(ds)
 		}
 		b.ReportAllocs()
 		b.ResetTimer()
 		for b.Loop() {
-			if f, ds := schema.LoadFacts(in); f == nil || len(ds) > 0 {
+			if f, ds := schema.NewLoader().Facts(in); f == nil || len(ds) > 0 {
 				b.Fatal(ds)
 			}
 		}

@@ -130,7 +130,7 @@ func TestOnlyPlaceholderForSecrets(t *testing.T) {
 		t.Errorf("config.json lacks the model route's placeholder key")
 	}
 	for _, name := range r.Files.Names() {
-		if strings.Contains(string(r.Files[name]), secretPrefix) {
+		if strings.Contains(string(r.Files[name]), bundle.SecretMarker) {
 			t.Errorf("%s carries a secret placeholder; nothing in an api-key bundle is filled at launch", name)
 		}
 	}
@@ -144,7 +144,7 @@ func TestOnlyPlaceholderForSecrets(t *testing.T) {
 		t.Errorf("files/mcp.json is missing or carries a header:\n%s", mcp)
 	}
 	for _, name := range r.Files.Names() {
-		if strings.Contains(string(r.Files[name]), "Bearer") || strings.Contains(string(r.Files[name]), SecretPlaceholder("paseo/mcp-token")) {
+		if strings.Contains(string(r.Files[name]), "Bearer") || strings.Contains(string(r.Files[name]), bundle.SecretPlaceholder("paseo/mcp-token")) {
 			t.Errorf("%s mentions a bearer token", name)
 		}
 	}

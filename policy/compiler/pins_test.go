@@ -38,7 +38,7 @@ func TestEveryBindIsPinnedBeneathItsRoot(t *testing.T) {
 				}
 				kinds[p.Pin.Destination] = p.Pin.Kind
 			}
-			facts, fd := schema.LoadFacts(in.Facts)
+			facts, fd := schema.NewLoader().Facts(in.Facts)
 			if len(fd) > 0 {
 				t.Fatal(fd)
 			}

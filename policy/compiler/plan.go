@@ -19,23 +19,17 @@ import (
 // Fixed sandbox layout. These are part of the contract with the image and
 // with Pi (see docs/grants.md).
 const (
-	sandboxHome  = "/home/sandbox"
-	sandboxTmp   = "/tmp"
-	sandboxLang  = "C.UTF-8"
-	hostname     = "paseo-sandbox"
-	secretPrefix = "@@paseo-secret:"
-	secretSuffix = "@@"
-	gatewayHost  = "gateway"
+	sandboxHome = "/home/sandbox"
+	sandboxTmp  = "/tmp"
+	sandboxLang = "C.UTF-8"
+	hostname    = "paseo-sandbox"
+	gatewayHost = "gateway"
 	// gatewayName is the host name the sandbox reaches its gateway (the
 	// launcher's route proxies) by; the launcher pins it in /etc/hosts
 	// because the address is leased only at launch.
 	gatewayName   = "paseo-gateway"
 	cpuPeriodUsec = 100000
 )
-
-// SecretPlaceholder is the value the compiler writes for a credential; the
-// launcher replaces it in its private copy of config.json.
-func SecretPlaceholder(ref string) string { return secretPrefix + ref + secretSuffix }
 
 type compilation struct {
 	facts *schema.Facts

@@ -60,7 +60,7 @@ func Render(plan *Plan) (bundle.Files, *bundle.Manifest, error) {
 }
 
 // RenderOCI renders config.json from the plan: a base spec, then each
-// grant's SpecOpt in plan order.
+// grant's Apply in plan order.
 func RenderOCI(plan *grant.Plan) (*specs.Spec, error) {
 	s := &specs.Spec{
 		Version: specs.Version,

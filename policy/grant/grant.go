@@ -3,8 +3,8 @@
 // fact that produced it. Every artifact is a rendering of this list.
 //
 // Each kind of grant is its own Go type carrying its payload as typed
-// fields. Each knows its diff key, how it applies to an OCI spec (Apply is
-// a SpecOpt, in the manner of containerd's oci.SpecOpts), how it compares
+// fields. Each knows its diff key, how it applies to an OCI spec (Apply, in
+// the manner of containerd's oci.SpecOpts), how it compares
 // with its old version, and how to validate itself. Nothing downstream
 // parses a grant's text.
 package grant
@@ -58,10 +58,6 @@ type Provenance struct {
 
 // Why returns the grant's provenance; every kind embeds Provenance.
 func (p Provenance) Why() Provenance { return p }
-
-// SpecOpt changes an OCI spec, as containerd's oci.SpecOpts do. Every
-// grant's Apply method is one.
-type SpecOpt func(*specs.Spec) error
 
 // Direction is how a changed grant compares with its old version.
 type Direction int

@@ -69,7 +69,7 @@ func TestListRoundTrip(t *testing.T) {
 	}
 }
 
-// Every kind's SpecOpt applies to an empty spec, creating what it needs.
+// Every kind's Apply applies to an empty spec, creating what it needs.
 func TestApplyToEmptySpec(t *testing.T) {
 	for _, g := range every() {
 		if err := g.Apply(&specs.Spec{}); err != nil {

@@ -23,7 +23,7 @@ func FuzzLoadFacts(f *testing.F) {
 	f.Add([]byte(`{"kind":"Facts","kind":"Facts","a":{"b":1,"b":2}}`))
 	f.Add([]byte(`{"a":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		facts, diags := LoadFacts(Input{Name: "facts.json", Data: data})
+		facts, diags := NewLoader().Facts(Input{Name: "facts.json", Data: data})
 		if facts == nil {
 			if len(diags) == 0 {
 				t.Fatal("refused without a diagnostic")
@@ -39,7 +39,7 @@ func FuzzLoadFacts(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		facts2, diags2 := LoadFacts(Input{Name: "facts.json", Data: again})
+		facts2, diags2 := NewLoader().Facts(Input{Name: "facts.json", Data: again})
 		if facts2 == nil {
 			t.Fatalf("re-encoded facts refused: %v", diags2)
 		}
@@ -69,7 +69,7 @@ func FuzzLoadCUEFacts(f *testing.F) {
 	f.Add([]byte("#x: 1\ny: #x\nfor k in [1] {z: k}\n"))
 	f.Add([]byte("{kind: \"Facts\"}\n[1, ...]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		facts, diags := LoadFacts(Input{Name: "facts.cue", Data: data})
+		facts, diags := NewLoader().Facts(Input{Name: "facts.cue", Data: data})
 		if facts == nil {
 			if len(diags) == 0 {
 				t.Fatal("refused without a diagnostic")
@@ -80,7 +80,7 @@ func FuzzLoadCUEFacts(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		facts2, diags2 := LoadFacts(Input{Name: "facts.json", Data: again})
+		facts2, diags2 := NewLoader().Facts(Input{Name: "facts.json", Data: again})
 		if facts2 == nil {
 			t.Fatalf("JSON rendering of accepted CUE facts refused: %v", diags2)
 		}

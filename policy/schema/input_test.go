@@ -93,7 +93,7 @@ func TestReadInputBounds(t *testing.T) {
 // frames) is bounded by the loader too.
 func TestInMemoryBound(t *testing.T) {
 	data := append(baseFacts(t), make([]byte, MaxInputBytes)...)
-	_, l := LoadFacts(Input{Name: "facts.json", Data: data})
+	_, l := NewLoader().Facts(Input{Name: "facts.json", Data: data})
 	if !hasCode(l, diag.InputTooLarge, "") {
 		t.Fatalf("got %v", l)
 	}
@@ -121,20 +121,20 @@ func TestDuplicateJSONKeys(t *testing.T) {
 		{"escaped spelling", `{"kind":"Facts","\u006bind":"Facts"}`, "kind"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, l := LoadFacts(Input{Name: "facts.json", Data: []byte(tc.data)})
+			_, l := NewLoader().Facts(Input{Name: "facts.json", Data: []byte(tc.data)})
 			if !hasCode(l, diag.InputDuplicateKey, tc.path) {
 				t.Fatalf("got %v, want %s at %s", l, diag.InputDuplicateKey, tc.path)
 			}
 		})
 	}
-	if f, l := LoadFacts(Input{Name: "facts.json", Data: []byte(base)}); f == nil {
+	if f, l := NewLoader().Facts(Input{Name: "facts.json", Data: []byte(base)}); f == nil {
 		t.Fatalf("base facts refused: %v", l)
 	}
 }
 
 func TestDeepJSON(t *testing.T) {
 	data := `{"a":` + strings.Repeat("[", 200) + strings.Repeat("]", 200) + `}`
-	_, l := LoadFacts(Input{Name: "facts.json", Data: []byte(data)})
+	_, l := NewLoader().Facts(Input{Name: "facts.json", Data: []byte(data)})
 	if len(l) == 0 || l[0].Code != diag.InputSyntax {
 		t.Fatalf("got %v", l)
 	}
@@ -180,7 +180,7 @@ func TestCUEStaysData(t *testing.T) {
 		{"duplicate quoted", head + "agent: {id: \"a\", \"id\": \"a\"}\n", diag.InputDuplicateKey, "agent.id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, l := LoadFacts(Input{Name: "facts.cue", Data: []byte(tc.src)})
+			_, l := NewLoader().Facts(Input{Name: "facts.cue", Data: []byte(tc.src)})
 			if !hasCode(l, tc.code, tc.path) {
 				t.Fatalf("got %v, want %s at %q", l, tc.code, tc.path)
 			}
@@ -190,7 +190,7 @@ func TestCUEStaysData(t *testing.T) {
 	// negative numbers, multi-line strings. They get past the data check
 	// (the schema may still have its say).
 	ok := "package facts\n// a comment\n" + head + "\"quoted\": 1\na: b: -1.5\nc: [1, {d: null}, true]\ne: \"\"\"\n\tx\n\t\"\"\"\n"
-	_, l := LoadFacts(Input{Name: "facts.cue", Data: []byte(ok)})
+	_, l := NewLoader().Facts(Input{Name: "facts.cue", Data: []byte(ok)})
 	for _, d := range l {
 		if d.Code == diag.InputNotData || d.Code == diag.InputDuplicateKey || d.Code == diag.InputSyntax {
 			t.Fatalf("data forms refused: %v", l)

@@ -98,9 +98,6 @@ func (ld *Loader) definition(name string) (cue.Value, error) {
 	return def, nil
 }
 
-// LoadFacts decodes and checks one Facts input with a fresh Loader.
-func LoadFacts(in Input) (*Facts, diag.List) { return NewLoader().Facts(in) }
-
 // LoadRegistry decodes and checks one Registry input with a fresh Loader.
 func LoadRegistry(in Input) (*Registry, diag.List) { return NewLoader().Registry(in) }
 

@@ -83,14 +83,6 @@ func FromFiles(dir string, files bundle.Files) *Plan {
 	return p
 }
 
-// Err is nil when the plan may be launched: the validator has no finding.
-func (p *Plan) Err() error { return p.Verdict.Err() }
-
-// RunscFlags are the fixed, reviewed global flags every runsc command of
-// a launch of this plan gets, with the runsc state root the launcher
-// chose.
-func (p *Plan) RunscFlags(root string) []string { return RunscFlags(root, p.Network) }
-
 // RunscFlags are the launcher's fixed runsc flags: a private state root,
 // the bundle's network mode, the default platform, no directfs (the gofer
 // serves every file). Nothing else, and nothing from the bundle but the

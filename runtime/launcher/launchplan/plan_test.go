@@ -47,7 +47,7 @@ func TestLoadOpensEachFileOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Err(); err != nil {
+	if err := p.Verdict.Err(); err != nil {
 		t.Fatalf("the golden bundle has findings: %v", err)
 	}
 	want := map[string]int{}
@@ -68,7 +68,7 @@ func TestLoadOpensEachFileOnce(t *testing.T) {
 			t.Errorf("digest of %s: %s", name, p.Digests[name])
 		}
 	}
-	if got := p.RunscFlags("/r"); !slices.Equal(got, []string{"--root", "/r", "--network=sandbox", "--directfs=false"}) {
+	if got := RunscFlags("/r", p.Network); !slices.Equal(got, []string{"--root", "/r", "--network=sandbox", "--directfs=false"}) {
 		t.Errorf("runsc flags %v", got)
 	}
 }
@@ -98,8 +98,8 @@ func TestVerdictIsTheValidators(t *testing.T) {
 			if diff := cmp.Diff(want, p.Verdict); diff != "" {
 				t.Errorf("verdict (-validate +plan):\n%s", diff)
 			}
-			if (p.Err() == nil) != (edit == nil) {
-				t.Errorf("Err %v for %s", p.Err(), name)
+			if (p.Verdict.Err() == nil) != (edit == nil) {
+				t.Errorf("Err %v for %s", p.Verdict.Err(), name)
 			}
 		})
 	}

@@ -27,19 +27,6 @@ type bundleResult struct {
 	invalid              error
 }
 
-func checkBundle(dir string) bundleResult {
-	plan, err := launchplan.Load(dir)
-	return checkBundlePlan(plan, err, dir, true)
-}
-
-// checkBundleFiles is checkBundle on a bundle already read.
-func checkBundleFiles(files bundle.Files, readErr error, dir string, resolvePins bool) bundleResult {
-	if readErr != nil {
-		return checkBundlePlan(nil, readErr, dir, resolvePins)
-	}
-	return checkBundlePlan(launchplan.FromFiles(dir, files), nil, dir, resolvePins)
-}
-
 // checkBundlePlan reports the plan's verdict (readErr: why the bundle
 // could not be read). resolvePins re-resolves pinned sources by path:
 // doctor's advisory check. A launch checks each pin on the descriptor it

@@ -905,3 +905,17 @@ func TestValidatorFindingsFailTheReport(t *testing.T) {
 		t.Errorf("a launchable bundle's report has %+v", c)
 	}
 }
+
+// checkBundle is doctor's bundle check on dir: Run's with no plan given.
+func checkBundle(dir string) bundleResult {
+	plan, err := launchplan.Load(dir)
+	return checkBundlePlan(plan, err, dir, true)
+}
+
+// checkBundleFiles is checkBundle on a bundle already read.
+func checkBundleFiles(files bundle.Files, readErr error, dir string, resolvePins bool) bundleResult {
+	if readErr != nil {
+		return checkBundlePlan(nil, readErr, dir, resolvePins)
+	}
+	return checkBundlePlan(launchplan.FromFiles(dir, files), nil, dir, resolvePins)
+}
