@@ -17,7 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 )
 
@@ -184,28 +183,6 @@ func (l *launch) keepLinkIfHibernated(n *sandboxnet.Network) {
 func Hibernated(stateRoot, id string) bool {
 	_, err := os.Stat(filepath.Join(HibernateDir(stateRoot, id), ImageFile))
 	return err == nil
-}
-
-// SecretsDigest digests the values of the secrets the bundle's slots name,
-// as src gives them now, the way a launch records them: the same digest
-// at hibernate and at wake means no key the image holds was rotated. It is
-// a plain sha256 over each value's sha256, kept beside the image, which
-// holds the values themselves.
-func SecretsDigest(files bundle.Files, src SecretSource) (string, error) {
-	deployment, _, err := bundle.CheckSecretPlaceholders(files)
-	if err != nil {
-		return "", err
-	}
-	slots, err := bundle.SecretSlots(files)
-	if err != nil {
-		return "", err
-	}
-	f, err := fetchSecrets(deployment, slots, src)
-	if err != nil {
-		return "", err
-	}
-	defer f.clear()
-	return f.digest(), nil
 }
 
 // Wake restores container opts.ID from its checkpoint and runs it to
