@@ -122,35 +122,17 @@ func (s *Server) wakeSecrets(b *box) (map[string][]byte, *Error) {
 // deployment with hibernateAfterSeconds whose holder reports neither input
 // nor output for that long. It ends with ctx.
 func (s *Server) idleHibernation(ctx context.Context, tick time.Duration) {
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+	idle := func(b *box) bool { return s.idleLimit(b.deployment) > 0 }
+	s.everyTick(ctx, tick, idle, func(b *box) {
+		if st := b.state(); st != stateRunning && st != stateRunningUnattached {
 			return
-		case <-t.C:
 		}
-		s.mu.Lock()
-		var boxes []*box
-		for _, b := range s.boxes {
-			if s.idleLimit(b.deployment) > 0 {
-				boxes = append(boxes, b)
-			}
+		hs, err := inspectBox(ctx, b)
+		if err != nil || hs.Exited || hs.Hibernated || time.Duration(hs.IdleMillis)*time.Millisecond < s.idleLimit(b.deployment) {
+			return
 		}
-		s.mu.Unlock()
-		for _, b := range boxes {
-			if st := b.state(); st != stateRunning && st != stateRunningUnattached {
-				continue
-			}
-			ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			hs, err := holder.Inspect(ictx, b.sock)
-			cancel()
-			if err != nil || hs.Exited || hs.Hibernated || time.Duration(hs.IdleMillis)*time.Millisecond < s.idleLimit(b.deployment) {
-				continue
-			}
-			_, _ = s.hibernate(ctx, b) // refused (input-pending): next tick
-		}
-	}
+		_, _ = s.hibernate(ctx, b) // refused (input-pending): next tick
+	})
 }
 
 func (s *Server) idleLimit(deployment string) time.Duration {

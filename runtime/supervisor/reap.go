@@ -48,6 +48,27 @@ func (b *box) unused() bool {
 // reapExited deletes, every tick, the exited boxes that asked for it and
 // that no open connection holds. It ends with ctx.
 func (s *Server) reapExited(ctx context.Context, tick time.Duration) {
+	s.everyTick(ctx, tick, (*box).unused, func(b *box) {
+		switch b.state() {
+		case stateExited:
+		case stateRunning, stateRunningUnattached:
+			hs, err := inspectBox(ctx, b)
+			if err != nil || !hs.Exited {
+				return // running, or slow: the next tick
+			}
+		default:
+			return // hibernated (asleep, not ended), orphaned (runsc runs it), being deleted
+		}
+		if b.unused() {
+			_ = s.delete(b)
+		}
+	})
+}
+
+// everyTick calls each, every tick until ctx ends, on the boxes pick
+// chooses: picked under s.mu, each called without it, so a slow holder
+// holds up only the scan.
+func (s *Server) everyTick(ctx context.Context, tick time.Duration, pick func(*box) bool, each func(*box)) {
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
@@ -59,27 +80,21 @@ func (s *Server) reapExited(ctx context.Context, tick time.Duration) {
 		s.mu.Lock()
 		var boxes []*box
 		for _, b := range s.boxes {
-			if b.unused() {
+			if pick(b) {
 				boxes = append(boxes, b)
 			}
 		}
 		s.mu.Unlock()
 		for _, b := range boxes {
-			switch b.state() {
-			case stateExited:
-			case stateRunning, stateRunningUnattached:
-				ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				hs, err := holder.Inspect(ictx, b.sock)
-				cancel()
-				if err != nil || !hs.Exited {
-					continue // running, or slow: the next tick
-				}
-			default:
-				continue // hibernated (asleep, not ended), orphaned (runsc runs it), being deleted
-			}
-			if b.unused() {
-				_ = s.delete(b)
-			}
+			each(b)
 		}
 	}
+}
+
+// inspectBox asks b's holder for its state, for a scan: a holder slower
+// than 10 s is left to the next tick.
+func inspectBox(ctx context.Context, b *box) (holder.State, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return holder.Inspect(ctx, b.sock)
 }
