@@ -3,6 +3,7 @@ package grant
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -72,8 +73,19 @@ func TestListRoundTrip(t *testing.T) {
 // Every kind's Apply applies to an empty spec, creating what it needs.
 func TestApplyToEmptySpec(t *testing.T) {
 	for _, g := range every() {
-		if err := g.Apply(&specs.Spec{}); err != nil {
+		s := &specs.Spec{}
+		if err := g.Apply(s); err != nil {
 			t.Errorf("%s: %v", g.Key(), err)
+		}
+		// The kinds the spec does not carry leave it alone; every other
+		// one sets its part.
+		var outside bool
+		switch g.(type) {
+		case OutputLimit, WallLimit, NetworkMode, DirectFS, Egress, Route:
+			outside = true
+		}
+		if unchanged := reflect.DeepEqual(s, &specs.Spec{}); unchanged != outside {
+			t.Errorf("%s: Apply left the empty spec unchanged: %v, want %v", g.Key(), unchanged, outside)
 		}
 		if err := g.Validate(); err != nil {
 			t.Errorf("%s: Validate: %v", g.Key(), err)

@@ -1,6 +1,8 @@
 package launchplan
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -63,8 +65,14 @@ func TestLoadOpensEachFileOnce(t *testing.T) {
 	if p.Spec == nil || p.Egress == nil || p.Manifest == nil || p.Pins == nil {
 		t.Fatalf("plan lacks a decoded document: %+v", p)
 	}
-	for name, data := range p.Files {
-		if p.Digests[name] != bundle.Digest(data) {
+	// Each digest is of the file on disk, read here on its own: not the
+	// plan's bytes digested again.
+	for name := range want {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum := sha256.Sum256(data); p.Digests[name] != "sha256:"+hex.EncodeToString(sum[:]) {
 			t.Errorf("digest of %s: %s", name, p.Digests[name])
 		}
 	}
