@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"paseo.dev/paseo-policy/internal/testkit/skip"
 )
 
 // The controls: every surface, planted on the host as a sandbox would,
@@ -118,5 +120,25 @@ func TestPlantOutside(t *testing.T) {
 	o := PlantOutside(s, p)
 	if o.Planted || o.Errno != "ENOTDIR" || o.Step != "mkdir "+file || o.Panic != "" {
 		t.Errorf("refused plant: %+v", o)
+	}
+}
+
+// The write-side controls without a sandbox: each surface planted in the
+// repository on the host as the deployment user takes under the daemon's
+// git, and an unplanted lab shows no effect (the test can fail both ways).
+func TestWriteSideControls(t *testing.T) {
+	skip.UnlessRoot(t, "the deployment user's git runs as uid 1000 and the lab is chowned to it")
+	clean := NewWriteLab(t, t.TempDir(), 1000).HostWriteSide(t)
+	if clean.Failed != "" || clean.Corrupted() {
+		t.Fatalf("no plant: %+v", clean)
+	}
+	for _, s := range WriteSurfaces {
+		t.Run(s.Name, func(t *testing.T) {
+			l := NewWriteLab(t, t.TempDir(), 1000)
+			l.PlantOnHost(t, s.Name)
+			if w := l.HostWriteSide(t); !w.Won[s.Name] {
+				t.Errorf("%s did not take (%s): %+v", s.Name, s.Effect, w)
+			}
+		})
 	}
 }
