@@ -142,3 +142,28 @@ func TestWriteSideControls(t *testing.T) {
 		})
 	}
 }
+
+// The store's forged indexes are real forgeries: git reading the store as
+// a repository shows both, and reading it before they are planted shows
+// neither.
+func TestStoreForgeControl(t *testing.T) {
+	skip.UnlessRoot(t, "the deployment user's git runs as uid 1000 and the lab is chowned to it")
+	l := NewWriteLab(t, t.TempDir(), 1000)
+	f := l.PrepareStoreForge(t)
+	out := l.PlantStoreOnHost(t)
+	for _, label := range []string{"work", "multi-pack-index", "commit-graph"} {
+		if !strings.Contains(out, label+"=ok\n") {
+			t.Fatalf("plant: %s", out)
+		}
+	}
+	won := l.StoreAsRepository(t, f)
+	for _, s := range StoreForgeSurfaces {
+		if !won[s.Name] {
+			t.Errorf("%s: git reading the store did not show it (%s)", s.Name, s.Effect)
+		}
+	}
+	tip, clean := l.Imported(t, f)
+	if tip != l.Main || clean["multi-pack-index"] || clean["commit-graph"] {
+		t.Errorf("the shared repository before any import: feature %s, effects %v", tip, clean)
+	}
+}
