@@ -19,7 +19,8 @@ import (
 // symlink to the deployment user's login script, objects/pack a symlink to
 // another repository's packs, main's README overwritten under its id, main
 // moved, a replace ref, an object deleted, a pack with a forged
-// multi-pack-index, a forged commit-graph, alternates, grafts. Then, as the deployment user on the host, the daemon's
+// multi-pack-index, a forged commit-graph, alternates, grafts, a shallow
+// file. Then, as the deployment user on the host, the daemon's
 // write-side git in the repository (checkout, commit, merge, gc, a push to
 // a local bare repository) and the import. The control plants the same
 // into the repository on the host, as issue 19's read-write layout let the

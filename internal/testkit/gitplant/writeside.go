@@ -36,6 +36,7 @@ var WriteSurfaces = []struct{ Name, Effect string }{
 	{"commit-graph", "a commit-graph giving main's parent a root tree of the agent's choice: git log walks the agent's tree under the parent's id"},
 	{"alternates", "objects/info/alternates naming another repository's objects: its commit readable (and servable) through this one"},
 	{"grafts", "info/grafts giving main the agent's commit as a parent: git log of main shows it"},
+	{"shallow", "a shallow file naming main: git takes main for a root, its history gone from log, merge-base and what gc keeps"},
 }
 
 // WriteScript plants each surface in the repository ($REPO from plant.env in the workspace) and in the
@@ -50,6 +51,7 @@ plant() {
   try $p-commit-graph $b sh -c "$b mkdir -p $T/objects/info && $b cp $W/forge/commit-graph $T/objects/info/commit-graph"
   try $p-alternates $b sh -c "$b mkdir -p $T/objects/info && echo $OTHER/objects >> $T/objects/info/alternates"
   try $p-grafts $b sh -c "$b mkdir -p $T/info && echo $MAIN $EVIL > $T/info/grafts"
+  try $p-shallow $b sh -c "echo $MAIN > $T/shallow"
   try $p-reflog-symlink $b sh -c "$b rm -f $T/logs/HEAD; $b ln -s $VICTIM $T/logs/HEAD"
   try $p-pack-symlink $b sh -c "$b rm -rf $T/objects/pack; $b ln -s $OTHER/objects/pack $T/objects/pack"
   try $p-object-overwrite $b sh -c "$b mkdir -p $T/objects/$OBJDIR && $b rm -f $T/objects/$OBJDIR/$OBJFILE; $b cp $W/evil.obj $T/objects/$OBJDIR/$OBJFILE"
@@ -179,6 +181,7 @@ var hostPlants = map[string]string{
 	"commit-graph":     `mkdir -p $T/objects/info; cp $W/forge/commit-graph $T/objects/info/commit-graph`,
 	"alternates":       `mkdir -p $T/objects/info; echo $OTHER/objects >> $T/objects/info/alternates`,
 	"grafts":           `mkdir -p $T/info; echo $MAIN $EVIL > $T/info/grafts`,
+	"shallow":          `echo $MAIN > $T/shallow`,
 }
 
 // PlantOnHost is the control for one surface: its plant made in the
@@ -273,6 +276,8 @@ func (l *WriteLab) effects(victim []byte) map[string]bool {
 	won["commit-graph"] = slices.Contains(strings.Fields(got), l.EvilTree)
 	got, _ = l.deployGit("--git-dir="+l.Common, "-c", "advice.graftFileDeprecated=false", "log", "--format=%s", "refs/heads/main")
 	won["grafts"] = slices.Contains(strings.Split(got, "\n"), "evil")
+	got, _ = l.deployGit("--git-dir="+l.Common, "log", "--format=%s", "refs/heads/main")
+	won["shallow"] = !slices.Contains(strings.Split(got, "\n"), "start")
 	return won
 }
 
