@@ -17,13 +17,20 @@
 #      sample) and runtime/launcher/preflight BenchmarkPreflight
 #      (every host check, and the runsc digest, nftables probe, cgroup and
 #      kernel checks alone).
-#   3. Sandbox network: runtime/launcher/sandboxnet BenchmarkSetup, Setup (netns,
+#   3. Repository size: BenchmarkLaunchRepoSize, the pi-session profile's
+#      start script (its Git seeding; `echo ready` for Pi) launched on a
+#      linked worktree of a generated repository of ~100,000 objects and of
+#      one of one commit with the same tree, the agent's store empty each
+#      time (a first launch), REPO_ROUNDS alternating rounds in one run:
+#      medians and their ratio (expected ~1.0: the store is seeded O(refs)).
+#   4. Sandbox network: runtime/launcher/sandboxnet BenchmarkSetup, Setup (netns,
 #      veth, addresses, route, nftables table; 1 tcp rule, 1 route) and
 #      Teardown timed separately (target: setup <= 30 ms).
 #
 # Exits 0 whether or not a target is met (it is a benchmark, not a test);
 # each target is printed as MET or MISSED. Knobs (environment): ROUNDS
-# (first-byte samples each, default 12), COUNT (samples of the other
+# (first-byte samples each, default 12), REPO_ROUNDS (repository-size
+# rounds, default 8), COUNT (samples of the other
 # benchmarks, default 10), GO (default go).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -90,6 +97,13 @@ metrics "$tmp/first-byte.txt" > "$tmp/first-byte.m"
 echo "   launcher ms: $(samples "$tmp/first-byte.m" BenchmarkLaunchFirstByte first-byte-ns)"
 echo "   bare ms:     $(samples "$tmp/first-byte.m" BenchmarkBareRunscFirstByte first-byte-ns)"
 
+# --- repository size ------------------------------------------------------------
+repo_rounds=${REPO_ROUNDS:-8}
+echo
+echo "== launch on a linked worktree of ~100,000 objects against one commit: $repo_rounds alternating rounds (repositories generated first, untimed)"
+bench ./runtime/launcher launcher.test '^BenchmarkLaunchRepoSize$' "${repo_rounds}x" 1 | tee "$tmp/repo.txt" | grep '^Benchmark'
+metrics "$tmp/repo.txt" > "$tmp/repo.m"
+
 # --- where the launcher's time goes -------------------------------------------
 echo
 echo "== launcher steps before runsc starts (-benchtime 5x -count $count)"
@@ -145,5 +159,6 @@ for st in "${steps[@]}"; do
 done
 echo "  rest (no step times it: exec and stdio plumbing, noise between the two medians): $(awk \
   -v a="$launch_ns" -v b="$bare_ns" -v s="$stepsum" 'BEGIN { printf "%.1f", (a - b - s) / 1e6 }') ms"
+echo "launch on ~$(metric "$tmp/repo.m" BenchmarkLaunchRepoSize objects) objects: $(ms "$(metric "$tmp/repo.m" BenchmarkLaunchRepoSize large-first-byte-ns)") ms; on one commit: $(ms "$(metric "$tmp/repo.m" BenchmarkLaunchRepoSize small-first-byte-ns)") ms; ratio $(awk -v v="$(metric "$tmp/repo.m" BenchmarkLaunchRepoSize ratio)" 'BEGIN { printf "%.2f", v }') (median of per-round ratios $(awk -v v="$(metric "$tmp/repo.m" BenchmarkLaunchRepoSize round-ratio)" 'BEGIN { printf "%.2f", v }')); expected ~1.0 (store seeded O(refs)): $(verdict "$(metric "$tmp/repo.m" BenchmarkLaunchRepoSize ratio)" 1.10)"
 echo "netns+rules setup: $setup_ms ms ($count samples, each the mean of 20); target <= 30 ms: $(verdict "$setup_ms" 30)"
 echo "netns+rules teardown: $(ms "$teardown_ns") ms"

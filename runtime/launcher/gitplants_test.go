@@ -18,7 +18,9 @@ import (
 // only): in the repository and in the agent's store, a reflog made a
 // symlink to the deployment user's login script, objects/pack a symlink to
 // another repository's packs, main's README overwritten under its id, main
-// moved, grafts. Then, as the deployment user on the host, the daemon's
+// moved, a replace ref, an object deleted, a pack with a forged
+// multi-pack-index, a forged commit-graph, alternates, grafts, a shallow
+// file. Then, as the deployment user on the host, the daemon's
 // write-side git in the repository (checkout, commit, merge, gc, a push to
 // a local bare repository) and the import. The control plants the same
 // into the repository on the host, as issue 19's read-write layout let the
@@ -35,7 +37,8 @@ func TestGitWriteSidePlantsInRunsc(t *testing.T) {
 	}
 	t.Logf("sandbox:\n%s", out)
 	got := outcomes(out)
-	for _, p := range []string{"reflog-symlink", "pack-symlink", "object-overwrite", "ref-move", "replace-ref", "object-delete", "grafts"} {
+	for _, sf := range gitplant.WriteSurfaces {
+		p := sf.Name
 		if g := got["repo-"+p]; g == "ok" || g == "" {
 			t.Errorf("repo-%s: %q, want a refusal (the repository is read-only)", p, g)
 		}
@@ -66,6 +69,51 @@ func TestGitWriteSidePlantsInRunsc(t *testing.T) {
 		c.PlantOnHost(t, sf.Name)
 		if control := c.HostWriteSide(t); !control.Won[sf.Name] {
 			t.Errorf("control: %s did not take where nothing protects (%s): %+v", sf.Name, sf.Effect, control)
+		}
+	}
+}
+
+// The agent's store holds its two commits (a pack of its own) and, beside
+// them, a pack with a multi-pack-index claiming the first commit's file
+// for another blob and a commit-graph giving that commit an empty tree,
+// all planted from inside the sandbox. git reading the store shows both
+// forgeries (the control); git import brings the commits' true content
+// and the shared repository stays fsck-clean.
+func TestGitStoreForgedIndexesInRunsc(t *testing.T) {
+	var l *gitplant.WriteLab
+	var f gitplant.StoreForge
+	sc := testbundle.New(t, testbundle.Options{Argv: testbundle.Script(gitplant.StoreForgeScript), Prepare: func(t testing.TB, host string) {
+		l = gitplant.NewWriteLab(t, host, 1000)
+		f = l.PrepareStoreForge(t)
+	}})
+	s := sceneSandbox(sc)
+	res, out, stderr, err := s.launch(t, staticSecret("sk"))
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("launch: %v %+v\n%s\n%s", err, res, out, stderr)
+	}
+	got := outcomes(out)
+	for _, p := range []string{"work", "multi-pack-index", "commit-graph"} {
+		if got[p] != "ok" {
+			t.Fatalf("%s: %q, want it planted in the store\n%s", p, got[p], out)
+		}
+	}
+	ir, err := gitimport.Import(context.Background(), gitimport.Options{Repo: l.Common, StateRoot: filepath.Join(l.Host, "srv/paseo/state"), Store: l.Store,
+		Agent: "agent-7f3c", Branch: "refs/heads/feature", Base: l.Main, Home: "/nonexistent"})
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	tip, won := l.Imported(t, f)
+	if tip != f.Tip || won["multi-pack-index"] || won["commit-graph"] {
+		t.Errorf("imported: feature %s (want %s), forgeries shown %v, result %+v", tip, f.Tip, won, ir)
+	}
+	if err := l.Fsck(); err != nil {
+		t.Error(err)
+	}
+	s.assertClean(t)
+	control := l.StoreAsRepository(t, f)
+	for _, sf := range gitplant.StoreForgeSurfaces {
+		if !control[sf.Name] {
+			t.Errorf("control: git reading the store did not show %s (%s)", sf.Name, sf.Effect)
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"paseo.dev/paseo-policy/internal/testkit/skip"
 )
 
 // The controls: every surface, planted on the host as a sandbox would,
@@ -118,5 +120,50 @@ func TestPlantOutside(t *testing.T) {
 	o := PlantOutside(s, p)
 	if o.Planted || o.Errno != "ENOTDIR" || o.Step != "mkdir "+file || o.Panic != "" {
 		t.Errorf("refused plant: %+v", o)
+	}
+}
+
+// The write-side controls without a sandbox: each surface planted in the
+// repository on the host as the deployment user takes under the daemon's
+// git, and an unplanted lab shows no effect (the test can fail both ways).
+func TestWriteSideControls(t *testing.T) {
+	skip.UnlessRoot(t, "the deployment user's git runs as uid 1000 and the lab is chowned to it")
+	clean := NewWriteLab(t, t.TempDir(), 1000).HostWriteSide(t)
+	if clean.Failed != "" || clean.Corrupted() {
+		t.Fatalf("no plant: %+v", clean)
+	}
+	for _, s := range WriteSurfaces {
+		t.Run(s.Name, func(t *testing.T) {
+			l := NewWriteLab(t, t.TempDir(), 1000)
+			l.PlantOnHost(t, s.Name)
+			if w := l.HostWriteSide(t); !w.Won[s.Name] {
+				t.Errorf("%s did not take (%s): %+v", s.Name, s.Effect, w)
+			}
+		})
+	}
+}
+
+// The store's forged indexes are real forgeries: git reading the store as
+// a repository shows both, and reading it before they are planted shows
+// neither.
+func TestStoreForgeControl(t *testing.T) {
+	skip.UnlessRoot(t, "the deployment user's git runs as uid 1000 and the lab is chowned to it")
+	l := NewWriteLab(t, t.TempDir(), 1000)
+	f := l.PrepareStoreForge(t)
+	out := l.PlantStoreOnHost(t)
+	for _, label := range []string{"work", "multi-pack-index", "commit-graph"} {
+		if !strings.Contains(out, label+"=ok\n") {
+			t.Fatalf("plant: %s", out)
+		}
+	}
+	won := l.StoreAsRepository(t, f)
+	for _, s := range StoreForgeSurfaces {
+		if !won[s.Name] {
+			t.Errorf("%s: git reading the store did not show it (%s)", s.Name, s.Effect)
+		}
+	}
+	tip, clean := l.Imported(t, f)
+	if tip != l.Main || clean["multi-pack-index"] || clean["commit-graph"] {
+		t.Errorf("the shared repository before any import: feature %s, effects %v", tip, clean)
 	}
 }

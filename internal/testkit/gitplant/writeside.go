@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,10 +32,14 @@ var WriteSurfaces = []struct{ Name, Effect string }{
 	{"ref-move", "main is not where the user left it"},
 	{"replace-ref", "refs/replace/<main> names the agent's commit: git shows it for main's id"},
 	{"object-delete", "an object of main's tree is gone from the repository"},
+	{"multi-pack-index", "a pack of the agent's and a multi-pack-index claiming main's README for its one object: git reads the agent's blob under the README's id"},
+	{"commit-graph", "a commit-graph giving main's parent a root tree of the agent's choice: git log walks the agent's tree under the parent's id"},
+	{"alternates", "objects/info/alternates naming another repository's objects: its commit readable (and servable) through this one"},
+	{"grafts", "info/grafts giving main the agent's commit as a parent: git log of main shows it"},
+	{"shallow", "a shallow file naming main: git takes main for a root, its history gone from log, merge-base and what gc keeps"},
 }
 
-// WriteScript plants each surface (and grafts, whose effect is not read)
-// in the repository ($REPO from plant.env in the workspace) and in the
+// WriteScript plants each surface in the repository ($REPO from plant.env in the workspace) and in the
 // agent's store (/run/paseo/git-store), printing label=ok or the error.
 const WriteScript = `b=/bin/busybox
 W=$PASEO_AGENT_CWD
@@ -42,13 +47,17 @@ W=$PASEO_AGENT_CWD
 try() { l=$1; shift; if o=$("$@" 2>&1); then echo "$l=ok"; else echo "$l=$o"; fi; }
 plant() {
   p=$1; T=$2
+  try $p-multi-pack-index $b sh -c "$b mkdir -p $T/objects/pack && $b cp $W/forge/$EVILPACK.pack $W/forge/$EVILPACK.idx $W/forge/multi-pack-index $T/objects/pack/"
+  try $p-commit-graph $b sh -c "$b mkdir -p $T/objects/info && $b cp $W/forge/commit-graph $T/objects/info/commit-graph"
+  try $p-alternates $b sh -c "$b mkdir -p $T/objects/info && echo $OTHER/objects >> $T/objects/info/alternates"
+  try $p-grafts $b sh -c "$b mkdir -p $T/info && echo $MAIN $EVIL > $T/info/grafts"
+  try $p-shallow $b sh -c "echo $MAIN > $T/shallow"
   try $p-reflog-symlink $b sh -c "$b rm -f $T/logs/HEAD; $b ln -s $VICTIM $T/logs/HEAD"
   try $p-pack-symlink $b sh -c "$b rm -rf $T/objects/pack; $b ln -s $OTHER/objects/pack $T/objects/pack"
   try $p-object-overwrite $b sh -c "$b mkdir -p $T/objects/$OBJDIR && $b rm -f $T/objects/$OBJDIR/$OBJFILE; $b cp $W/evil.obj $T/objects/$OBJDIR/$OBJFILE"
   try $p-ref-move $b sh -c "echo $EVIL > $T/refs/heads/main"
   try $p-replace-ref $b sh -c "$b mkdir -p $T/refs/replace && echo $EVIL > $T/refs/replace/$MAIN"
   try $p-object-delete $b rm -f $T/objects/$DELDIR/$DELFILE
-  try $p-grafts $b sh -c "$b mkdir -p $T/info && echo $MAIN > $T/info/grafts"
 }
 plant repo $REPO
 plant store /run/paseo/git-store
@@ -61,7 +70,10 @@ type WriteLab struct {
 	// commit the agent moves main to, Readme main's README blob, License
 	// another blob of main's, Secret the other repository's commit.
 	Main, Evil, Readme, License, Secret string
-	uid                                 int
+	// Start is main's parent, EvilTree the root tree the forged
+	// commit-graph gives it.
+	Start, EvilTree string
+	uid             int
 }
 
 // NewWriteLab replaces the base tree's hand-made repository beneath host
@@ -82,6 +94,9 @@ func NewWriteLab(t testing.TB, host string, uid int) *WriteLab {
 	writeFile(t, l.Victim, "# the deployment user's login script\n")
 	l.git(t, "", "init", "-q", "-b", "main", repo)
 	writeFile(t, filepath.Join(repo, "README"), "proj\n")
+	l.git(t, l.Common, "--work-tree="+repo, "add", "README")
+	l.git(t, l.Common, "--work-tree="+repo, "commit", "-q", "-m", "start")
+	l.Start = l.git(t, l.Common, "rev-parse", "HEAD")
 	writeFile(t, filepath.Join(repo, "LICENSE"), "the user's license\n")
 	l.git(t, l.Common, "--work-tree="+repo, "add", "README", "LICENSE")
 	l.git(t, l.Common, "--work-tree="+repo, "commit", "-q", "-m", "init")
@@ -106,13 +121,51 @@ func NewWriteLab(t testing.TB, host string, uid int) *WriteLab {
 	fmt.Fprintf(zw, "blob 5\x00evil\n")
 	zw.Close()
 	writeFile(t, filepath.Join(ws, "evil.obj"), evil.String())
-	writeFile(t, filepath.Join(ws, "plant.env"), fmt.Sprintf("REPO=%s\nVICTIM=%s\nOTHER=%s\nOBJDIR=%s\nOBJFILE=%s\nEVIL=%s\nMAIN=%s\nDELDIR=%s\nDELFILE=%s\n",
-		l.Common, l.Victim, l.Other+"/.git", l.Readme[:2], l.Readme[2:], l.Evil, l.Main, l.License[:2], l.License[2:]))
+	evilPack := l.forge(t, filepath.Join(ws, "forge"))
+	writeFile(t, filepath.Join(ws, "plant.env"), fmt.Sprintf("REPO=%s\nVICTIM=%s\nOTHER=%s\nOBJDIR=%s\nOBJFILE=%s\nEVIL=%s\nMAIN=%s\nDELDIR=%s\nDELFILE=%s\nEVILPACK=%s\n",
+		l.Common, l.Victim, l.Other+"/.git", l.Readme[:2], l.Readme[2:], l.Evil, l.Main, l.License[:2], l.License[2:], evilPack))
 	for _, p := range []string{filepath.Join(host, "srv/paseo/repos"), ws, l.Store, filepath.Dir(l.Victim)} {
 		chownAll(t, p, uid)
 	}
 	openUp(t, host)
 	return l
+}
+
+// forge writes the forged index files into dir, made outside the
+// repository as the agent would make them: a pack of one blob ("evil")
+// with a multi-pack-index claiming main's README for it, and the
+// repository's commit-graph with main's parent given another tree. It
+// returns the pack's name (pack-<hash>).
+func (l *WriteLab) forge(t testing.TB, dir string) string {
+	t.Helper()
+	mkdirAll(t, dir)
+	scratch := filepath.Join(dir, "scratch.git")
+	l.git(t, "", "init", "-q", "--bare", scratch)
+	writeFile(t, filepath.Join(dir, "evil"), "evil\n")
+	blob := l.git(t, scratch, "hash-object", "-w", filepath.Join(dir, "evil"))
+	cmd := exec.Command("git", "--git-dir="+scratch, "pack-objects", "-q", filepath.Join(scratch, "objects/pack/pack"))
+	cmd.Env, cmd.Stdin = writeLabEnv(), strings.NewReader(blob+"\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("pack-objects: %v", err)
+	}
+	pack := "pack-" + strings.TrimSpace(string(out))
+	l.git(t, scratch, "multi-pack-index", "write")
+	for _, f := range []string{pack + ".pack", pack + ".idx", "multi-pack-index"} {
+		copyFiles(t, filepath.Join(scratch, "objects/pack"), dir, f)
+	}
+	ForgeMIDX(t, filepath.Join(dir, "multi-pack-index"), l.Readme)
+	l.EvilTree = emptyTree // the parent's files all gone
+	// The repository's own commit-graph, taken out of it and forged.
+	l.git(t, l.Common, "commit-graph", "write", "--reachable")
+	graph := filepath.Join(l.Common, "objects/info/commit-graph")
+	copyFiles(t, filepath.Dir(graph), dir, "commit-graph")
+	remove(t, graph)
+	ForgeCommitGraph(t, filepath.Join(dir, "commit-graph"), l.Start, l.EvilTree)
+	if err := os.RemoveAll(scratch); err != nil {
+		t.Fatal(err)
+	}
+	return pack
 }
 
 // hostPlants are the control's plants, one surface each, made in the
@@ -124,6 +177,11 @@ var hostPlants = map[string]string{
 	"ref-move":         `echo $EVIL > $T/refs/heads/main`,
 	"replace-ref":      `mkdir -p $T/refs/replace; echo $EVIL > $T/refs/replace/$MAIN`,
 	"object-delete":    `rm -f $T/objects/$DELDIR/$DELFILE`,
+	"multi-pack-index": `cp $W/forge/$EVILPACK.pack $W/forge/$EVILPACK.idx $W/forge/multi-pack-index $T/objects/pack/`,
+	"commit-graph":     `mkdir -p $T/objects/info; cp $W/forge/commit-graph $T/objects/info/commit-graph`,
+	"alternates":       `mkdir -p $T/objects/info; echo $OTHER/objects >> $T/objects/info/alternates`,
+	"grafts":           `mkdir -p $T/info; echo $MAIN $EVIL > $T/info/grafts`,
+	"shallow":          `echo $MAIN > $T/shallow`,
 }
 
 // PlantOnHost is the control for one surface: its plant made in the
@@ -168,6 +226,9 @@ func (l *WriteLab) HostWriteSide(t testing.TB) WriteSide {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What the daemon's read-side git sees before its write-side commands,
+	// which can undo a plant (gc rewrites the commit-graph) or carry it on.
+	before := l.effects(victim)
 	var failed []string
 	for _, args := range [][]string{
 		{"init", "-q", "--bare", bare},
@@ -182,23 +243,42 @@ func (l *WriteLab) HostWriteSide(t testing.TB) WriteSide {
 			failed = append(failed, fmt.Sprintf("%s: %v %s", strings.Join(args, " "), err, out))
 		}
 	}
-	w := WriteSide{Won: map[string]bool{}, Failed: strings.Join(failed, "; ")}
+	w := WriteSide{Won: l.effects(victim), Failed: strings.Join(failed, "; ")}
+	for k, v := range before {
+		w.Won[k] = w.Won[k] || v
+	}
+	return w
+}
+
+// effects reads what each surface's plant would change, as the daemon's
+// git reads it by default (replace objects, grafts, commit-graph and
+// multi-pack-index on).
+func (l *WriteLab) effects(victim []byte) map[string]bool {
+	won := map[string]bool{}
 	now, _ := os.ReadFile(l.Victim)
-	w.Won["reflog-symlink"] = !bytes.Equal(now, victim)
+	won["reflog-symlink"] = !bytes.Equal(now, victim)
 	got, _ := l.deployGit("--git-dir="+l.Common, "cat-file", "blob", l.Readme)
-	w.Won["object-overwrite"] = got != "proj\n"
+	won["object-overwrite"] = got != "proj\n"
+	won["multi-pack-index"] = got == "evil\n" // the forged index's blob, not merely a damaged read
 	got, _ = l.deployGit("--git-dir="+l.Common, "rev-parse", "refs/heads/main")
-	w.Won["ref-move"] = strings.TrimSpace(got) != l.Main
+	won["ref-move"] = strings.TrimSpace(got) != l.Main
 	packs, _ := filepath.Glob(filepath.Join(l.Other, ".git/objects/pack/*.pack"))
 	_, otherErr := l.deployGit("--git-dir="+filepath.Join(l.Other, ".git"), "cat-file", "-e", l.Secret)
 	_, takenErr := l.deployGit("--git-dir="+l.Common, "cat-file", "-e", l.Secret)
-	w.Won["pack-symlink"] = otherErr != nil || len(packs) == 0 || takenErr == nil
-	// As the daemon's git reads it by default: replace objects on.
+	won["pack-symlink"] = otherErr != nil || len(packs) == 0 || takenErr == nil
+	won["alternates"] = takenErr == nil
 	got, _ = l.deployGit("--git-dir="+l.Common, "log", "-1", "--format=%s", l.Main)
-	w.Won["replace-ref"] = strings.TrimSpace(got) == "evil"
-	_, err = l.deployGit("--git-dir="+l.Common, "--no-replace-objects", "cat-file", "-e", l.License)
-	w.Won["object-delete"] = err != nil
-	return w
+	won["replace-ref"] = strings.TrimSpace(got) == "evil"
+	_, err := l.deployGit("--git-dir="+l.Common, "--no-replace-objects", "cat-file", "-e", l.License)
+	won["object-delete"] = err != nil
+	// A walk takes main's parent from the commit-graph, when there is one.
+	got, _ = l.deployGit("--git-dir="+l.Common, "log", "--format=%T", "refs/heads/main")
+	won["commit-graph"] = slices.Contains(strings.Fields(got), l.EvilTree)
+	got, _ = l.deployGit("--git-dir="+l.Common, "-c", "advice.graftFileDeprecated=false", "log", "--format=%s", "refs/heads/main")
+	won["grafts"] = slices.Contains(strings.Split(got, "\n"), "evil")
+	got, _ = l.deployGit("--git-dir="+l.Common, "log", "--format=%s", "refs/heads/main")
+	won["shallow"] = !slices.Contains(strings.Split(got, "\n"), "start")
+	return won
 }
 
 func (l *WriteLab) cred() *syscall.Credential {
