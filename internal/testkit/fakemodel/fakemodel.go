@@ -1,7 +1,11 @@
-// Package fakemodel is an OpenAI-compatible chat-completions endpoint that
-// answers from a script of turns. It stands in for the model provider, which
-// is outside the system under test, when end-to-end tests run the real Pi
-// (api "openai-completions") inside the sandbox.
+// Package fakemodel is a model provider that answers from a script of
+// turns: OpenAI chat completions (POST <base>/chat/completions), OpenAI
+// Responses (POST <base>/responses) and Anthropic Messages (POST
+// <base>/messages, so Pi's baseUrl is the base without its /v1). It stands
+// in for the model provider, which is outside the system under test, when
+// end-to-end tests run the real Pi inside the sandbox. Responses and
+// Messages stream only (Pi's clients always ask for a stream); their
+// events are in apis.go.
 //
 // Each authorized POST <base>/chat/completions takes the next Turn of the
 // script, whatever the request holds (a tool result included); once the
@@ -331,6 +335,10 @@ func (s *Server) authorized(r *http.Request) (ok, present bool) {
 	if want == "" {
 		return true, true
 	}
+	if k := r.Header.Get("X-Api-Key"); k != "" && r.URL.Path == s.base+"/messages" {
+		// Anthropic's credential header, on Anthropic's path only.
+		return subtle.ConstantTimeCompare([]byte(k), []byte(want)) == 1, true
+	}
 	h := r.Header.Get("Authorization")
 	scheme, key, found := strings.Cut(h, " ")
 	if !found || !strings.EqualFold(scheme, "Bearer") {
@@ -387,8 +395,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	chatPath := s.base + "/chat/completions"
 	modelsPath := s.base + "/models"
 
+	responsesPath := s.base + "/responses"
+	messagesPath := s.base + "/messages"
+
 	var body []byte
-	if r.URL.Path == chatPath && r.Method == http.MethodPost {
+	if (r.URL.Path == chatPath || r.URL.Path == responsesPath || r.URL.Path == messagesPath) && r.Method == http.MethodPost {
 		b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 		if err == nil && len(b) <= maxBody {
 			body = b
@@ -420,6 +431,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.chat(w, r, rec, body)
+	case (r.URL.Path == responsesPath || r.URL.Path == messagesPath) && r.Method == http.MethodPost:
+		s.streamAPI(w, r, rec, body)
 	case r.URL.Path == modelsPath || strings.HasPrefix(r.URL.Path, modelsPath+"/"):
 		if r.Method != http.MethodGet {
 			rec.Status = http.StatusMethodNotAllowed
