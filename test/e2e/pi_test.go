@@ -113,6 +113,12 @@ type env struct {
 	// models, when set, is the daemon's models.json in place of the
 	// default one (writeAgentFiles).
 	models string
+	// settings, when set, is the daemon's settings.json in place of the
+	// default one.
+	settings string
+	// baseURL, when set, is the facts' model.baseURL in place of modelURL
+	// (Anthropic's clients add /v1 themselves).
+	baseURL string
 }
 
 func newEnv(t testing.TB, script ...fakemodel.Turn) *env {
@@ -162,7 +168,11 @@ func (e *env) secretSource() launcher.SecretSource {
 // prepares the daemon-owned state Pi reads: models.json, settings.json
 // loading the image's pi-mcp-adapter, and the integration extension.
 func (e *env) scene(t testing.TB, profile, factsPatch string) *testbundle.Scene {
-	facts := []byte(fmt.Sprintf(`{"model":{"baseURL":%q},"mcp":{"agentsURL":"http://127.0.0.1:%d/mcp/agents"}}`, modelURL, e.daemon.port))
+	base := modelURL
+	if e.baseURL != "" {
+		base = e.baseURL
+	}
+	facts := []byte(fmt.Sprintf(`{"model":{"baseURL":%q},"mcp":{"agentsURL":"http://127.0.0.1:%d/mcp/agents"}}`, base, e.daemon.port))
 	if factsPatch != "" {
 		// The scene's own fields go into the test's patch, not the other way
 		// round, so a null in the test's patch still deletes a base field.
@@ -212,6 +222,9 @@ func (e *env) writeAgentFiles(t testing.TB, agent string) {
 	writeAgentFiles(t, agent)
 	if e.models != "" {
 		write(t, filepath.Join(agent, "models.json"), e.models)
+	}
+	if e.settings != "" {
+		write(t, filepath.Join(agent, "settings.json"), e.settings)
 	}
 }
 

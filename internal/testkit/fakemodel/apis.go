@@ -132,6 +132,10 @@ func (s *Server) streamAPI(w http.ResponseWriter, r *http.Request, rec *Recorded
 	for _, c := range calls {
 		out += len(c.name) + len(c.args)
 	}
+	in := 10 * max(1, len(its))
+	if turn.PromptTokens != 0 {
+		in = turn.PromptTokens
+	}
 	e := &sse{w: w, r: r, t: turn}
 	e.flusher, _ = w.(http.Flusher)
 	h := w.Header()
@@ -140,9 +144,9 @@ func (s *Server) streamAPI(w http.ResponseWriter, r *http.Request, rec *Recorded
 	w.WriteHeader(http.StatusOK)
 	var ok bool
 	if anthropic {
-		ok = s.messagesStream(e, fmt.Sprintf("msg_fake%06d", n), turn, calls, 10*max(1, len(its)), max(1, out/4))
+		ok = s.messagesStream(e, fmt.Sprintf("msg_fake%06d", n), turn, calls, in, max(1, out/4))
 	} else {
-		ok = s.responsesStream(e, fmt.Sprintf("resp_fake%06d", n), turn, calls, 10*max(1, len(its)), max(1, out/4))
+		ok = s.responsesStream(e, fmt.Sprintf("resp_fake%06d", n), turn, calls, in, max(1, out/4))
 	}
 	s.update(rec, func(r *Recorded) {
 		if ok {

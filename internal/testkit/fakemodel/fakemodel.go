@@ -81,6 +81,10 @@ type Turn struct {
 	// delta.reasoning_content (as llama.cpp and DeepSeek do); Pi keeps it
 	// as a thinking block and sends it back on the assistant message.
 	Reasoning string
+	// PromptTokens, when not 0, is the prompt (input) token count the
+	// turn's usage reports, e.g. a context near the model's window, which
+	// makes Pi compact the session after the turn.
+	PromptTokens int
 }
 
 // Text is a plain text turn.
@@ -695,6 +699,9 @@ func usageFor(req chatRequest, t Turn, calls []builtCall) Usage {
 		CompletionTokens:        max(1, out/4),
 		PromptTokensDetails:     &promptTokenDetails{},
 		CompletionTokensDetails: &compTokenDetails{},
+	}
+	if t.PromptTokens != 0 {
+		u.PromptTokens = t.PromptTokens
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	return u
