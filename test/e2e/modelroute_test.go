@@ -75,7 +75,8 @@ func TestPiModelKeyRotation(t *testing.T) {
 // request goes through the route too); and a prompt on the compacted
 // session. The route refuses none, and every request reaches the model
 // and is answered in full. The inference bodies Pi sent are routeproxy's
-// recorded corpus (testdata/pi-0.84.2/<api>): PASEO_UPDATE=1 rewrites it.
+// recorded corpus (testdata/pi-<image's Pi>/<api>): PASEO_UPDATE=1
+// rewrites it.
 func TestPiModelRouteBodyPolicy(t *testing.T) {
 	piRouteSession(t, "openai-completions", "/chat/completions",
 		`"reasoning_content":"It holds alpha."`, `"tool_calls":[`, `"role":"tool"`, `"reasoning_effort":"high"`, `"tools":[`, `"image_url":{"url":"data:image/png;base64,`)
@@ -208,7 +209,12 @@ func piRouteSession(t *testing.T, api, path string, wants ...string) {
 		}
 	}
 	if os.Getenv("PASEO_UPDATE") == "1" {
-		dir := testbundle.Repo(t, "runtime/launcher/routeproxy/testdata/pi-0.84.2/"+api)
+		// By the image's Pi, so a new Pi's bodies join the corpus beside
+		// the old one's.
+		if e.image.Pi == "" {
+			t.Fatal("the image names no Pi version")
+		}
+		dir := testbundle.Repo(t, "runtime/launcher/routeproxy/testdata/pi-"+e.image.Pi+"/"+api)
 		if err := os.RemoveAll(dir); err != nil {
 			t.Fatal(err)
 		}
@@ -219,6 +225,10 @@ func piRouteSession(t *testing.T, api, path string, wants ...string) {
 			var v any
 			if err := json.Unmarshal(b, &v); err != nil {
 				t.Fatal(err)
+			}
+			// The session id Pi sends as its cache key is new at every run.
+			if m, ok := v.(map[string]any); ok && m["prompt_cache_key"] != nil {
+				m["prompt_cache_key"] = "pi-session-id"
 			}
 			out, _ := json.MarshalIndent(v, "", " ")
 			// The host paths Pi saw (its cwd, in the system prompt) as the

@@ -49,8 +49,10 @@ const (
 
 type imageInfo struct {
 	Version string `json:"version"`
-	Digest  string `json:"digest"`
-	Rootfs  string `json:"rootfs"`
+	// Pi is the version of Pi the image holds.
+	Pi     string `json:"pi"`
+	Digest string `json:"digest"`
+	Rootfs string `json:"rootfs"`
 	// Pi as one file in the image (docs/image.md, "The Pi bundle").
 	Bundle struct {
 		File   string `json:"file"`
