@@ -1,8 +1,9 @@
 // Package e2e runs the real Pi (the pinned image from `make image`) inside
 // gVisor with only the grants the compiler produced, and drives it over
-// its RPC protocol. The model is a fake OpenAI-compatible endpoint on a
-// test host in a namespace the test creates (internal/testkit/fakemodel); the
-// daemon's MCP endpoint is a fake on the test's loopback. Needs root,
+// its RPC protocol. The model is a fake provider (OpenAI chat completions
+// and Responses, Anthropic Messages) on a test host in a namespace the
+// test creates (internal/testkit/fakemodel); the daemon's MCP endpoint is
+// a fake on the test's loopback. Needs root,
 // bin/runsc and the image (.image/, `make image`).
 package e2e
 
