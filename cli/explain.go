@@ -136,7 +136,7 @@ func detail(g grant.Grant) string {
 			// The requests and the header the key goes in are authority.
 			return "gateway:" + strconv.Itoa(g.Port) + " " + g.Path + " -> " + g.Upstream + " api " + g.API +
 				" key " + g.TokenRef + " in " + g.Credential + " requests [" + strings.Join(g.Requests, ", ") + "]" +
-				" model " + g.Model + headersNote(g.Headers)
+				" model " + g.Model + headersNote(g.Headers) + hostedNote(g.HostedTools)
 		}
 		d := "gateway:" + strconv.Itoa(g.Port) + " " + g.Method + " " + g.Path + " -> " + g.Upstream
 		if g.Purpose == "mcp" {
@@ -177,6 +177,13 @@ func loadManifest(dir string) (*bundle.Manifest, error) {
 }
 
 // headersNote lists a model route's feature headers, when it has any.
+func hostedNote(h []string) string {
+	if len(h) == 0 {
+		return ""
+	}
+	return " hosted tools [" + strings.Join(h, ", ") + "]"
+}
+
 func headersNote(h []string) string {
 	if len(h) == 0 {
 		return ""

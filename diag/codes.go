@@ -62,6 +62,7 @@ const (
 	CredentialShape   Code = "PP-CRED-SHAPE"            // fields that do not fit the credential mode
 	CredentialExposed Code = "PP-CRED-AUTHFILE-PRESENT" // an auth.json would be visible in a mode that must not see it
 	ModelRoute        Code = "PP-MODEL-ROUTE"           // the model route cannot be built as the facts and the daemon's models.json say (no TLS, an API the profile does not route, models.json headers or another base URL)
+	ModelHostedTool   Code = "PP-MODEL-HOSTED-TOOL"     // the registry grants a provider-side tool the model route does not know, twice, or an MCP connector (never grantable)
 
 	// Renderings of a compiled bundle for another engine.
 	KubeRender Code = "PP-KUBE-RENDER" // the plan (or the cluster options) cannot be rendered for Kubernetes as it is: an image not by digest, routes without a gateway address, a bind without a pin, a writable bundle file

@@ -109,7 +109,11 @@ type Route struct {
 	// feature headers passed on, "name: value" per admitted value.
 	Model   string   `json:"model,omitempty"`
 	Headers []string `json:"headers,omitempty"`
-	Fact    string   `json:"fact"`
+	// HostedTools are the provider-side tools (grant.ModelHostedTools) the
+	// registry grants this deployment's requests; every other one is
+	// refused.
+	HostedTools []string `json:"hostedTools,omitempty"`
+	Fact        string   `json:"fact"`
 }
 
 // ModelRoutePlaceholder is the credential the sandbox holds in place of

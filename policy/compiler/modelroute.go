@@ -2,6 +2,7 @@ package compiler
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net"
 	"net/url"
@@ -85,10 +86,51 @@ func (c *compilation) modelRoute(p *grant.Plan) {
 	f := c.facts
 	p.Add(grant.Route{Purpose: "model", Proto: "tcp", Port: c.modelPort(), Path: prefix, Upstream: upstream,
 		TokenRef: f.Credential.SecretRef, API: c.modelAPI, Credential: grant.ModelCredentials[c.modelAPI], Requests: slices.Clone(reqs),
-		Model: f.Model.ID, Headers: slices.Clone(c.prof.ModelHeaders[c.modelAPI]),
+		Model: f.Model.ID, Headers: slices.Clone(c.prof.ModelHeaders[c.modelAPI]), HostedTools: slices.Clone(c.hostedTools),
 		Provenance: why("the model through the launcher's per-sandbox proxy on the gateway, which adds the provider key (credential.secretRef) outside the sandbox and forwards over TLS, verified against the provider's name, only the requests named here (profile."+
 			c.prof.Name+".modelRoute), with bodies inside the API's body policy naming model.id only and the feature headers named here (profile."+
-			c.prof.Name+".modelHeaders); the sandbox has no route to the model host itself", "model.baseURL")})
+			c.prof.Name+".modelHeaders); the sandbox has no route to the model host itself"+c.hostedReason(), "model.baseURL")})
+}
+
+// checkHostedTools returns the provider-side tools the registry grants
+// this deployment's model route, refusing (PP-MODEL-HOSTED-TOOL) a name
+// the route does not know, a name given twice and an MCP connector. A
+// connector is never grantable: the provider would connect to the URL,
+// with the authorization, the request body names, and the body comes
+// from the sandbox, so nothing could hold them to what the registry
+// names.
+func (c *compilation) checkHostedTools() []string {
+	if c.dep.Model == nil {
+		return nil
+	}
+	var out []string
+	for i, name := range c.dep.Model.HostedTools {
+		at := fmt.Sprintf("registry.deployments.%s.model.hostedTools[%d]", c.facts.Deployment.ID, i)
+		switch {
+		case name == "mcp" || strings.HasPrefix(name, "mcp_") || strings.Contains(name, "connector"):
+			c.diags.Addf(diag.ModelHostedTool, at, "an MCP connector is never granted: the provider would connect to the server URL, with the authorization, that the request from the sandbox names")
+		case grant.ModelHostedTools[name] == "":
+			c.diags.Addf(diag.ModelHostedTool, at, "%q is not a hosted tool the model route knows (%s)", name, strings.Join(slices.Sorted(maps.Keys(grant.ModelHostedTools)), ", "))
+		case slices.Contains(out, name):
+			c.diags.Addf(diag.ModelHostedTool, at, "%q is granted twice", name)
+		default:
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// hostedReason is the model route's reason for its hosted tools.
+func (c *compilation) hostedReason() string {
+	if len(c.hostedTools) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("; and the hosted tools registry.deployments." + c.facts.Deployment.ID + ".model.hostedTools grants:")
+	for _, name := range c.hostedTools {
+		b.WriteString(" " + name + " (" + grant.ModelHostedTools[name] + ")")
+	}
+	return b.String()
 }
 
 func (c *compilation) modelPort() int {

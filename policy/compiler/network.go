@@ -22,6 +22,7 @@ func (c *compilation) network(p *grant.Plan) {
 	n := c.reg.Network
 	p.Add(grant.NetworkMode{Mode: n.Mode, Provenance: why(networkReason(n.Mode), "registry.network.mode")})
 	p.Add(grant.DirectFS{On: false, Provenance: why("file access stays behind the gofer", "profile."+c.prof.Name)})
+	c.hostedTools = c.checkHostedTools() // whatever the launch: the registry's names are checked
 	if n.Mode != "sandbox" {
 		c.checkURLs() // still refuse bad URLs: facts must be valid whatever the registry says
 		return

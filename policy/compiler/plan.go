@@ -58,7 +58,10 @@ type compilation struct {
 	// the model route (modelroute.go): the provider API it serves and the
 	// generated models.json
 	modelAPI string
-	models   []byte
+	// hostedTools are the registry's hosted tools for this deployment,
+	// checked (checkHostedTools).
+	hostedTools []string
+	models      []byte
 }
 
 // Plan is what the renderers read, and all they read: the grants, and the

@@ -39,6 +39,8 @@ func TestDiffClassifies(t *testing.T) {
 	modelOther.Model = "m-2"
 	modelBeta := model
 	modelBeta.Headers = []string{"openai-beta: x"}
+	modelSearch := model
+	modelSearch.HostedTools = []string{"web_search"}
 	nnp := NoNewPrivileges{On: true}
 	network := NetworkMode{Mode: "sandbox"}
 	networkNone := NetworkMode{Mode: "none"}
@@ -72,6 +74,8 @@ func TestDiffClassifies(t *testing.T) {
 		{"model changed", List{model}, List{modelOther}, []string{"changed"}, true},
 		{"model header value added", List{model}, List{modelBeta}, []string{"widened"}, true},
 		{"model header value removed", List{modelBeta}, List{model}, []string{"narrowed"}, false},
+		{"model hosted tool granted", List{model}, List{modelSearch}, []string{"widened"}, true},
+		{"model hosted tool withdrawn", List{modelSearch}, List{model}, []string{"narrowed"}, false},
 		{"model route replaces egress", List{egress}, List{model}, []string{"removed", "added"}, true},
 		{"no-new-privileges dropped", List{nnp}, List{NoNewPrivileges{}}, []string{"widened"}, true},
 		{"network to none", List{network}, List{networkNone}, []string{"narrowed"}, false},

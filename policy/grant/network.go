@@ -118,7 +118,21 @@ type Route struct {
 	Requests   []string
 	Model      string
 	Headers    []string
+	// HostedTools: the provider-side tools the registry grants
+	// (ModelHostedTools); model only.
+	HostedTools []string
 	Provenance
+}
+
+// ModelHostedTools are the provider-side tools a registry may grant a
+// deployment's model route by name (registry deployments.<id>.model.
+// hostedTools), each with what granting it lets the provider do with the
+// deployment's key. Connectors (an MCP server the provider would call
+// with a URL and authorization the request names) are not among them:
+// the body comes from the sandbox, so the route could not hold the URL
+// and token to what the registry names; they are refused always.
+var ModelHostedTools = map[string]string{
+	"web_search": "the provider searches the web with queries the model writes (OpenAI Responses tool web_search, Anthropic tool web_search_<version>, chat completions' web_search_options): what the agent read can leave in a query, to the provider's search only",
 }
 
 // ModelCredentials are the credential headers a model route may add, by
@@ -144,13 +158,14 @@ func (g Route) Against(old Grant) Direction {
 	a.Methods, a.Tools, b.Methods, b.Tools = nil, nil, nil, nil
 	a.Requests, b.Requests = nil, nil
 	a.Headers, b.Headers = nil, nil
+	a.HostedTools, b.HostedTools = nil, nil
 	if !sameAuthority(a, b) {
 		return Changed
 	}
 	added := func(olds, news []string) bool {
 		return slices.ContainsFunc(news, func(s string) bool { return !slices.Contains(olds, s) })
 	}
-	if added(o.Methods, g.Methods) || added(o.Tools, g.Tools) || added(o.Requests, g.Requests) || added(o.Headers, g.Headers) {
+	if added(o.Methods, g.Methods) || added(o.Tools, g.Tools) || added(o.Requests, g.Requests) || added(o.Headers, g.Headers) || added(o.HostedTools, g.HostedTools) {
 		return Widened
 	}
 	return Narrowed
@@ -169,8 +184,8 @@ func (g Route) Validate() error {
 		return g.validateModel()
 	case g.Method == "" || !absolute(g.Path):
 		return errors.New("route needs a method and an absolute path")
-	case g.API != "" || g.Credential != "" || len(g.Requests) > 0 || g.Model != "" || len(g.Headers) > 0:
-		return errors.New("only a model route names a provider API, credential header, requests, model and headers")
+	case g.API != "" || g.Credential != "" || len(g.Requests) > 0 || g.Model != "" || len(g.Headers) > 0 || len(g.HostedTools) > 0:
+		return errors.New("only a model route names a provider API, credential header, requests, model, headers and hosted tools")
 	}
 	return nil
 }
@@ -189,6 +204,11 @@ func (g Route) validateModel() error {
 		return errors.New("a model route forwards the requests it names, and nothing of the MCP scope")
 	case g.Model == "" || strings.ContainsAny(g.Model, "\x00\n\r"):
 		return errors.New("a model route names the one model its requests may ask for")
+	}
+	for i, h := range g.HostedTools {
+		if ModelHostedTools[h] == "" || slices.Contains(g.HostedTools[:i], h) {
+			return errors.New("a model route's hosted tools are names of ModelHostedTools, each once")
+		}
 	}
 	for _, h := range g.Headers {
 		if !ValidModelHeader(h) {

@@ -47,7 +47,7 @@ func every() List {
 			CallerAgentID: "a", TokenRef: "paseo/mcp", Methods: []string{"tools/list"}, Tools: []string{"list_agents"}, Provenance: p("route")},
 		Route{Purpose: "model", Proto: "tcp", Port: 18080, Path: "/v1", Upstream: "https://llm.example.test/v1", TokenRef: "alice/k",
 			API: "anthropic-messages", Credential: "x-api-key", Requests: []string{"POST /v1/messages"}, Model: "claude-x",
-			Headers: []string{"anthropic-version: 2023-06-01"}, Provenance: p("model")},
+			Headers: []string{"anthropic-version: 2023-06-01"}, HostedTools: []string{"web_search"}, Provenance: p("model")},
 	}
 }
 

@@ -96,12 +96,21 @@ type Deployment struct {
 	Daemon   *Daemon   `json:"daemon,omitempty"`
 	// MCP narrows the profile's MCP scope (registry.cue).
 	MCP *MCPNarrow `json:"mcp,omitempty"`
+	// Model holds the model route's grants beyond Pi's own requests
+	// (registry.cue).
+	Model *ModelGrants `json:"model,omitempty"`
 	// MaxSandboxes is the supervisor's cap on the deployment's sandboxes
 	// (the CUE default fills it; see registry.cue).
 	MaxSandboxes int `json:"maxSandboxes"`
 	// HibernateAfterSeconds is the supervisor's idle hibernation (0: off;
 	// registry.cue).
 	HibernateAfterSeconds int `json:"hibernateAfterSeconds,omitempty"`
+}
+
+// ModelGrants are a deployment's model route grants: the provider-side
+// tools (grant.ModelHostedTools) its requests may use.
+type ModelGrants struct {
+	HostedTools []string `json:"hostedTools,omitempty"`
 }
 
 // MCPNarrow is a deployment's narrowing of the MCP scope; a nil list

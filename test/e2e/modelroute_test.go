@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -66,56 +67,157 @@ func TestPiModelKeyRotation(t *testing.T) {
 	}
 }
 
-// Pi's own requests pass the model route's body policy (issue 31): a
-// session with a reasoning model at thinking high, whose turns think,
-// call tools and send the thinking back, a second prompt on the same
-// session with an image; the route refuses none, and every request reaches the model.
-// The chat bodies Pi sent are routeproxy's recorded corpus
-// (testdata/pi-0.84.2/openai-completions): PASEO_UPDATE=1 rewrites it.
+// Pi's own requests pass the model route's body policy (issue 31), on
+// each API the profile routes: a session with a reasoning model at
+// thinking high, whose turns think, call tools and send the thinking back;
+// a second prompt with an image; a third whose answer reports a context
+// near the model's window, so Pi compacts the session (its summarization
+// request goes through the route too); and a prompt on the compacted
+// session. The route refuses none, and every request reaches the model
+// and is answered in full. The inference bodies Pi sent are routeproxy's
+// recorded corpus (testdata/pi-<image's Pi>/<api>): PASEO_UPDATE=1
+// rewrites it.
 func TestPiModelRouteBodyPolicy(t *testing.T) {
-	e := newEnv(t,
-		fakemodel.Turn{Reasoning: "The user wants a file; I will write it.",
-			ToolCalls: []fakemodel.ToolCall{{Name: "write", Arguments: map[string]string{"path": "a.txt", "content": "alpha\n"}}}},
-		fakemodel.Turn{Reasoning: "Now read it back.", ToolCalls: []fakemodel.ToolCall{{Name: "read", Arguments: map[string]string{"path": "a.txt"}}}},
-		fakemodel.Turn{Reasoning: "It holds alpha.", Content: "a.txt holds alpha"},
-		fakemodel.Turn{Reasoning: "A second prompt.", Content: "still here"},
-	)
-	e.models = `{"providers":{"fake":{"baseUrl":"` + modelURL + `","api":"openai-completions",
+	piRouteSession(t, "openai-completions", "/chat/completions",
+		`"reasoning_content":"It holds alpha."`, `"tool_calls":[`, `"role":"tool"`, `"reasoning_effort":"high"`, `"tools":[`, `"image_url":{"url":"data:image/png;base64,`)
+}
+
+func TestPiModelRouteResponses(t *testing.T) {
+	piRouteSession(t, "openai-responses", "/responses",
+		`"type":"reasoning"`, `"encrypted_content":"enc-fake-`, `"type":"function_call"`, `"type":"function_call_output"`,
+		`"reasoning":{"effort":"high"`, `"tools":[`, `"type":"input_image"`, `"image_url":"data:image/png;base64,`)
+}
+
+func TestPiModelRouteAnthropic(t *testing.T) {
+	piRouteSession(t, "anthropic-messages", "/messages",
+		`"type":"thinking"`, `"signature":"sig-fake-`, `"type":"tool_use"`, `"type":"tool_result"`,
+		`"thinking":{`, `"tools":[`, `"type":"image"`, `"media_type":"image/png"`)
+}
+
+// pngPixel is a 1x1 PNG, as a client's paste.
+const pngPixel = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+
+func piRouteSession(t *testing.T, api, path string, wants ...string) {
+	e := newEnv(t)
+	think := func(r, content string, calls ...fakemodel.ToolCall) fakemodel.Turn {
+		return fakemodel.Turn{Reasoning: r, Content: content, ToolCalls: calls}
+	}
+	// Each prompt has its own script, so the compaction's request (whose
+	// prompt is the conversation) takes the unkeyed one.
+	e.mu.Lock()
+	e.fm = fakemodel.New(fakemodel.Options{APIKey: apiKey,
+		Scripts: map[string][]fakemodel.Turn{
+			"write a.txt": {
+				think("The user wants a file; I will write it.", "", fakemodel.ToolCall{Name: "write", Arguments: map[string]string{"path": "a.txt", "content": "alpha\n"}}),
+				think("Now read it back.", "", fakemodel.ToolCall{Name: "read", Arguments: map[string]string{"path": "a.txt"}}),
+				think("It holds alpha.", "a.txt holds alpha"),
+			},
+			"anything else": {think("A second prompt.", "still here")},
+			// The answer reports a context past the window less Pi's
+			// reserve (64000 - 16384): Pi compacts after the turn.
+			"go on":            {{Reasoning: "A long session.", Content: "going on", PromptTokens: 50000}},
+			"after compacting": {think("The session was compacted.", "compacted and still here")},
+		},
+		Script: []fakemodel.Turn{fakemodel.Text("## Goal\nThe user had a.txt written and read back, and showed a picture.")},
+	})
+	e.mu.Unlock()
+	base := modelURL
+	if api == "anthropic-messages" {
+		// Anthropic's clients call <baseUrl>/v1/messages.
+		base = strings.TrimSuffix(modelURL, "/v1")
+		e.baseURL = base
+	}
+	e.models = `{"providers":{"fake":{"baseUrl":"` + base + `","api":"` + api + `",
  "apiKey":"$FAKE_LLM_KEY","compat":{"supportsDeveloperRole":false},
- "models":[{"id":"fake-1","reasoning":true,"input":["text","image"],"contextWindow":128000,"maxTokens":16384}]}}}`
-	sc := e.scene(t, "pi-session", `{"model":{"thinking":"high"}}`)
+ "models":[{"id":"fake-1","reasoning":true,"input":["text","image"],"contextWindow":64000,"maxTokens":16384}]}}}`
+	// Keep little of the session at a compaction, so there is something
+	// to summarize.
+	e.settings = `{"packages":["/opt/pi/node_modules/pi-mcp-adapter"],"compaction":{"enabled":true,"keepRecentTokens":200}}`
+	sc := e.scene(t, "pi-session", `{"model":{"thinking":"high","api":"`+api+`"}}`)
 	p := e.launch(t, sc)
 	c := ctx(t)
-	p.turn(t, c, "write a.txt and read it back")
-	// The second prompt brings an image (a 1x1 PNG), as a client's paste.
+	// A request the route refused ends Pi's turn in an error: say so now,
+	// not after waiting for what would have followed.
+	ok := func(what string, events []piproto.Frame) []piproto.Frame {
+		for _, f := range events {
+			if bytes.Contains(f.Raw, []byte(`"stopReason":"error"`)) {
+				t.Fatalf("%s: Pi's turn ended in an error (%d requests reached the model): %.600s", what, len(e.requests()), f.Raw)
+			}
+		}
+		return events
+	}
+	ok("the first prompt", p.turn(t, c, "write a.txt and read it back"))
 	p.call(t, c, map[string]any{"type": "prompt", "message": "anything else in this picture?",
-		"images": []map[string]string{{"type": "image", "mimeType": "image/png",
-			"data": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="}}})
-	if _, _, err := p.Until(c, piproto.Event("agent_settled")); err != nil {
+		"images": []map[string]string{{"type": "image", "mimeType": "image/png", "data": pngPixel}}})
+	_, events, err := p.Until(c, piproto.Event("agent_settled"))
+	if err != nil {
 		t.Fatalf("the prompt with an image did not settle: %v\nstderr: %s", err, p.stderr.String())
 	}
+	ok("the prompt with an image", events)
+	events = ok("the long session's prompt", p.turn(t, c, "go on"))
+	compacted := func(f piproto.Frame) bool { return f.Type == "compaction_end" }
+	if !slices.ContainsFunc(events, compacted) {
+		f, _, err := p.Until(c, compacted)
+		if err != nil {
+			t.Fatalf("Pi did not compact the session: %v\nstderr: %s", err, p.stderr.String())
+		}
+		events = append(events, f)
+	}
+	end := events[slices.IndexFunc(events, compacted)]
+	if bytes.Contains(end.Raw, []byte(`"errorMessage"`)) || bytes.Contains(end.Raw, []byte(`"aborted":true`)) || !bytes.Contains(end.Raw, []byte(`"reason":"threshold"`)) {
+		t.Fatalf("the compaction failed: %s", end.Raw)
+	}
+	ok("the prompt after the compaction", p.turn(t, c, "after compacting, what is left?"))
 	res := p.stop(t)
+
 	rs := res.Routes["model"]
-	if rs.Refused != 0 || len(rs.ByReason) != 0 || rs.Forwarded != int64(len(e.requests())) {
-		t.Errorf("model route %+v: want all of the model's %d requests forwarded, none refused", rs, len(e.requests()))
+	reqs := e.requests()
+	if rs.Refused != 0 || len(rs.ByReason) != 0 || rs.Forwarded != int64(len(reqs)) {
+		t.Errorf("model route %+v: want all of the model's %d requests forwarded, none refused", rs, len(reqs))
 	}
 	var bodies [][]byte
-	for _, r := range e.requests() {
-		if strings.HasSuffix(r.Path, "/chat/completions") {
+	var headers []string
+	summaries := 0
+	for _, r := range reqs {
+		if !r.Authorized || r.Status != 200 || !r.Completed {
+			t.Errorf("%s %s: authorized %v, status %d, completed %v", r.Method, r.Path, r.Authorized, r.Status, r.Completed)
+		}
+		if strings.HasSuffix(r.Path, path) {
 			bodies = append(bodies, r.Body)
+			headers = append(headers, r.Headers...)
+			if r.Model != "fake-1" {
+				t.Errorf("a request named model %q", r.Model)
+			}
+			if bytes.Contains(r.Body, []byte(`\u003cconversation\u003e`)) || bytes.Contains(r.Body, []byte(`<conversation>`)) {
+				summaries++
+			}
 		}
 	}
-	if len(bodies) != 4 {
-		t.Fatalf("%d chat requests reached the model, want 4", len(bodies))
+	// Three turns of the first prompt, one each of the others, and the
+	// compaction's summary.
+	if len(bodies) != 7 || summaries != 1 {
+		t.Fatalf("%d inference requests reached the model (%d of them the compaction's), want 7 (1)", len(bodies), summaries)
+	}
+	// Pi's feature headers pass with the values the profile lists.
+	if api == "anthropic-messages" && (!slices.Contains(headers, "Anthropic-Version") || !slices.Contains(headers, "Anthropic-Beta")) {
+		t.Errorf("Pi's anthropic-version and anthropic-beta did not reach the model: %v", headers)
 	}
 	all := string(bytes.Join(bodies, nil))
-	for _, want := range []string{`"reasoning_content":"It holds alpha."`, `"tool_calls":[`, `"role":"tool"`, `"reasoning_effort":"high"`, `"tools":[`, `"image_url":{"url":"data:image/png;base64,`} {
+	for _, want := range wants {
 		if !strings.Contains(all, want) {
-			t.Errorf("Pi's requests never held %s: the turn did not exercise it", want)
+			t.Errorf("Pi's requests never held %s: the session did not exercise it", want)
 		}
 	}
 	if os.Getenv("PASEO_UPDATE") == "1" {
-		dir := testbundle.Repo(t, "runtime/launcher/routeproxy/testdata/pi-0.84.2/openai-completions")
+		// By the image's Pi, so a new Pi's bodies join the corpus beside
+		// the old one's.
+		if e.image.Pi == "" {
+			t.Fatal("the image names no Pi version")
+		}
+		dir := testbundle.Repo(t, "runtime/launcher/routeproxy/testdata/pi-"+e.image.Pi+"/"+api)
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -123,6 +225,10 @@ func TestPiModelRouteBodyPolicy(t *testing.T) {
 			var v any
 			if err := json.Unmarshal(b, &v); err != nil {
 				t.Fatal(err)
+			}
+			// The session id Pi sends as its cache key is new at every run.
+			if m, ok := v.(map[string]any); ok && m["prompt_cache_key"] != nil {
+				m["prompt_cache_key"] = "pi-session-id"
 			}
 			out, _ := json.MarshalIndent(v, "", " ")
 			// The host paths Pi saw (its cwd, in the system prompt) as the

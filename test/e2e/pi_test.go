@@ -1,8 +1,9 @@
 // Package e2e runs the real Pi (the pinned image from `make image`) inside
 // gVisor with only the grants the compiler produced, and drives it over
-// its RPC protocol. The model is a fake OpenAI-compatible endpoint on a
-// test host in a namespace the test creates (internal/testkit/fakemodel); the
-// daemon's MCP endpoint is a fake on the test's loopback. Needs root,
+// its RPC protocol. The model is a fake provider (OpenAI chat completions
+// and Responses, Anthropic Messages) on a test host in a namespace the
+// test creates (internal/testkit/fakemodel); the daemon's MCP endpoint is
+// a fake on the test's loopback. Needs root,
 // bin/runsc and the image (.image/, `make image`).
 package e2e
 
@@ -49,8 +50,10 @@ const (
 
 type imageInfo struct {
 	Version string `json:"version"`
-	Digest  string `json:"digest"`
-	Rootfs  string `json:"rootfs"`
+	// Pi is the version of Pi the image holds.
+	Pi     string `json:"pi"`
+	Digest string `json:"digest"`
+	Rootfs string `json:"rootfs"`
 	// Pi as one file in the image (docs/image.md, "The Pi bundle").
 	Bundle struct {
 		File   string `json:"file"`
@@ -113,6 +116,12 @@ type env struct {
 	// models, when set, is the daemon's models.json in place of the
 	// default one (writeAgentFiles).
 	models string
+	// settings, when set, is the daemon's settings.json in place of the
+	// default one.
+	settings string
+	// baseURL, when set, is the facts' model.baseURL in place of modelURL
+	// (Anthropic's clients add /v1 themselves).
+	baseURL string
 }
 
 func newEnv(t testing.TB, script ...fakemodel.Turn) *env {
@@ -162,7 +171,11 @@ func (e *env) secretSource() launcher.SecretSource {
 // prepares the daemon-owned state Pi reads: models.json, settings.json
 // loading the image's pi-mcp-adapter, and the integration extension.
 func (e *env) scene(t testing.TB, profile, factsPatch string) *testbundle.Scene {
-	facts := []byte(fmt.Sprintf(`{"model":{"baseURL":%q},"mcp":{"agentsURL":"http://127.0.0.1:%d/mcp/agents"}}`, modelURL, e.daemon.port))
+	base := modelURL
+	if e.baseURL != "" {
+		base = e.baseURL
+	}
+	facts := []byte(fmt.Sprintf(`{"model":{"baseURL":%q},"mcp":{"agentsURL":"http://127.0.0.1:%d/mcp/agents"}}`, base, e.daemon.port))
 	if factsPatch != "" {
 		// The scene's own fields go into the test's patch, not the other way
 		// round, so a null in the test's patch still deletes a base field.
@@ -212,6 +225,9 @@ func (e *env) writeAgentFiles(t testing.TB, agent string) {
 	writeAgentFiles(t, agent)
 	if e.models != "" {
 		write(t, filepath.Join(agent, "models.json"), e.models)
+	}
+	if e.settings != "" {
+		write(t, filepath.Join(agent, "settings.json"), e.settings)
 	}
 }
 

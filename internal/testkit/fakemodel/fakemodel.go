@@ -1,7 +1,11 @@
-// Package fakemodel is an OpenAI-compatible chat-completions endpoint that
-// answers from a script of turns. It stands in for the model provider, which
-// is outside the system under test, when end-to-end tests run the real Pi
-// (api "openai-completions") inside the sandbox.
+// Package fakemodel is a model provider that answers from a script of
+// turns: OpenAI chat completions (POST <base>/chat/completions), OpenAI
+// Responses (POST <base>/responses) and Anthropic Messages (POST
+// <base>/messages, so Pi's baseUrl is the base without its /v1). It stands
+// in for the model provider, which is outside the system under test, when
+// end-to-end tests run the real Pi inside the sandbox. Responses and
+// Messages stream only (Pi's clients always ask for a stream); their
+// events are in apis.go.
 //
 // Each authorized POST <base>/chat/completions takes the next Turn of the
 // script, whatever the request holds (a tool result included); once the
@@ -77,6 +81,10 @@ type Turn struct {
 	// delta.reasoning_content (as llama.cpp and DeepSeek do); Pi keeps it
 	// as a thinking block and sends it back on the assistant message.
 	Reasoning string
+	// PromptTokens, when not 0, is the prompt (input) token count the
+	// turn's usage reports, e.g. a context near the model's window, which
+	// makes Pi compact the session after the turn.
+	PromptTokens int
 }
 
 // Text is a plain text turn.
@@ -331,6 +339,10 @@ func (s *Server) authorized(r *http.Request) (ok, present bool) {
 	if want == "" {
 		return true, true
 	}
+	if k := r.Header.Get("X-Api-Key"); k != "" && r.URL.Path == s.base+"/messages" {
+		// Anthropic's credential header, on Anthropic's path only.
+		return subtle.ConstantTimeCompare([]byte(k), []byte(want)) == 1, true
+	}
 	h := r.Header.Get("Authorization")
 	scheme, key, found := strings.Cut(h, " ")
 	if !found || !strings.EqualFold(scheme, "Bearer") {
@@ -387,8 +399,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	chatPath := s.base + "/chat/completions"
 	modelsPath := s.base + "/models"
 
+	responsesPath := s.base + "/responses"
+	messagesPath := s.base + "/messages"
+
 	var body []byte
-	if r.URL.Path == chatPath && r.Method == http.MethodPost {
+	if (r.URL.Path == chatPath || r.URL.Path == responsesPath || r.URL.Path == messagesPath) && r.Method == http.MethodPost {
 		b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 		if err == nil && len(b) <= maxBody {
 			body = b
@@ -420,6 +435,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.chat(w, r, rec, body)
+	case (r.URL.Path == responsesPath || r.URL.Path == messagesPath) && r.Method == http.MethodPost:
+		s.streamAPI(w, r, rec, body)
 	case r.URL.Path == modelsPath || strings.HasPrefix(r.URL.Path, modelsPath+"/"):
 		if r.Method != http.MethodGet {
 			rec.Status = http.StatusMethodNotAllowed
@@ -682,6 +699,9 @@ func usageFor(req chatRequest, t Turn, calls []builtCall) Usage {
 		CompletionTokens:        max(1, out/4),
 		PromptTokensDetails:     &promptTokenDetails{},
 		CompletionTokensDetails: &compTokenDetails{},
+	}
+	if t.PromptTokens != 0 {
+		u.PromptTokens = t.PromptTokens
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	return u

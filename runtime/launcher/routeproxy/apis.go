@@ -37,6 +37,35 @@ func partKind(t string) Reason {
 
 var cacheControl = obj(fields{"type": enum("ephemeral"), "ttl": enum("5m", "1h")})
 
+// ---- hosted tools the registry may grant (grant.ModelHostedTools) ----
+//
+// Pi sends none of them; an extension's onPayload may. Each is admitted
+// only on a route whose registry entry names it, with the members the
+// provider documents for it; a connector (mcp) never is.
+
+var userLocation = obj(fields{"type": enum("approximate"), "city": str, "country": str, "region": str, "timezone": str})
+
+var searchContext = enum("low", "medium", "high")
+
+// Responses: {"type": "web_search"} (and its dated and preview names).
+var rWebSearch = hostedTool{name: "web_search",
+	match: func(t string) bool { return t == "web_search" || strings.HasPrefix(t, "web_search_") },
+	fields: fields{"filters": obj(fields{"allowed_domains": arr(str)}), "search_context_size": searchContext,
+		"user_location": userLocation}}
+
+// Anthropic: {"type": "web_search_20250305", "name": "web_search"}.
+var aWebSearch = hostedTool{name: "web_search",
+	match: func(t string) bool {
+		d, ok := strings.CutPrefix(t, "web_search_")
+		return ok && len(d) == 8 && strings.Trim(d, "0123456789") == ""
+	},
+	fields: fields{"name": enum("web_search"), "max_uses": num, "allowed_domains": arr(str), "blocked_domains": arr(str),
+		"user_location": userLocation, "cache_control": cacheControl}}
+
+// Chat completions: the web_search_options member.
+var ccWebSearch = obj(fields{"search_context_size": searchContext,
+	"user_location": obj(fields{"type": enum("approximate"), "approximate": obj(fields{"city": str, "country": str, "region": str, "timezone": str})})})
+
 // ---- openai-completions ----
 
 var ccText = fields{"text": str, "cache_control": cacheControl}
@@ -100,7 +129,7 @@ var completionsBody = obj(fields{
 	"provider":        freeObject,
 	"providerOptions": obj(fields{"gateway": obj(fields{"only": arr(str), "order": arr(str)})}),
 	// Named so their refusal says why.
-	"web_search_options": refused(ReasonHostedTool, "the provider's web search is not routed"),
+	"web_search_options": granted("web_search", ccWebSearch, refused(ReasonHostedTool, "the provider's web search is not granted to this deployment (registry model.hostedTools)")),
 	"audio":              refused(ReasonHostedTool, "audio output is not Pi's"),
 	"prediction":         refused(ReasonShape, "predicted outputs are not Pi's"),
 	"metadata":           refused(ReasonProviderState, "stored-completion metadata is provider-side state"),
@@ -162,7 +191,7 @@ var responsesBody = obj(fields{
 	"max_output_tokens":      num,
 	"temperature":            num,
 	"service_tier":           str,
-	"tools":                  arr(rTool),
+	"tools":                  arr(withHosted(rTool, rWebSearch)),
 	"tool_choice": byKind(map[kind]check{kindString: enum("auto", "none", "required"),
 		kindObject: tagged("type", map[string]fields{"function": {"name": str}}, toolKind)}),
 	"reasoning": obj(fields{"effort": str, "summary": str}),
@@ -245,7 +274,7 @@ var anthropicBody = obj(fields{
 	"stream":      boolean,
 	"system":      aSystem,
 	"temperature": num,
-	"tools":       arr(aTool),
+	"tools":       arr(withHosted(aTool, aWebSearch)),
 	"thinking": tagged("type", map[string]fields{
 		"enabled":  {"budget_tokens": num, "display": str},
 		"disabled": {},

@@ -80,9 +80,11 @@ func (r *Refusal) Error() string {
 	return "paseo model route refused the request (" + r.Reason.String() + ") at " + r.Path + ": " + r.Why
 }
 
-// checkCtx is what a check needs besides the value: the route's model.
+// checkCtx is what a check needs besides the value: the route's model
+// and the hosted tools the registry grants it (grant.ModelHostedTools).
 type checkCtx struct {
-	model string
+	model  string
+	hosted []string
 }
 
 // check judges one value at path; nil admits it.
@@ -277,9 +279,51 @@ type BodyPolicy struct {
 }
 
 // Check judges a request body (the strictly decoded value) for a route
-// whose model is model.
-func (p *BodyPolicy) Check(n *node, model string) *Refusal {
-	return p.body(&checkCtx{model: model}, n, "")
+// whose model is model and whose registry grants the hosted tools.
+func (p *BodyPolicy) Check(n *node, model string, hosted ...string) *Refusal {
+	return p.body(&checkCtx{model: model, hosted: hosted}, n, "")
+}
+
+// hostedTool is a provider-side tool as one API spells it: the registry
+// name that grants it (grant.ModelHostedTools), which tool types are it,
+// and the members it may hold then.
+type hostedTool struct {
+	name   string
+	match  func(typ string) bool
+	fields fields
+}
+
+// withHosted admits a tool the route's registry grants, by its type,
+// with the hosted tool's own members; anything else goes to base (where
+// a hosted tool is refused).
+func withHosted(base check, tools ...hostedTool) check {
+	checks := make([]check, len(tools))
+	for i, h := range tools {
+		f := maps.Clone(h.fields)
+		f["type"] = free // matched below
+		checks[i] = obj(f)
+	}
+	return func(c *checkCtx, n *node, path string) *Refusal {
+		if t, ok := n.get("type"); ok && n.kind == kindObject && t.kind == kindString {
+			for i, h := range tools {
+				if h.match(t.str) && slices.Contains(c.hosted, h.name) {
+					return checks[i](c, n, path)
+				}
+			}
+		}
+		return base(c, n, path)
+	}
+}
+
+// granted admits the member by ch when the route's registry grants the
+// hosted tool name, and by base (a refusal) otherwise.
+func granted(name string, ch, base check) check {
+	return func(c *checkCtx, n *node, path string) *Refusal {
+		if slices.Contains(c.hosted, name) {
+			return ch(c, n, path)
+		}
+		return base(c, n, path)
+	}
 }
 
 // BodyPolicies are the policies of the APIs a model route speaks.

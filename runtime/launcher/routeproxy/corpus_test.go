@@ -14,7 +14,7 @@ import (
 
 // The model route's corpus (issue 31), in the respell approach of issue
 // 18: Pi's own bodies (listed here, and recorded from the real Pi by e2e
-// TestPiModelRouteBodyPolicy) must pass; each of them with one thing
+// TestPiModelRoute* on each API) must pass; each of them with one thing
 // outside the policy injected, spelled several ways, must not, and the
 // provider must see nothing of it.
 
@@ -25,7 +25,7 @@ func recordedBodies(t *testing.T) map[string][][]byte {
 	out := map[string][][]byte{}
 	files, err := filepath.Glob("testdata/pi-*/*/*.json")
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no recorded Pi bodies in testdata (%v): run e2e TestPiModelRouteBodyPolicy with PASEO_UPDATE=1", err)
+		t.Fatalf("no recorded Pi bodies in testdata (%v): run e2e TestPiModelRoute* with PASEO_UPDATE=1", err)
 	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)

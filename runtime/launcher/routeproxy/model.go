@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/policy/grant"
 )
 
 // The model route (issue 24): the provider key stays outside the sandbox.
@@ -102,6 +103,11 @@ func NewModel(r bundle.Route, o ModelOptions) (*Proxy, error) {
 		return nil, fmt.Errorf("route %s: forwards no request", r.Purpose)
 	case r.Model == "":
 		return nil, fmt.Errorf("route %s: names no model", r.Purpose)
+	}
+	for _, h := range r.HostedTools {
+		if grant.ModelHostedTools[h] == "" {
+			return nil, fmt.Errorf("route %s: hosted tool %q is not one this proxy knows", r.Purpose, h)
+		}
 	}
 	allowed := map[string][]string{}
 	for _, h := range r.Headers {
@@ -290,7 +296,7 @@ func (p *Proxy) modelGuard(next http.Handler, key func() ([]byte, error)) http.H
 				refuse(http.StatusBadRequest, "the model route forwards one strict JSON object", true)
 				return
 			}
-			if rf := p.body.Check(n, p.route.Model); rf != nil {
+			if rf := p.body.Check(n, p.route.Model, p.route.HostedTools...); rf != nil {
 				p.refuseModel(w, rf)
 				return
 			}
