@@ -59,6 +59,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -125,6 +126,9 @@ type toolsSide struct {
 	cpu func() time.Duration
 	// setup are the side's untimed commands: before every round, after it.
 	before, after string
+	// finish ends a sandbox's launch and returns its result (nil for the
+	// host).
+	finish func() launcher.Result
 }
 
 type toolsSample struct{ wall, cpu, appCPU time.Duration }
@@ -222,7 +226,7 @@ func BenchmarkTools(b *testing.B) {
 	}
 	fmt.Printf("tools: tree of %d tracked files, %.1f MB, commit %.12s, generated twice in %.1f s\n", sr.files, float64(sr.bytes)/1e6, sr.base, time.Since(t0).Seconds())
 
-	sbx := startToolsSandbox(b, im, sbxHost, sr)
+	sbx := startToolsSandbox(b, im, sbxHost, sr, "sandbox", false)
 	host := startToolsHost(b, im, filepath.Join(tmp, "chroot"), hr)
 	sides := []*toolsSide{host, sbx}
 	// Untimed setup on both: the lists of files to read and to edit.
@@ -325,8 +329,10 @@ func toolsStartScript(tb testing.TB) string {
 
 // startToolsSandbox compiles the pi-session profile for the scene at host
 // (whose workspace and repository r already holds) and launches its
-// server in one sandbox for the whole benchmark.
-func startToolsSandbox(tb testing.TB, im imageInfo, host string, r *toolsRepo) *toolsSide {
+// server in one sandbox for the whole benchmark; with fsmon, the launcher
+// answers the sandbox's git from its workspace monitor
+// (launcher.Options.FSMonitor).
+func startToolsSandbox(tb testing.TB, im imageInfo, host string, r *toolsRepo, name string, fsmon bool) *toolsSide {
 	tb.Helper()
 	erofs, err := json.Marshal(im.Erofs)
 	if err != nil {
@@ -357,7 +363,7 @@ func startToolsSandbox(tb testing.TB, im imageInfo, host string, r *toolsRepo) *
 	id := fmt.Sprintf("pp-tools-%d-%d", os.Getpid(), time.Now().UnixNano())
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	s := &toolsSide{name: "sandbox", in: inW, out: bufio.NewReader(outR), stderr: &lockedBuffer{},
+	s := &toolsSide{name: name, in: inW, out: bufio.NewReader(outR), stderr: &lockedBuffer{},
 		cpu:    func() time.Duration { return sandboxCPU(tb, id) },
 		before: `cp /run/paseo/git-seed/index "$PASEO_GIT_DIR/index"`,
 		after:  toolsUndo(r.base)}
@@ -368,10 +374,10 @@ func startToolsSandbox(tb testing.TB, im imageInfo, host string, r *toolsRepo) *
 	go func() {
 		defer close(done)
 		res, lerr = launcher.Launch(lctx, launcher.Options{BundleDir: sc.Bundle, StateRoot: sc.State, RunscPath: sc.Runsc, ID: id,
-			Secrets: secrets, Stdin: inR, Stdout: outW, Stderr: s.stderr})
+			Secrets: secrets, Stdin: inR, Stdout: outW, Stderr: s.stderr, FSMonitor: fsmon})
 		outW.Close()
 	}()
-	tb.Cleanup(func() {
+	s.finish = sync.OnceValue(func() launcher.Result {
 		inW.Close()
 		select {
 		case <-done:
@@ -383,7 +389,9 @@ func startToolsSandbox(tb testing.TB, im imageInfo, host string, r *toolsRepo) *
 		if lerr != nil || res.ExitCode != 0 {
 			tb.Errorf("the sandbox: %v, exit %d (%s); stderr: %s", lerr, res.ExitCode, res.Reason, s.stderr)
 		}
+		return res
 	})
+	tb.Cleanup(func() { s.finish() })
 	s.waitReady(tb)
 	return s
 }
