@@ -49,10 +49,16 @@ type Limits struct {
 	// Journal is how many changed names are kept; past it the older half
 	// is dropped and tokens from before it get "everything changed".
 	Journal int
+	// Watches bounds the directories watched (one inotify watch each, out
+	// of the host user's fs.inotify.max_user_watches, which every root
+	// process shares): past it every watch is dropped and every answer is
+	// "everything", so an agent making directories by the hundred
+	// thousand costs the host nothing more.
+	Watches int
 }
 
 // DefaultLimits are the launcher's.
-var DefaultLimits = Limits{Paths: 20000, Bytes: 1 << 20, Journal: 1 << 16}
+var DefaultLimits = Limits{Paths: 20000, Bytes: 1 << 20, Journal: 1 << 16, Watches: 16384}
 
 const watchMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_CLOSE_WRITE |
 	unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF |
@@ -110,19 +116,22 @@ func Watch(root string, lim Limits) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fsmonitor: opening the workspace: %w", err)
 	}
-	ifd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
-	if err != nil {
-		unix.Close(rfd)
-		return nil, fmt.Errorf("fsmonitor: inotify: %w", err)
-	}
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		unix.Close(rfd)
-		unix.Close(ifd)
 		return nil, err
 	}
-	w := &Watcher{limits: lim, inst: hex.EncodeToString(b[:]), root: rfd, ifd: ifd, wds: map[int32]string{},
+	w := &Watcher{limits: lim, inst: hex.EncodeToString(b[:]), root: rfd, ifd: -1, wds: map[int32]string{},
 		stop: make(chan struct{}), done: make(chan struct{})}
+	// Out of inotify instances (fs.inotify.max_user_instances, which every
+	// root process shares), the watcher is degraded, not an error: every
+	// answer is "everything", and git scans as it would without it.
+	w.ifd, err = unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		w.ifd, w.degraded = -1, true
+		close(w.done)
+		return w, nil
+	}
 	w.mu.Lock()
 	w.addTree("", false)
 	w.mu.Unlock()
@@ -143,7 +152,11 @@ func (w *Watcher) Close() error {
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return errors.Join(unix.Close(w.ifd), unix.Close(w.root))
+	var err error
+	if w.ifd >= 0 {
+		err = unix.Close(w.ifd)
+	}
+	return errors.Join(err, unix.Close(w.root))
 }
 
 // Stats returns the counters now.
@@ -189,7 +202,7 @@ func (w *Watcher) loop() {
 func (w *Watcher) Since(token string) (next string, names []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.closed {
+	if !w.closed && w.ifd >= 0 {
 		w.drain()
 	}
 	next = w.token()
@@ -356,6 +369,10 @@ func (w *Watcher) unwatch(rel string) {
 func (w *Watcher) degrade() {
 	w.degraded = true
 	w.distrust()
+	for wd := range w.wds {
+		unix.InotifyRmWatch(w.ifd, uint32(wd))
+	}
+	clear(w.wds)
 }
 
 // rewatch drops every watch and watches the tree again.
@@ -375,7 +392,7 @@ func (w *Watcher) rewatch() {
 // directory (a symlink, a file swapped in) is only a name.
 func (w *Watcher) addTree(rel string, report bool) {
 	stack := []string{rel}
-	for len(stack) > 0 {
+	for len(stack) > 0 && !w.degraded {
 		d := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		subs, err := w.addDir(d, report)
@@ -416,6 +433,9 @@ func (w *Watcher) addDir(rel string, report bool) ([]string, error) {
 			return nil, err
 		}
 		defer unix.Close(fd)
+	}
+	if len(w.wds) >= w.limits.Watches {
+		return nil, fmt.Errorf("watching %q: past the limit of %d directories", rel, w.limits.Watches)
 	}
 	wd, err := unix.InotifyAddWatch(w.ifd, "/proc/self/fd/"+strconv.Itoa(fd), watchMask)
 	if err != nil {

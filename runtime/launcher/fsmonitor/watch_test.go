@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -135,7 +136,8 @@ func TestOverflowAnswersEverything(t *testing.T) {
 // Past the reply's count or byte limit, or past the journal, the answer
 // is "everything".
 func TestLimitsAnswerEverything(t *testing.T) {
-	for _, lim := range []Limits{{Paths: 10, Bytes: 1 << 20, Journal: 1000}, {Paths: 1000, Bytes: 100, Journal: 1000}, {Paths: 1000, Bytes: 1 << 20, Journal: 10}} {
+	for _, lim := range []Limits{{Paths: 10, Bytes: 1 << 20, Journal: 1000, Watches: 100}, {Paths: 1000, Bytes: 100, Journal: 1000, Watches: 100},
+		{Paths: 1000, Bytes: 1 << 20, Journal: 10, Watches: 100}} {
 		ws := t.TempDir()
 		w := watch(t, ws, lim)
 		tok := first(t, w)
@@ -145,6 +147,28 @@ func TestLimitsAnswerEverything(t *testing.T) {
 		if _, names := w.Since(tok); !slices.Equal(names, []string{Everything}) {
 			t.Errorf("%+v: %d names, want everything", lim, len(names))
 		}
+	}
+}
+
+// Past the watch limit, every watch is dropped and every answer is
+// "everything", for good: the host's inotify watches are not the agent's
+// to spend.
+func TestWatchLimitDegrades(t *testing.T) {
+	ws := t.TempDir()
+	w := watch(t, ws, Limits{Paths: 1000, Bytes: 1 << 20, Journal: 1000, Watches: 5})
+	tok := first(t, w)
+	for i := range 5 {
+		os.MkdirAll(filepath.Join(ws, "d", strconv.Itoa(i)), 0o755)
+	}
+	tok, names := w.Since(tok)
+	if !slices.Equal(names, []string{Everything}) {
+		t.Fatalf("past the watch limit: %q, want everything", names)
+	}
+	if _, names := w.Since(tok); !slices.Equal(names, []string{Everything}) {
+		t.Fatalf("past the watch limit, asked again: %q, want everything", names)
+	}
+	if st := w.Stats(); !st.Degraded || st.Watches != 0 {
+		t.Fatalf("stats %+v, want degraded with no watch left", st)
 	}
 }
 
@@ -297,7 +321,7 @@ func TestGitStatusWithHook(t *testing.T) {
 	git(nil, "add", "-A")
 	git(nil, "commit", "-qm", "base")
 
-	w := watch(t, ws, Limits{Paths: 40, Bytes: 1 << 20, Journal: 1 << 16})
+	w := watch(t, ws, Limits{Paths: 40, Bytes: 1 << 20, Journal: 1 << 16, Watches: 100})
 	dir := t.TempDir()
 	sock, hook := dir+"/sock", dir+"/hook"
 	s, err := Serve(w, sock, os.Getuid(), os.Getgid())
