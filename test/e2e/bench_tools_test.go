@@ -45,6 +45,10 @@ package e2e
 //	                       server's environment): an A/B of settings the
 //	                       profile could ship
 //	TOOLS_BENCH_ONLY       a regular expression: only the commands it matches
+//	TOOLS_BENCH_FSMONITOR  "0" leaves out the third side (default on): a
+//	                       second sandbox, the same but for the launcher's
+//	                       workspace monitor (launcher.Options.FSMonitor)
+//	                       answering its git, on a third copy of the tree
 
 import (
 	"bufio"
@@ -229,6 +233,11 @@ func BenchmarkTools(b *testing.B) {
 	sbx := startToolsSandbox(b, im, sbxHost, sr, "sandbox", false)
 	host := startToolsHost(b, im, filepath.Join(tmp, "chroot"), hr)
 	sides := []*toolsSide{host, sbx}
+	if os.Getenv("TOOLS_BENCH_FSMONITOR") != "0" {
+		fsmHost := filepath.Join(tmp, "fsmhost")
+		fr := genToolsRepo(b, fsmHost, files)
+		sides = append(sides, startToolsSandbox(b, im, fsmHost, fr, "fsmonitor", true))
+	}
 	// Untimed setup on both: the lists of files to read and to edit.
 	for _, s := range sides {
 		s.run(b, `git ls-files >/tmp/bench-all && k=$(( $(wc -l </tmp/bench-all) / 3000 )) && awk -v k=$(( k > 0 ? k : 1 )) 'NR % k == 0' /tmp/bench-all | head -n 3000 >/tmp/bench-cat-list && `+
@@ -241,10 +250,8 @@ func BenchmarkTools(b *testing.B) {
 	}
 	b.ResetTimer()
 	for r := range rounds {
-		order := sides
-		if r%2 == 1 {
-			order = []*toolsSide{sbx, host}
-		}
+		// Each side goes first in turn.
+		order := append(slices.Clone(sides[r%len(sides):]), sides[:r%len(sides)]...)
 		for _, s := range order {
 			s.run(b, s.before)
 			for i, c := range cmds {
@@ -256,18 +263,20 @@ func BenchmarkTools(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	toolsReport(cmds, samples, rounds)
+	for _, s := range sides[1:] {
+		toolsReport(cmds, samples, rounds, s.name)
+	}
 }
 
 // toolsReport prints, per command, the medians of each side, the ratio of
 // the medians and the median of the per-round ratios, for wall and CPU,
-// then the median of the commands' ratios.
-func toolsReport(cmds []toolsCommand, samples map[string][][]toolsSample, rounds int) {
-	fmt.Printf("\ntools: medians of %d rounds, seconds; ratio = sandbox/host of the medians (median of the per-round ratios)\n", rounds)
+// then the median of the commands' ratios: side against the host.
+func toolsReport(cmds []toolsCommand, samples map[string][][]toolsSample, rounds int, side string) {
+	fmt.Printf("\ntools: medians of %d rounds, seconds; ratio = %s/host of the medians (median of the per-round ratios)\n", rounds, side)
 	fmt.Printf("%-18s %9s %9s %16s %9s %9s %16s\n", "command", "host", "sandbox", "ratio", "host CPU", "sbx CPU", "CPU ratio")
 	var walls, cpus []float64
 	for i, c := range cmds {
-		h, s := samples["host"][i], samples["sandbox"][i]
+		h, s := samples["host"][i], samples[side][i]
 		get := func(v []toolsSample, f func(toolsSample) time.Duration) []float64 {
 			var out []float64
 			for _, x := range v {
@@ -287,7 +296,7 @@ func toolsReport(cmds []toolsCommand, samples map[string][][]toolsSample, rounds
 		walls, cpus = append(walls, rw), append(cpus, rc)
 		fmt.Printf("%-18s %9.3f %9.3f %7.1f (%6.1f) %9.3f %9.3f %7.1f (%6.1f)\n", c.name, hw, sw, rw, fmedian(pw), hc, sc, rc, fmedian(pc))
 	}
-	fmt.Printf("tools: median over the commands: wall %.1f x, CPU %.1f x; highest wall %.1f x\n", fmedian(walls), fmedian(cpus), slices.Max(walls))
+	fmt.Printf("tools: median over the commands (%s): wall %.1f x, CPU %.1f x; highest wall %.1f x\n", side, fmedian(walls), fmedian(cpus), slices.Max(walls))
 }
 
 func fmedian(v []float64) float64 {
