@@ -61,7 +61,7 @@ func (l *launch) startFSMonitor() error {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return fmt.Errorf("fsmonitor: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "hook"), []byte(fsmonitor.Hook), 0o555); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "hook"), []byte(fsmonitor.HookFor(fsmonitor.SocketPath, p.Cwd)), 0o555); err != nil {
 		return fmt.Errorf("fsmonitor: %w", err)
 	}
 	w, err := fsmonitor.Watch(src, fsmonitor.DefaultLimits)
@@ -105,7 +105,7 @@ func withFSMonitor(spec *rspec.Spec, st *fsmonitorState) error {
 			}
 			n, at = c, i
 		}
-		if strings.HasPrefix(e, "GIT_CONFIG_KEY_") && strings.HasSuffix(strings.SplitN(e, "=", 2)[1], "fsmonitor") {
+		if k, v, _ := strings.Cut(e, "="); strings.HasPrefix(k, "GIT_CONFIG_KEY_") && strings.EqualFold(v, "core.fsmonitor") {
 			return fmt.Errorf("fsmonitor: the compiled env already sets %s", e)
 		}
 	}

@@ -329,7 +329,7 @@ func TestGitStatusWithHook(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	mustWrite(t, hook, HookFor(sock))
+	mustWrite(t, hook, HookFor(sock, ws))
 	os.Chmod(hook, 0o755)
 	mon := []string{"GIT_CONFIG_COUNT=3", "GIT_CONFIG_KEY_0=core.fsmonitor", "GIT_CONFIG_VALUE_0=" + hook,
 		"GIT_CONFIG_KEY_1=core.untrackedCache", "GIT_CONFIG_VALUE_1=true", "GIT_CONFIG_KEY_2=core.checkStat", "GIT_CONFIG_VALUE_2=minimal"}
@@ -371,6 +371,23 @@ func TestGitStatusWithHook(t *testing.T) {
 	for _, st := range steps {
 		st.do()
 		check(st.name)
+	}
+	// A repository of its own beneath the workspace (the agent's clone):
+	// the hook, which the environment gives every git in the sandbox,
+	// must not answer it with the workspace's names.
+	nested := ws + "/vendor/lib"
+	mustWrite(t, nested+"/a.go", "a")
+	git(nil, "-C", nested, "init", "-q")
+	git(nil, "-C", nested, "add", "-A")
+	git(nil, "-C", nested, "commit", "-qm", "n")
+	nestedStatus := func() (string, string) {
+		return git(mon, "-C", nested, "status", "--porcelain"), git(plain, "-C", nested, "--no-optional-locks", "status", "--porcelain")
+	}
+	nestedStatus()
+	nestedStatus()
+	mustWrite(t, nested+"/a.go", "changed")
+	if got, want := nestedStatus(); got != want {
+		t.Fatalf("a nested repository: with the monitor %q, without %q", got, want)
 	}
 	if got := w.Stats(); got.Lists <= lists || got.Everything == 0 {
 		t.Errorf("the monitor answered with lists %d (before the steps %d) and everything %d times: it was not used", got.Lists, lists, got.Everything)
