@@ -159,6 +159,15 @@ func fsmonitorSteps(t *testing.T, sbx *toolsSide, r *toolsRepo) {
 	}
 	same("the flood removed")
 
+	// A repository of the agent's own beneath the workspace: the hook,
+	// which every git in the sandbox runs, must not answer it with the
+	// workspace's names (it falls back to a full scan there).
+	sbx.run(t, "mkdir nested && cd nested && git init -q && echo a >a.txt && git add a.txt && git -c user.name=a -c user.email=a@example.test commit -qm n && git status --porcelain && git status --porcelain")
+	write(t, filepath.Join(r.ws, "nested", "a.txt"), "changed on the host\n")
+	if got := sbx.output(t, "cd nested && git status --porcelain"); got != " M a.txt\n" {
+		t.Errorf("a nested repository's status after a host edit: %q, want \" M a.txt\"", got)
+	}
+
 	res := sbx.finish()
 	if st := res.FSMonitor; st == nil || st.Lists == 0 || st.Everything == 0 || st.Degraded {
 		t.Errorf("the monitor's counters: %+v, want lists and everything answered, not degraded", st)
