@@ -17,8 +17,10 @@
 # Knobs (environment): FILES (tracked files in the generated tree, default
 # 20000; 2000 for a quick run), ROUNDS (default 5), GITCONFIG ("key=value
 # ..." Git settings for the sandbox's git only: an A/B against a run
-# without), ONLY (a regular expression of the commands to run), GO
-# (default go).
+# without), ONLY (a regular expression of the commands to run), FSMONITOR
+# (0 leaves out the third side, a sandbox whose git the launcher's
+# workspace monitor answers: launcher.Options.FSMonitor), GO (default go).
+# With the third side, each sandbox's table and summary are printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 verdict() { awk -v v="$1" -v l="$2" 'BEGIN { print (v <= l ? "MET" : "MISSED") }'; }
@@ -35,7 +37,7 @@ fi
 echo "   files ${FILES:-20000}, rounds ${ROUNDS:-5}, sandbox git settings: ${GITCONFIG:-as the profile sets them}"
 
 "$go" test -c -o "$tmp/e2e.test" ./test/e2e
-if ! (cd ./test/e2e && TOOLS_BENCH_FILES=${FILES:-20000} TOOLS_BENCH_ROUNDS=${ROUNDS:-5} TOOLS_BENCH_GITCONFIG=${GITCONFIG:-} TOOLS_BENCH_ONLY=${ONLY:-} \
+if ! (cd ./test/e2e && TOOLS_BENCH_FILES=${FILES:-20000} TOOLS_BENCH_ROUNDS=${ROUNDS:-5} TOOLS_BENCH_GITCONFIG=${GITCONFIG:-} TOOLS_BENCH_ONLY=${ONLY:-} TOOLS_BENCH_FSMONITOR=${FSMONITOR:-1} \
   "$tmp/e2e.test" -test.run '^$' -test.bench '^BenchmarkTools$' -test.benchtime 1x -test.timeout 60m) >"$tmp/out.txt" 2>&1; then
   echo "   the benchmark failed; its output:" >&2
   tail -n 30 "$tmp/out.txt" >&2
@@ -44,10 +46,12 @@ fi
 grep -E '^tools: tree' "$tmp/out.txt" | sed 's/^/   /'
 echo
 sed -n '/^tools: medians/,/^tools: median over/p' "$tmp/out.txt"
-line=$(grep -E '^tools: median over' "$tmp/out.txt")
-med=$(sed -E 's/.*the commands: wall ([0-9.]+) x.*/\1/' <<<"$line")
-top=$(sed -E 's/.*highest wall ([0-9.]+) x.*/\1/' <<<"$line")
 echo
 echo "== summary (load average now: $(cut -d' ' -f1-3 /proc/loadavg))"
-echo "median sandbox/host over the commands: $med; target <= 1.5: $(verdict "$med" 1.5)"
-echo "highest command: $top; target <= 3: $(verdict "$top" 3)"
+grep -E '^tools: median over' "$tmp/out.txt" | while IFS= read -r line; do
+  side=$(sed -E 's/.*the commands \(([a-z]+)\).*/\1/' <<<"$line")
+  med=$(sed -E 's/.*: wall ([0-9.]+) x.*/\1/' <<<"$line")
+  top=$(sed -E 's/.*highest wall ([0-9.]+) x.*/\1/' <<<"$line")
+  echo "$side: median $side/host over the commands: $med; target <= 1.5: $(verdict "$med" 1.5)"
+  echo "$side: highest command: $top; target <= 3: $(verdict "$top" 3)"
+done

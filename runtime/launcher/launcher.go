@@ -111,6 +111,11 @@ type Options struct {
 	// Launch only returns when the sandbox has ended.
 	OnStart func()
 
+	// FSMonitor answers the sandbox's git from the host: which names in
+	// the workspace changed since it last asked (fsmonitor.go). Off
+	// unless set: it runs runsc with --host-uds=open.
+	FSMonitor bool
+
 	// OutputBefore is what the sandbox wrote (stdout and stderr) before
 	// this launch, for a wake (hibernate.go): outputBytes counts it all.
 	OutputBefore int64
@@ -139,6 +144,8 @@ type Result struct {
 	// Routes counts, per private route, requests forwarded to the daemon
 	// and requests refused by the proxy.
 	Routes map[string]RouteStats `json:"routes,omitempty"`
+	// FSMonitor is the workspace monitor's counters (Options.FSMonitor).
+	FSMonitor *FSMonitorStats `json:"fsmonitor,omitempty"`
 	// Teardown lists the teardown steps that failed, in the order they
 	// ran; every other step still ran. What a failed step left is
 	// garbage: the record, kept with these failures, lets ps show it and
@@ -410,6 +417,11 @@ func (l *launch) prepare() error {
 	}
 	if err := l.checkAuthFileStaged(); err != nil {
 		return err
+	}
+	if l.opts.FSMonitor {
+		if err := l.startFSMonitor(); err != nil {
+			return err
+		}
 	}
 	if l.opts.afterStaging != nil {
 		l.opts.afterStaging(l.run.dir)
@@ -770,12 +782,21 @@ func (r *runDir) remove() error {
 
 // runsc drives the pinned binary with fixed flags only.
 type runsc struct {
+	// hostUDS lets the sandbox connect to host Unix sockets beneath its
+	// binds (the fsmonitor's socket; fsmonitor.go).
+	hostUDS bool
 	path    string
 	root    string
 	network string
 }
 
-func (r *runsc) flags() []string { return launchplan.RunscFlags(r.root, r.network) }
+func (r *runsc) flags() []string {
+	f := launchplan.RunscFlags(r.root, r.network)
+	if r.hostUDS {
+		f = append(f, "--host-uds=open")
+	}
+	return f
+}
 
 func (r *runsc) command(id, bundleDir string) *exec.Cmd {
 	args := append(r.flags(), "run", "--bundle", bundleDir, id)

@@ -38,6 +38,9 @@ type runtimeState struct {
 	// binds are the bind sources staged in the run dir (binds.go); every
 	// bind with a host source must be one of them.
 	binds []stagedBind
+	// fsmonitor, when the launch serves one, adds its bind and Git
+	// setting (fsmonitor.go).
+	fsmonitor *fsmonitorState
 }
 
 // runSpec copies the parts of the plan's verified spec a launch changes
@@ -79,6 +82,11 @@ func (r *runDir) writeSpec(spec *rspec.Spec, st runtimeState) error {
 	}
 	if err := useStaged(spec, st.binds, r.dir); err != nil {
 		return err
+	}
+	if st.fsmonitor != nil {
+		if err := withFSMonitor(spec, st.fsmonitor); err != nil {
+			return err
+		}
 	}
 	found := false
 	for i, ns := range spec.Linux.Namespaces {

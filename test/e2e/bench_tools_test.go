@@ -45,6 +45,10 @@ package e2e
 //	                       server's environment): an A/B of settings the
 //	                       profile could ship
 //	TOOLS_BENCH_ONLY       a regular expression: only the commands it matches
+//	TOOLS_BENCH_FSMONITOR  "0" leaves out the third side (default on): a
+//	                       second sandbox, the same but for the launcher's
+//	                       workspace monitor (launcher.Options.FSMonitor)
+//	                       answering its git, on a third copy of the tree
 
 import (
 	"bufio"
@@ -59,6 +63,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -125,6 +130,9 @@ type toolsSide struct {
 	cpu func() time.Duration
 	// setup are the side's untimed commands: before every round, after it.
 	before, after string
+	// finish ends a sandbox's launch and returns its result (nil for the
+	// host).
+	finish func() launcher.Result
 }
 
 type toolsSample struct{ wall, cpu, appCPU time.Duration }
@@ -222,9 +230,14 @@ func BenchmarkTools(b *testing.B) {
 	}
 	fmt.Printf("tools: tree of %d tracked files, %.1f MB, commit %.12s, generated twice in %.1f s\n", sr.files, float64(sr.bytes)/1e6, sr.base, time.Since(t0).Seconds())
 
-	sbx := startToolsSandbox(b, im, sbxHost, sr)
+	sbx := startToolsSandbox(b, im, sbxHost, sr, "sandbox", false)
 	host := startToolsHost(b, im, filepath.Join(tmp, "chroot"), hr)
 	sides := []*toolsSide{host, sbx}
+	if os.Getenv("TOOLS_BENCH_FSMONITOR") != "0" {
+		fsmHost := filepath.Join(tmp, "fsmhost")
+		fr := genToolsRepo(b, fsmHost, files)
+		sides = append(sides, startToolsSandbox(b, im, fsmHost, fr, "fsmonitor", true))
+	}
 	// Untimed setup on both: the lists of files to read and to edit.
 	for _, s := range sides {
 		s.run(b, `git ls-files >/tmp/bench-all && k=$(( $(wc -l </tmp/bench-all) / 3000 )) && awk -v k=$(( k > 0 ? k : 1 )) 'NR % k == 0' /tmp/bench-all | head -n 3000 >/tmp/bench-cat-list && `+
@@ -237,10 +250,8 @@ func BenchmarkTools(b *testing.B) {
 	}
 	b.ResetTimer()
 	for r := range rounds {
-		order := sides
-		if r%2 == 1 {
-			order = []*toolsSide{sbx, host}
-		}
+		// Each side goes first in turn.
+		order := append(slices.Clone(sides[r%len(sides):]), sides[:r%len(sides)]...)
 		for _, s := range order {
 			s.run(b, s.before)
 			for i, c := range cmds {
@@ -252,18 +263,20 @@ func BenchmarkTools(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	toolsReport(cmds, samples, rounds)
+	for _, s := range sides[1:] {
+		toolsReport(cmds, samples, rounds, s.name)
+	}
 }
 
 // toolsReport prints, per command, the medians of each side, the ratio of
 // the medians and the median of the per-round ratios, for wall and CPU,
-// then the median of the commands' ratios.
-func toolsReport(cmds []toolsCommand, samples map[string][][]toolsSample, rounds int) {
-	fmt.Printf("\ntools: medians of %d rounds, seconds; ratio = sandbox/host of the medians (median of the per-round ratios)\n", rounds)
+// then the median of the commands' ratios: side against the host.
+func toolsReport(cmds []toolsCommand, samples map[string][][]toolsSample, rounds int, side string) {
+	fmt.Printf("\ntools: medians of %d rounds, seconds; ratio = %s/host of the medians (median of the per-round ratios)\n", rounds, side)
 	fmt.Printf("%-18s %9s %9s %16s %9s %9s %16s\n", "command", "host", "sandbox", "ratio", "host CPU", "sbx CPU", "CPU ratio")
 	var walls, cpus []float64
 	for i, c := range cmds {
-		h, s := samples["host"][i], samples["sandbox"][i]
+		h, s := samples["host"][i], samples[side][i]
 		get := func(v []toolsSample, f func(toolsSample) time.Duration) []float64 {
 			var out []float64
 			for _, x := range v {
@@ -283,7 +296,7 @@ func toolsReport(cmds []toolsCommand, samples map[string][][]toolsSample, rounds
 		walls, cpus = append(walls, rw), append(cpus, rc)
 		fmt.Printf("%-18s %9.3f %9.3f %7.1f (%6.1f) %9.3f %9.3f %7.1f (%6.1f)\n", c.name, hw, sw, rw, fmedian(pw), hc, sc, rc, fmedian(pc))
 	}
-	fmt.Printf("tools: median over the commands: wall %.1f x, CPU %.1f x; highest wall %.1f x\n", fmedian(walls), fmedian(cpus), slices.Max(walls))
+	fmt.Printf("tools: median over the commands (%s): wall %.1f x, CPU %.1f x; highest wall %.1f x\n", side, fmedian(walls), fmedian(cpus), slices.Max(walls))
 }
 
 func fmedian(v []float64) float64 {
@@ -325,8 +338,10 @@ func toolsStartScript(tb testing.TB) string {
 
 // startToolsSandbox compiles the pi-session profile for the scene at host
 // (whose workspace and repository r already holds) and launches its
-// server in one sandbox for the whole benchmark.
-func startToolsSandbox(tb testing.TB, im imageInfo, host string, r *toolsRepo) *toolsSide {
+// server in one sandbox for the whole benchmark; with fsmon, the launcher
+// answers the sandbox's git from its workspace monitor
+// (launcher.Options.FSMonitor).
+func startToolsSandbox(tb testing.TB, im imageInfo, host string, r *toolsRepo, name string, fsmon bool) *toolsSide {
 	tb.Helper()
 	erofs, err := json.Marshal(im.Erofs)
 	if err != nil {
@@ -357,7 +372,7 @@ func startToolsSandbox(tb testing.TB, im imageInfo, host string, r *toolsRepo) *
 	id := fmt.Sprintf("pp-tools-%d-%d", os.Getpid(), time.Now().UnixNano())
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	s := &toolsSide{name: "sandbox", in: inW, out: bufio.NewReader(outR), stderr: &lockedBuffer{},
+	s := &toolsSide{name: name, in: inW, out: bufio.NewReader(outR), stderr: &lockedBuffer{},
 		cpu:    func() time.Duration { return sandboxCPU(tb, id) },
 		before: `cp /run/paseo/git-seed/index "$PASEO_GIT_DIR/index"`,
 		after:  toolsUndo(r.base)}
@@ -368,10 +383,10 @@ func startToolsSandbox(tb testing.TB, im imageInfo, host string, r *toolsRepo) *
 	go func() {
 		defer close(done)
 		res, lerr = launcher.Launch(lctx, launcher.Options{BundleDir: sc.Bundle, StateRoot: sc.State, RunscPath: sc.Runsc, ID: id,
-			Secrets: secrets, Stdin: inR, Stdout: outW, Stderr: s.stderr})
+			Secrets: secrets, Stdin: inR, Stdout: outW, Stderr: s.stderr, FSMonitor: fsmon})
 		outW.Close()
 	}()
-	tb.Cleanup(func() {
+	s.finish = sync.OnceValue(func() launcher.Result {
 		inW.Close()
 		select {
 		case <-done:
@@ -383,7 +398,9 @@ func startToolsSandbox(tb testing.TB, im imageInfo, host string, r *toolsRepo) *
 		if lerr != nil || res.ExitCode != 0 {
 			tb.Errorf("the sandbox: %v, exit %d (%s); stderr: %s", lerr, res.ExitCode, res.Reason, s.stderr)
 		}
+		return res
 	})
+	tb.Cleanup(func() { s.finish() })
 	s.waitReady(tb)
 	return s
 }

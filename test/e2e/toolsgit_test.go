@@ -4,8 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"paseo.dev/paseo-policy/runtime/launcher/fsmonitor"
 )
 
 // Pi's tools: the sandbox's git, with the settings the pi-session profile ships
@@ -19,14 +22,29 @@ import (
 // untracked cache) before each host change. That the sandbox sees the
 // host's files at all, and that a caching file mode would not, is the
 // launcher's TestWorkspaceCoherence and its control.
-func TestPiToolsGitSeesHostEdits(t *testing.T) {
+func TestPiToolsGitSeesHostEdits(t *testing.T) { piToolsGitSeesHostEdits(t, false) }
+
+// The same with the workspace monitor (launcher.Options.FSMonitor): the
+// sandbox's git asks the host which names changed, and every status must
+// still say what a full scan says.
+func TestPiToolsGitWithFSMonitor(t *testing.T) { piToolsGitSeesHostEdits(t, true) }
+
+func piToolsGitSeesHostEdits(t *testing.T, fsmon bool) (*toolsSide, *toolsRepo) {
 	im := image(t)
 	host := filepath.Join(t.TempDir(), "host")
 	r := genToolsRepo(t, host, 60)
-	sbx := startToolsSandbox(t, im, host, r)
+	sbx := startToolsSandbox(t, im, host, r, "sandbox", fsmon)
 	status := func(what string, want ...string) {
 		t.Helper()
-		got := strings.Split(strings.TrimSuffix(sbx.output(t, "git status --porcelain"), "\n"), "\n")
+		out := sbx.output(t, "git status --porcelain")
+		if fsmon {
+			// A full scan, which writes no index: what the monitor's
+			// answer must agree with.
+			if full := sbx.output(t, "git -c core.fsmonitor=false --no-optional-locks status --porcelain"); full != out {
+				t.Errorf("%s: with the monitor git status gave %q, a full scan %q", what, out, full)
+			}
+		}
+		got := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 		if len(got) == 1 && got[0] == "" {
 			got = nil
 		}
@@ -37,6 +55,7 @@ func TestPiToolsGitSeesHostEdits(t *testing.T) {
 		}
 	}
 	status("the worktree as host git left it")
+	status("again, with the token the first status stored")
 	files := strings.Fields(sbx.output(t, "git ls-files -- src"))
 	if len(files) < 4 {
 		t.Fatalf("want 4 tracked files under src, got %q", files)
@@ -75,4 +94,88 @@ func TestPiToolsGitSeesHostEdits(t *testing.T) {
 			t.Errorf("host git status lacks %q:\n%s", want, out)
 		}
 	}
+	status("after the agent's changes", " M "+edit, " D "+gone, " D "+moved, "?? "+moved+".moved", "?? "+filepath.Dir(edit)+"/host-new.txt",
+		" M "+files[3], "?? agent.txt")
+	if fsmon {
+		fsmonitorSteps(t, sbx, r)
+	}
+	return sbx, r
 }
+
+// fsmonitorSteps are the monitor's own cases, after the shared ones: the
+// hook answers lists (the monitor is what git used), a link the agent
+// plants out of the workspace is a name and never a place, and a flood
+// past the reply's limit still gives git the right answer (everything
+// changed: a full scan).
+func fsmonitorSteps(t *testing.T, sbx *toolsSide, r *toolsRepo) {
+	t.Helper()
+	full := func() string {
+		return sbx.output(t, "git -c core.fsmonitor=false --no-optional-locks status --porcelain")
+	}
+	same := func(what string) {
+		t.Helper()
+		if got, want := sbx.output(t, "git status --porcelain"), full(); got != want {
+			t.Errorf("%s: with the monitor git status gave %q, a full scan %q", what, got, want)
+		}
+	}
+	// The hook, asked directly with the token the last status stored.
+	ask := func() []string {
+		t.Helper()
+		out := sbx.output(t, `tok=$(`+fsmonitorTokenCmd+`) && `+fsmonitor.HookPath+` 2 "$tok" | tr '\0' '\n'`)
+		return strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	}
+	same("settled")
+	ans := ask()
+	if len(ans) == 0 || !strings.HasPrefix(ans[0], "pp1:") || slices.Contains(ans[1:], "/") {
+		t.Fatalf("the hook's answer to the stored token: %q, want a token and a list", ans)
+	}
+
+	// A link planted by the agent, pointing at a host directory outside
+	// the workspace: the host then writes there. The watcher names the
+	// link and nothing behind it.
+	outside := filepath.Join(filepath.Dir(r.ws), "outside")
+	write(t, filepath.Join(outside, "secret"), "s\n")
+	sbx.run(t, "ln -s "+outside+" planted")
+	same("a planted link")
+	write(t, filepath.Join(outside, "secret"), "changed\n")
+	write(t, filepath.Join(outside, "new"), "n\n")
+	for _, n := range ask()[1:] {
+		if strings.HasPrefix(n, "planted/") || n == "secret" || n == "new" {
+			t.Errorf("the watcher reported %q, behind the planted link", n)
+		}
+	}
+
+	// A flood past the reply's limit (fsmonitor.DefaultLimits.Paths).
+	flood := filepath.Join(r.ws, "flood")
+	for i := range fsmonitor.DefaultLimits.Paths + 500 {
+		write(t, filepath.Join(flood, strconv.Itoa(i%50), strconv.Itoa(i)), "f")
+	}
+	if ans := ask(); !slices.Equal(ans[1:], []string{"/"}) {
+		t.Errorf("after a flood past the limit the hook answered %d names, want everything", len(ans)-1)
+	}
+	same("after a flood past the limit")
+	if err := os.RemoveAll(flood); err != nil {
+		t.Fatal(err)
+	}
+	same("the flood removed")
+
+	// A repository of the agent's own beneath the workspace: the hook,
+	// which every git in the sandbox runs, must not answer it with the
+	// workspace's names (it falls back to a full scan there).
+	sbx.run(t, "mkdir nested && cd nested && git init -q && echo a >a.txt && git add a.txt && git -c user.name=a -c user.email=a@example.test commit -qm n && git status --porcelain && git status --porcelain")
+	write(t, filepath.Join(r.ws, "nested", "a.txt"), "changed on the host\n")
+	if got := sbx.output(t, "cd nested && git status --porcelain"); got != " M a.txt\n" {
+		t.Errorf("a nested repository's status after a host edit: %q, want \" M a.txt\"", got)
+	}
+
+	res := sbx.finish()
+	if st := res.FSMonitor; st == nil || st.Lists == 0 || st.Everything == 0 || st.Degraded {
+		t.Errorf("the monitor's counters: %+v, want lists and everything answered, not degraded", st)
+	} else {
+		t.Logf("the monitor: %+v", *st)
+	}
+}
+
+// fsmonitorTokenCmd prints the token the index stores (test-tool is not in
+// the image: the FSMN extension read with od).
+const fsmonitorTokenCmd = `git rev-parse --git-path index | xargs cat | tr '\0' '\n' | grep -a -o 'pp1:[0-9a-f]*:[0-9]*' | tail -n 1`
