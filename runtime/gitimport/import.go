@@ -85,6 +85,11 @@ type Result struct {
 	Ignored diag.List `json:"ignored,omitempty"`
 	Loose   int       `json:"loose"` // loose objects copied and verified
 	Packs   int       `json:"packs"` // packs indexed
+	// Branch is the branch's value in the repository when the import
+	// ended with the repository and the store agreeing on it (moved to
+	// the store's value, or already there); empty otherwise. A caller
+	// keeps it as the next Base.
+	Branch string `json:"branch,omitempty"`
 }
 
 var agentID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
@@ -183,6 +188,11 @@ func Import(ctx context.Context, o Options) (Result, error) {
 		return Result{}, refusef(diag.GitImportMoved, "repo", "a granted ref moved while the import ran; no ref was written: %v", err)
 	}
 	res.Updated = updates
+	for _, u := range updates {
+		if u.Ref == o.Branch {
+			res.Branch = u.New
+		}
+	}
 	return res, nil
 }
 
@@ -245,6 +255,9 @@ func (o Options) plan(refs map[string]storeRef, shared map[string]string) (Resul
 		}
 		cur := shared[target]
 		if cur == r.id {
+			if target == o.Branch {
+				res.Branch = cur
+			}
 			continue // already there
 		}
 		if target == o.Branch && cur != o.Base {

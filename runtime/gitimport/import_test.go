@@ -197,6 +197,15 @@ func TestImportAgentCommits(t *testing.T) {
 	if fmt.Sprint(res.Updated) != fmt.Sprint(want) {
 		t.Errorf("updated %v, want %v", res.Updated, want)
 	}
+	if res.Branch != feature {
+		t.Errorf("the branch's new value (the next base) %q, want %s", res.Branch, feature)
+	}
+	if got, err := RefValue(context.Background(), l.repo, "refs/heads/feature", ""); err != nil || got != feature {
+		t.Errorf("RefValue: %q %v", got, err)
+	}
+	if got, err := RefValue(context.Background(), l.repo, "refs/heads/feat", ""); err != nil || got != "" {
+		t.Errorf("RefValue of a prefix: %q %v", got, err)
+	}
 	if len(res.Ignored) != 1 || !strings.Contains(res.Ignored[0].Path, "refs/heads/main") || res.Ignored[0].Code != diag.GitImportRef {
 		t.Errorf("ignored: %v, want main listed", res.Ignored)
 	}
@@ -215,8 +224,8 @@ func TestImportAgentCommits(t *testing.T) {
 	o := l.options()
 	o.Base = feature
 	res, err = Import(context.Background(), o)
-	if err != nil || len(res.Updated) != 0 {
-		t.Errorf("second import: %v %v", res.Updated, err)
+	if err != nil || len(res.Updated) != 0 || res.Branch != feature {
+		t.Errorf("second import: %v %q %v", res.Updated, res.Branch, err)
 	}
 }
 

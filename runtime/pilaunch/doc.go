@@ -39,4 +39,9 @@ const (
 	// CodeGit: the cwd's `.git` file, or what it names, cannot be read as
 	// Git writes it (a link, not a regular file, too long, malformed).
 	CodeGit diag.Code = "PP-PI-GIT"
+	// CodeGitImport: the turn-end import could not run where the agent
+	// has no say (the worktree's branch unreadable, a detached HEAD, git
+	// failing); the import's own refusals keep their PP-GIT-IMPORT-*
+	// codes. Neither ends the session nor writes a ref.
+	CodeGitImport diag.Code = "PP-PI-GIT-IMPORT"
 )
