@@ -35,10 +35,17 @@ var safeArgs = []string{
 // the caller's environment (GIT_DIR, GIT_OBJECT_DIRECTORY,
 // GIT_ALTERNATE_OBJECT_DIRECTORIES would redirect it), no system config.
 type gitRunner struct {
-	env []string
+	env  []string
+	cred *Cred
 }
 
-func newGitRunner(home string) gitRunner {
+// Cred is the user every git of an import runs as, when the caller is
+// root (the supervisor): the deployment's daemon, who owns the
+// repository, so nothing in it is written as root and git's ownership
+// check (safe.directory) holds as for the daemon itself.
+type Cred struct{ UID, GID uint32 }
+
+func newGitRunner(home string, cred *Cred) gitRunner {
 	env := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"GIT_CONFIG_NOSYSTEM=1",
@@ -52,7 +59,7 @@ func newGitRunner(home string) gitRunner {
 	} else {
 		env = append(env, "HOME=/nonexistent")
 	}
-	return gitRunner{env: env}
+	return gitRunner{env: env, cred: cred}
 }
 
 // gitError is git exiting non-zero (or not starting).
@@ -86,6 +93,9 @@ func (r gitRunner) run(ctx context.Context, gitDir string, stdin io.Reader, args
 	cmd.Env = r.env
 	cmd.Dir = "/"
 	cmd.Stdin = stdin
+	if r.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: r.cred.UID, Gid: r.cred.GID, Groups: []uint32{}}}
+	}
 	var stdout, stderr limited
 	stdout.max, stderr.max = maxOutput, maxStderr
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -19,13 +19,14 @@ import (
 // agent runs: the agent cannot write the repository, so what it reads
 // here is the host's. branch is "" for a detached HEAD; value is "" for a
 // branch that does not exist yet.
-func Head(ctx context.Context, gitDir, repo, home string) (branch, value string, err error) {
+// cred, when set, is the user git runs as (Options.Cred).
+func Head(ctx context.Context, gitDir, repo, home string, cred *Cred) (branch, value string, err error) {
 	for _, p := range []string{gitDir, repo} {
 		if code, _ := pathform.Check(p); code != "" || !filepath.IsAbs(p) {
 			return "", "", fmt.Errorf("%q must be an absolute, clean path", p)
 		}
 	}
-	git := newGitRunner(home)
+	git := newGitRunner(home, cred)
 	out, err := git.run(ctx, gitDir, nil, "symbolic-ref", "--quiet", "HEAD")
 	if err != nil {
 		var ee *exec.ExitError
@@ -38,14 +39,14 @@ func Head(ctx context.Context, gitDir, repo, home string) (branch, value string,
 	if !strings.HasPrefix(branch, "refs/heads/") || !validRef(branch) {
 		return "", "", fmt.Errorf("HEAD names %q, not a branch the import accepts", branch)
 	}
-	value, err = RefValue(ctx, repo, branch, home)
+	value, err = RefValue(ctx, repo, branch, home, cred)
 	return branch, value, err
 }
 
 // RefValue is ref's value in the repository ("" when it does not exist),
 // read as the import reads the repository's refs.
-func RefValue(ctx context.Context, repo, ref, home string) (string, error) {
-	git := newGitRunner(home)
+func RefValue(ctx context.Context, repo, ref, home string, cred *Cred) (string, error) {
+	git := newGitRunner(home, cred)
 	out, err := git.run(ctx, repo, nil, "for-each-ref", "--format=%(objectname) %(refname)", "--end-of-options", ref)
 	if err != nil {
 		return "", err

@@ -52,7 +52,10 @@ type Options struct {
 	// WorkDir holds the quarantine while the import runs (default: the
 	// system's temporary directory).
 	WorkDir string
-	Limits  Limits
+	// Cred, when set, is the user every git runs as (the caller is root);
+	// the quarantine is made that user's.
+	Cred   *Cred
+	Limits Limits
 }
 
 // Limits bound what the import reads of the store.
@@ -105,7 +108,7 @@ func Import(ctx context.Context, o Options) (Result, error) {
 	if err := o.check(); err != nil {
 		return Result{}, err
 	}
-	git := newGitRunner(o.Home)
+	git := newGitRunner(o.Home, o.Cred)
 	format, err := git.run(ctx, o.Repo, nil, "rev-parse", "--show-object-format")
 	if err != nil {
 		return Result{}, refusef(diag.GitImportRepo, "repo", "%q is not a Git dir git can use: %v", o.Repo, err)
@@ -149,6 +152,11 @@ func Import(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 	defer os.RemoveAll(q)
+	if o.Cred != nil {
+		if err := os.Chown(q, int(o.Cred.UID), int(o.Cred.GID)); err != nil {
+			return Result{}, err
+		}
+	}
 	if err := quarantine(ctx, git, q, o.Repo, format, store, objs, hexLen, o.Limits); err != nil {
 		return Result{}, err
 	}

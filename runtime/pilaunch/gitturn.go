@@ -67,7 +67,7 @@ func (b *Bridge) prepareGit(ln *Launch) *gitTurns {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), gitTimeout)
 	defer cancel()
-	branch, value, err := gitimport.Head(ctx, p.GitDir, p.Repo, "")
+	branch, value, err := gitimport.Head(ctx, p.GitDir, p.Repo, "", nil)
 	switch {
 	case err != nil:
 		say("cannot read the worktree's branch: %v", err)
