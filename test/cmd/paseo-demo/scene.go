@@ -123,7 +123,7 @@ func (s *scene) daemonState(modelURL, marker string) error {
 			return err
 		}
 	}
-	return nil
+	return s.seedRepo()
 }
 
 func chownTree(root string, uid, gid int) error {
