@@ -26,6 +26,9 @@ func TestPiDemo(t *testing.T) {
 	demo := testbundle.BuildStatic(t, "./test/cmd/paseo-demo")
 	dir := t.TempDir()
 	out, work := filepath.Join(dir, "demo.json"), filepath.Join(dir, "work")
+	// The daemon user's host git reaches the demo's repository, as it
+	// does beneath the checkout's .demo.
+	searchable(t, work)
 	cmd := exec.Command(demo, "--repo", testbundle.Repo(t, ""), "--runsc", runsc,
 		"--image", testbundle.Repo(t, ".image"), "--work", work, "--out", out)
 	if b, err := cmd.CombinedOutput(); err != nil {

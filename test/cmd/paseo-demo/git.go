@@ -56,7 +56,7 @@ func (s *scene) seedRepo() error {
 	gd := "--git-dir=" + s.repo()
 	tree, err := hostGit(ctx, "", gd, "mktree")
 	if err != nil {
-		return err
+		return fmt.Errorf("%v (the daemon user, uid %d, must reach the work dir: every directory above it searchable)", err, daemonUID)
 	}
 	env := append(strings.Fields(gitIdentity), gd, "commit-tree", tree, "-m", "the repository before the agent")
 	id, err := hostGit(ctx, "", env...)
