@@ -10,7 +10,8 @@
 // cursor persist in the operator's bridge dir (store.go), so a command
 // respawned for the same session after the daemon died reattaches to the
 // live sandbox. It never compiles or launches anything itself, and never
-// runs a Pi on the host.
+// runs a Pi on the host; the one thing it runs on the host is the Git
+// import's hardened git at turn ends (gitturn.go, runtime/gitimport).
 package pilaunch
 
 import "paseo.dev/paseo-policy/diag"
