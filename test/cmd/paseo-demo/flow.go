@@ -143,7 +143,7 @@ func runDemo(ctx context.Context, t *demoT, o options, rep *report) {
 	// The branch's value before the agent runs: the import's base.
 	var base string
 	rep.step("git base", func() {
-		branch, value, err := gitimport.Head(ctx, sc.gitdir(), sc.repo(), "", &gitimport.Cred{UID: daemonUID, GID: daemonUID})
+		branch, value, err := gitimport.Head(ctx, sc.gitdir(), sc.repo(), "", sc.cred())
 		t.check(err, "the worktree's branch")
 		if branch != demoBranch || value == "" {
 			t.fail("the worktree's branch is %q at %q, want %s", branch, value, demoBranch)

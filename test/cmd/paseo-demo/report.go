@@ -225,7 +225,11 @@ func (r *report) print(w io.Writer) {
 	section("the file on the host (removed with the demo's tree at the end)")
 	fmt.Fprintf(w, "  %s (owner %s):\n    %s", r.Workspace.Path, r.Workspace.Owner, r.Workspace.Content)
 	if g := r.Git; g != nil {
-		section("the agent's commit, imported onto " + demoBranch + " (runtime/gitimport, as the daemon user)")
+		who := "as the daemon user"
+		if g.AsRoot {
+			who = "as root: the daemon user cannot reach this checkout"
+		}
+		section("the agent's commit, imported onto " + demoBranch + " (runtime/gitimport, " + who + ")")
 		for _, u := range g.Updated {
 			fmt.Fprintf(w, "  imported %s %s -> %s\n", u.Ref, short(u.Old, 12), short(u.New, 12))
 		}
