@@ -85,6 +85,9 @@ test("a tool call: the real Pi's write runs in the sandbox and lands in the host
   const { entries, leafId } = await session.getEntries();
   assert.ok(entries.length >= 4, `${entries.length} entries`);
   assert.equal(leafId, entries.at(-1)?.id);
+  // The supervisor's gitImport over the wire: this world's client is root, and the import runs
+  // only as a daemon's uid, so the answer is a typed state error, never an import as root.
+  await assert.rejects(session.importGit(), (e: unknown) => e instanceof SupervisorError && e.code === "state" && /root/.test(e.message));
   await session.delete();
 });
 
