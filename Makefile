@@ -10,7 +10,7 @@ BIN := bin
 # instead, so `make test` (root, as CI runs it) has run every test.
 export PASEO_NO_SKIP := 1
 
-.PHONY: all build cross runsc demo test test-pi-contract deps deps-demo script-tests vet race unit fuzz acceptance e2e-pi e2e-continuity e2e-ts bench bench-launch bench-pi golden clean image bench-bridge shim containerd kubernetes
+.PHONY: all build cross runsc demo test test-pi-contract deps deps-demo script-tests vet race unit unit-unprivileged fuzz acceptance e2e-pi e2e-continuity e2e-ts e2e-paseo bench bench-launch bench-pi bench-tools golden clean image bench-bridge shim containerd kubernetes
 
 all: build
 
@@ -55,7 +55,7 @@ demo: deps-demo build $(DEMO_NEEDS)
 	$(GO) build -o $(BIN)/paseo-demo ./test/cmd/paseo-demo
 	PASEO_POLICY=$(BIN)/paseo-policy PASEO_DEMO=$(BIN)/paseo-demo RUNSC=$(BIN)/runsc ./scripts/demo.sh
 
-test: deps script-tests runsc image vet cross fuzz unit acceptance test-pi-contract e2e-pi e2e-continuity e2e-ts kubernetes
+test: deps script-tests runsc image vet cross fuzz unit unit-unprivileged acceptance test-pi-contract e2e-pi e2e-continuity e2e-ts e2e-paseo kubernetes
 
 # The Debian packages the tests and the runsc and image builds exec (file, a
 # static busybox, git, debootstrap, erofs-utils, npm, qemu-user-static...):
@@ -87,6 +87,12 @@ RACE := -race
 # supervisor's continuity tests, which have their own targets (also -race).
 unit:
 	$(GO) test $(RACE) -count=1 $$($(GO) list ./... | grep -v -e '/acceptance$$' -e '/e2e$$' -e '/supervisor$$' -e '/picontract$$')
+
+# Every package's tests once more as nobody, as a developer without root
+# runs `go test ./...`: a root-only test must skip there (through
+# internal/testkit/skip), never fail. Root (it drops to nobody per binary).
+unit-unprivileged:
+	scripts/unit-unprivileged.sh
 
 # Every package with goroutines under the race detector: unit, then the
 # supervisor (e2e-continuity and acceptance run -race as well).
@@ -126,11 +132,24 @@ e2e-continuity: runsc image
 	$(GO) test $(RACE) -count=1 -v ./runtime/supervisor
 	$(GO) test $(RACE) -count=1 -v -run '^TestPi($(E2E_CONTINUITY))$$' ./test/e2e
 
-# The TypeScript client (clients/typescript): its `npm test` (node's test runner, tsc from
-# the package's lock) against the real `paseo-policy supervise` and the real Pi in gVisor,
-# in the world test/e2e TestTypeScriptClient builds: a turn, dropped connections and a
-# supervisor SIGKILL mid-turn, a replay from a persisted cursor, hibernate and wake, a
-# refused facts set's diagnostics as data. Fails if any test skipped. Root.
+# Paseo as it ships, with `paseo-policy pi` as its Pi command (docs/paseo.md):
+# test/paseoharness launches the command as Paseo's PiCliRuntime does, as the
+# daemon user with other providers' keys in its environment, against the real
+# Pi in gVisor: a probe, a turn with tool calls, a refused launch, a SIGKILL
+# of the daemon's process tree mid-turn and the respawn that gets the rest,
+# a deliberate close; the same harness against the image's Pi run on the
+# host is the control; and a turn and a refusal from inside the official
+# container's topology. Root.
+e2e-paseo: runsc image
+	$(GO) test $(RACE) -count=1 -v -run '^TestPaseo' ./test/e2e
+
+# The TypeScript client (clients/typescript): `npm run test:unit` (node's test runner, tsc
+# from the package's lock; scripted Pi streams and a scripted supervisor: untrusted frames,
+# line bounds, UTF-8, timeouts) and `npm run test:e2e` against the real `paseo-policy
+# supervise` and the real Pi in gVisor, in the world test/e2e TestTypeScriptClient builds:
+# a turn with a tool call, dropped connections and a supervisor SIGKILL mid-turn, a replay
+# from a persisted cursor, hibernate and wake, steer and interrupt, a refused facts set's
+# diagnostics as data. Fails if either run passes nothing or anything skipped. Root.
 e2e-ts: runsc image
 	$(GO) test $(RACE) -count=1 -v -run '^TestTypeScriptClient$$' ./test/e2e
 
@@ -171,6 +190,7 @@ fuzz:
 	$(GO) test -run=^$$ -fuzz=^FuzzGitlinks$$ -fuzztime=$(FUZZ_FAST) ./policy/compiler/gitindex
 	$(GO) test -run=^$$ -fuzz=^FuzzHost$$ -fuzztime=$(FUZZ_FAST) ./internal/netdest
 	$(GO) test -run=^$$ -fuzz=^FuzzIndentCompact$$ -fuzztime=$(FUZZ_FAST) ./policy/bundle
+	$(GO) test -run=^$$ -fuzz=^FuzzBodyPolicy$$ -fuzztime=$(FUZZ_FAST) ./runtime/launcher/routeproxy
 	$(GO) test -run=^$$ -fuzz=^FuzzRouteAgainstStandIn$$ -fuzztime=$(FUZZ_STANDIN) ./runtime/launcher/routeproxy
 
 bench: build
@@ -208,3 +228,9 @@ bench-bridge:
 # scripts/bench-pi.sh and docs/benchmarks.md).
 bench-pi: runsc image
 	./scripts/bench-pi.sh
+
+# An agent's tools (git, rg, find, fd, cat, writes, node) on a generated
+# 20,000-file repository in one sandbox against the same commands on the
+# host, in one run (root; see scripts/bench-tools.sh and docs/benchmarks.md).
+bench-tools: runsc image
+	./scripts/bench-tools.sh

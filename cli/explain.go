@@ -135,7 +135,8 @@ func detail(g grant.Grant) string {
 		if g.Purpose == "model" {
 			// The requests and the header the key goes in are authority.
 			return "gateway:" + strconv.Itoa(g.Port) + " " + g.Path + " -> " + g.Upstream + " api " + g.API +
-				" key " + g.TokenRef + " in " + g.Credential + " requests [" + strings.Join(g.Requests, ", ") + "]"
+				" key " + g.TokenRef + " in " + g.Credential + " requests [" + strings.Join(g.Requests, ", ") + "]" +
+				" model " + g.Model + headersNote(g.Headers)
 		}
 		d := "gateway:" + strconv.Itoa(g.Port) + " " + g.Method + " " + g.Path + " -> " + g.Upstream
 		if g.Purpose == "mcp" {
@@ -173,4 +174,12 @@ func loadManifest(dir string) (*bundle.Manifest, error) {
 		return nil, exitWith(ExitRefused, err)
 	}
 	return m, nil
+}
+
+// headersNote lists a model route's feature headers, when it has any.
+func headersNote(h []string) string {
+	if len(h) == 0 {
+		return ""
+	}
+	return " headers [" + strings.Join(h, ", ") + "]"
 }

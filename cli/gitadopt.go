@@ -22,10 +22,10 @@ func newGit(g *globals) *cobra.Command {
 		Short: "Host-side Git steps for an agent's worktree (run as the daemon user)",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			return usageError{fmt.Errorf("git needs a subcommand: adopt")}
+			return usageError{fmt.Errorf("git needs a subcommand: adopt or import")}
 		},
 	}
-	cmd.AddCommand(newGitAdopt(g))
+	cmd.AddCommand(newGitAdopt(g), newGitImport(g))
 	return cmd
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/policy/compiler"
 )
 
 // Exit codes. Stable: scripts and the supervisor rely on them.
@@ -87,6 +88,11 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
+	// Paseo's provider diagnostic runs the Pi command's binary alone with
+	// --version (diagnostic-utils.ts resolveBinaryVersion): with
+	// `paseo-policy pi` as the Pi command that is `paseo-policy --version`.
+	root.Version = compiler.Version
+	root.SetVersionTemplate("paseo-policy {{.Version}} (contract paseo.dev/policy/v1alpha1)\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "output format: text or json")
@@ -97,7 +103,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		return nil
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newCompile(g), newExplain(g), newRender(g), newDiff(g), newValidate(g), newCheckRegistry(g), newProfiles(g), newVersion(g), newLaunch(g), newDoctor(g), newPS(g), newKill(g), newGC(g), newSupervise(g), newGit(g))
+	root.AddCommand(newCompile(g), newExplain(g), newRender(g), newDiff(g), newValidate(g), newCheckRegistry(g), newProfiles(g), newVersion(g), newLaunch(g), newDoctor(g), newPS(g), newKill(g), newGC(g), newSupervise(g), newGit(g), newPi(g))
 	return root
 }
 

@@ -42,6 +42,7 @@ const (
 	GitNotRepo   Code = "PP-GIT-NOT-GITDIR" // a Git fact names a directory that does not look like a Git dir (HEAD, objects/, refs/) or an object store (pack/)
 	GitIndex     Code = "PP-GIT-INDEX"      // the worktree's index cannot be read whole (too large, damaged, a split index), so its submodules cannot be pinned
 	GitSubmodule Code = "PP-GIT-SUBMODULE"  // the index lists a submodule (gitlink) whose path the worktree lacks
+	GitStore     Code = "PP-GIT-STORE"      // Git writes are granted without a private store (state.gitStore), or the store is not this agent's own directory apart from the workspace and the repository
 
 	// Host git adopting an agent's commit into the host index (paseo-policy git adopt).
 	GitAdoptRepo     Code = "PP-GIT-ADOPT-REPO"     // the directory is not a worktree's top level, its .git leads to another gitdir than expected, or the repository is a partial clone (a missing object would be fetched)
@@ -49,6 +50,13 @@ const (
 	GitAdoptUnmerged Code = "PP-GIT-ADOPT-UNMERGED" // the index has unmerged entries (a merge, rebase or cherry-pick in progress): a person resolves it
 	GitAdoptGitlinks Code = "PP-GIT-ADOPT-GITLINKS" // HEAD's tree adds, removes or changes a gitlink (mode 160000) the index has; each differing path is named
 	GitAdoptTree     Code = "PP-GIT-ADOPT-TREE"     // HEAD's tree cannot be adopted as it is: unreadable, paths out of order or twice, over the entry bound, or read-tree made another index than the tree checked (the old index is put back)
+
+	// Host git importing an agent's Git store into the shared repository (paseo-policy git import).
+	GitImportRepo   Code = "PP-GIT-IMPORT-REPO"   // the request is malformed (paths, agent id, branch, base) or the shared repository cannot be used as given
+	GitImportStore  Code = "PP-GIT-IMPORT-STORE"  // the store holds what the import does not read: a symlink, a device, a file over its bound, too many files, a name of the wrong shape
+	GitImportRef    Code = "PP-GIT-IMPORT-REF"    // a ref the store offers is malformed (a granted one: refused) or outside the grant (never written; listed)
+	GitImportObject Code = "PP-GIT-IMPORT-OBJECT" // an object is not what its name says (a loose object whose content hashes elsewhere), a pack git cannot index, a granted ref naming a missing object, or fsck refused what the repository received
+	GitImportMoved  Code = "PP-GIT-IMPORT-MOVED"  // the repository's branch is not at the value the import was given (moved since launch or the last import); nothing is written
 
 	// Credentials.
 	CredentialShape   Code = "PP-CRED-SHAPE"            // fields that do not fit the credential mode

@@ -12,6 +12,10 @@
 #        bin/paseo-policy compile --facts testdata/base/facts.json ...
 #        bin/cue export -d '#Facts' policy/schema/*.cue testdata/base/facts.json
 #      reduced to medians and printed as a ratio (target: CLI <= 50 ms).
+#   3. go test -bench over ./runtime/gitimport/ (bench_test.go), -benchtime 3x,
+#      -count GITCOUNT (default 3): git import of an agent's 1,000 commits
+#      (11,000 objects, one pack) against git fetch of the same commits
+#      between two local repositories, as medians and their ratio.
 #
 # The cue command is the pinned one from tools/cue (same cuelang.org/go
 # version the compiler links); it is built into bin/cue when missing or
@@ -137,6 +141,16 @@ echo "   cue ms:   $(tr '\n' ' ' < "$tmp/cue.ms")"
 echo "   paseo-policy version (start-up floor) ms: $(tr '\n' ' ' < "$tmp/version.ms")"
 version_ms=$(awk -v v="$(median < "$tmp/version.ms")" 'BEGIN { printf "%.1f", v }')
 
+# --- git import against git fetch ---------------------------------------------
+echo
+echo "== go test -run '^\$' -bench 'Import|Fetch' -benchtime 3x -count ${GITCOUNT:-3} ./runtime/gitimport/"
+go test -run '^$' -bench 'Import|Fetch' -benchtime 3x -count "${GITCOUNT:-3}" ./runtime/gitimport/ | tee "$tmp/git-bench.txt"
+gitmetric() {
+  awk -v n="$1" '$1 ~ "^"n"(-[0-9]+)?$" { print $3 }' "$tmp/git-bench.txt" | median
+}
+import_ns=$(gitmetric BenchmarkImport)
+fetch_ns=$(gitmetric BenchmarkFetch)
+
 # --- summary ------------------------------------------------------------------
 verdict() { # verdict VALUE LIMIT -> met / MISSED
   awk -v v="$1" -v l="$2" 'BEGIN { print (v <= l ? "met" : "MISSED") }'
@@ -151,3 +165,4 @@ echo "in-process compile with a registry new to the process: $(ms "$newreg_ns") 
 echo "cue baseline median: bare unify-validate-decode $(ms "$bare_ns") ms; schema.LoadFacts $(ms "$load_ns") ms"
 echo "batch ns/factset at n=1,10,100,1000: ${batch[0]}, ${batch[1]}, ${batch[2]}, ${batch[3]} (n=1000 / n=1: $growth; linear if ~1, target <= 1.25: $(verdict "$growth" 1.25))"
 echo "cli compile median: $cli_ms ms; cue median: $cue_ms ms; ratio paseo/cue: $ratio (target <= 50 ms: $(verdict "$cli_ms" 50)); start-up floor (paseo-policy version): $version_ms ms"
+echo "git import of 1,000 commits / 11,000 objects: $(ms "$import_ns") ms; git fetch of the same between two local repositories: $(ms "$fetch_ns") ms; ratio import/fetch: $(awk -v a="$import_ns" -v b="$fetch_ns" 'BEGIN { printf "%.2f", a / b }')"

@@ -62,6 +62,7 @@ var execImporters = map[string]string{
 	"internal/testkit/localexec":     "test support: the contract test's second execution backend runs a plain host process",
 	"runtime/supervisor/holder":      "re-execs its own binary (/proc/self/exe) as a sandbox's holder process (Spawn, client.go); the holder runs runsc through launcher",
 	"runtime/gitadopt":               "runs host git in an agent's worktree (rev-parse, config, cat-file, ls-files, ls-tree, read-tree) with a clean environment and no hooks, fsmonitor or filters; never runsc",
+	"runtime/gitimport":              "runs host git in a quarantine repository it made (init, index-pack, update-ref) and in the shared repository (rev-parse, for-each-ref, fetch from the quarantine with fsck, update-ref) with a clean environment and no hooks, fsmonitor or replace objects; never in an agent's store, never runsc",
 	"internal/testkit/testbundle":    "test support: builds static probe binaries with go build",
 	"internal/testkit/testnet":       "test support: starts test hosts' processes inside the namespaces it made",
 	"internal/testkit/testcontainer": "test support: re-execs the test binary into the container's namespaces",
@@ -111,6 +112,16 @@ var notOnLaunchSide = []string{"policy/compiler", "policy/schema", "policy/profi
 // cannot grow a protocol's rules (nor an import cycle with it).
 var lineCarriers = []string{"internal/linerpc", "internal/lineserve"}
 
+// supervisorClients speak to the supervisor over its socket (Paseo's Pi
+// command): they hand it facts and bridge bytes, and may not import what
+// compiles, launches or judges a sandbox themselves, so a refused or
+// unavailable launch cannot fall back to running anything on their own.
+// (They cannot exec either: they are not in execImporters.)
+var supervisorClients = []string{"runtime/pilaunch"}
+
+// notForClients are the packages a supervisor client may not import.
+var notForClients = []string{"policy/compiler", "policy/profiles", "runtime/launcher", "runtime/supervisor/holder"}
+
 // Check returns every violation in pkgs, sorted. A rule that names a
 // package pkgs lacks is a violation too: after a move the rules must move
 // with it instead of silently allowing nothing or guarding nothing.
@@ -127,7 +138,7 @@ func Check(pkgs []Package) []Violation {
 	for _, fs := range neutralSeams {
 		forbidden = append(forbidden, fs...)
 	}
-	for _, names := range [][]string{keys(cueImporters), keys(cueTestImporters), keys(execImporters), testOnly, launchSide, notOnLaunchSide, slices.Sorted(maps.Keys(neutralSeams)), forbidden, lineCarriers, {skipHelper}} {
+	for _, names := range [][]string{keys(cueImporters), keys(cueTestImporters), keys(execImporters), testOnly, launchSide, notOnLaunchSide, slices.Sorted(maps.Keys(neutralSeams)), forbidden, lineCarriers, supervisorClients, notForClients, {skipHelper}} {
 		for _, n := range names {
 			if !known[n] {
 				add("stale-rule", n, "", "a rule names this package but the module has none; update internal/archtest")
@@ -173,6 +184,13 @@ func Check(pkgs []Package) []Violation {
 			for _, d := range p.Deps {
 				if isCUE(d) || within(d, notOnLaunchSide) {
 					add("launch-reads-output-only", p.Path, d, "the launch side reads the compiler's output, it never compiles or evaluates CUE")
+				}
+			}
+		}
+		if slices.Contains(supervisorClients, p.Path) {
+			for _, imp := range p.Imports {
+				if within(imp, notForClients) {
+					add("clients-only-ask", p.Path, imp, "a supervisor client hands over facts and bridges bytes; compiling and launching are the supervisor's")
 				}
 			}
 		}

@@ -13,7 +13,7 @@ func baseline() []Package {
 	}
 	// Module packages no rule names, for edges to them (the standard
 	// library's runtime is no module package).
-	for _, n := range []string{"runtime/supervisor/rpcerr", "policy/bundle"} {
+	for _, n := range append([]string{"runtime/supervisor/rpcerr", "policy/bundle", "runtime/supervisor"}, append(supervisorClients, notForClients...)...) {
 		pkgs = append(pkgs, Package{Path: n})
 	}
 	return pkgs
@@ -83,6 +83,10 @@ func TestRules(t *testing.T) {
 		{"a launcher test skips on its own", "runtime/launcher", skips("network_test.go"), "one-skip-helper"},
 		{"test support skips on its own", "internal/testkit/testnet", skips("testnet.go"), "one-skip-helper"},
 		{"supervisor compiles", "runtime/supervisor", deps("policy/compiler", "policy/schema"), ""},
+		{"the Pi command compiles", "runtime/pilaunch", imports("policy/compiler"), "clients-only-ask"},
+		{"the Pi command launches", "runtime/pilaunch", imports("runtime/launcher"), "clients-only-ask"},
+		{"the Pi command execs", "runtime/pilaunch", imports("os/exec"), "exec-allowlist"},
+		{"the Pi command uses the supervisor's client and schema's types", "runtime/pilaunch", imports("runtime/supervisor", "policy/schema"), ""},
 		{"the holder depends on compiler", "runtime/supervisor/holder", deps("policy/compiler"), "launch-reads-output-only"},
 		{"the server loop uses x/sys and the standard library's runtime", "internal/lineserve", imports("golang.org/x/sys/unix", "runtime", "runtime/cgo"), ""},
 		{"the server loop imports the supervisor's error codes", "internal/lineserve", imports("runtime/supervisor/rpcerr"), "line-carriers-know-no-layer"},

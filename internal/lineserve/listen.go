@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,9 +21,7 @@ func Listen(path string, mode os.FileMode, gid int) (net.Listener, error) {
 		}
 		_ = os.Remove(path)
 	}
-	old := unix.Umask(0o177)
-	ln, err := net.Listen("unix", path)
-	unix.Umask(old)
+	ln, err := listenPrivate(path)
 	if err != nil {
 		return nil, err
 	}
@@ -37,6 +36,37 @@ func Listen(path string, mode os.FileMode, gid int) (net.Listener, error) {
 		return nil, err
 	}
 	return ln, nil
+}
+
+// listenPrivate binds path under umask 0177 without touching the
+// process's umask. The umask is shared by every thread of the process, so
+// setting it around bind would make any file another goroutine creates
+// meanwhile 0600 (the supervisor's callers write files beside it: a
+// configuration the daemon user must read came out unreadable). Instead
+// the bind runs on a thread of its own that unshares its filesystem
+// attributes (CLONE_FS: root, cwd, umask) and sets the umask there; the
+// goroutine ends still locked to that thread, so Go discards the thread
+// rather than reuse it with a different umask.
+func listenPrivate(path string) (net.Listener, error) {
+	type result struct {
+		ln  net.Listener
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		// No UnlockOSThread: the thread's fs attributes are not the
+		// process's any more.
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			ch <- result{err: fmt.Errorf("unshare the listening thread's umask: %w", err)}
+			return
+		}
+		unix.Umask(0o177)
+		ln, err := net.Listen("unix", path)
+		ch <- result{ln, err}
+	}()
+	r := <-ch
+	return r.ln, r.err
 }
 
 // Accept serves every connection ln accepts, each in a goroutine of its

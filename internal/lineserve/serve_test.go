@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A toy protocol over a real socket: what the loop does is the same for
@@ -292,5 +294,52 @@ func TestOpOf(t *testing.T) {
 		if got := opOf([]byte(in)); got != want {
 			t.Errorf("opOf(%s) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// Listen leaves the process's umask alone: files other goroutines create
+// while it binds keep the mode they ask for. With the umask set around
+// bind, a file created meanwhile came out 0600 (a daemon-readable
+// configuration written beside a starting supervisor was unreadable).
+func TestListenLeavesUmask(t *testing.T) {
+	dir := t.TempDir()
+	old := unix.Umask(0o022)
+	defer unix.Umask(old)
+	stop := make(chan struct{})
+	done := make(chan []string)
+	go func() {
+		var bad []string
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- bad
+				return
+			default:
+			}
+			p := filepath.Join(dir, fmt.Sprintf("f%d", i))
+			if err := os.WriteFile(p, nil, 0o644); err != nil {
+				bad = append(bad, err.Error())
+				continue
+			}
+			if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o644 {
+				bad = append(bad, fmt.Sprintf("%s: %v %v", p, fi.Mode(), err))
+			}
+			os.Remove(p)
+		}
+	}()
+	for i := 0; i < 300; i++ {
+		sock := filepath.Join(dir, fmt.Sprintf("s%d.sock", i))
+		ln, err := Listen(sock, 0o600, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln.Close()
+	}
+	close(stop)
+	if bad := <-done; len(bad) > 0 {
+		t.Errorf("%d files created while Listen ran lost their mode, first %s", len(bad), bad[0])
+	}
+	if got := unix.Umask(0o022); got != 0o022 {
+		t.Errorf("process umask %o after Listen, want 022", got)
 	}
 }

@@ -105,7 +105,11 @@ type Route struct {
 	API        string   `json:"api,omitempty"`
 	Credential string   `json:"credential,omitempty"`
 	Requests   []string `json:"requests,omitempty"`
-	Fact       string   `json:"fact"`
+	// Model is the one model a request body may name; Headers the
+	// feature headers passed on, "name: value" per admitted value.
+	Model   string   `json:"model,omitempty"`
+	Headers []string `json:"headers,omitempty"`
+	Fact    string   `json:"fact"`
 }
 
 // ModelRoutePlaceholder is the credential the sandbox holds in place of

@@ -26,17 +26,21 @@ import (
 //
 //  1. The repository (the common dir, or the Git dir of a main worktree or
 //     submodule) is bound read-only as a whole: nothing in it can be
-//     written, created or renamed. Only its content-addressed and data
-//     parts are bound read-write inside: objects/ (with objects/info/
-//     read-only again, so no alternates), refs/ and logs/. Each is a
-//     mount point, which cannot be renamed or replaced (runsc: EBUSY).
+//     written, created or renamed, its objects, refs and reflogs included
+//     (issue 30: host git appends to reflogs through symlinks, trusts an
+//     object's bytes under its id, honours refs/replace). Git's writes in
+//     the sandbox go to the agent's private Git store (state.gitStore),
+//     bound read-write at gitStoreView as the private Git dir's commondir,
+//     with the repository's objects as a read-only alternate. The store
+//     reaches the repository only through paseo-policy git import
+//     (runtime/gitimport), which treats it as untrusted data.
 //  2. The worktree's own state is private: the Git dir the worktree's .git
 //     leads to is a tmpfs of this sandbox at the same path, which the
 //     profile's start script seeds from the real one (bound read-only at
-//     gitSeed): HEAD, index, commondir, gitdir. A main worktree's private
-//     Git dir gets a commondir file naming the repository's view at
-//     gitRepoView. Git in the sandbox then stages, commits, switches and
-//     stashes against its own HEAD and index; the host's are never written.
+//     gitSeed): HEAD, index, gitdir, and a commondir naming the store; a
+//     new store gets the repository's refs (O(refs), not O(objects)). Git
+//     in the sandbox then stages, commits, switches and stashes against
+//     its own HEAD and index; the host's are never written.
 //  3. Every path host git follows from the worktree is pinned: the .git
 //     pointer is a read-only mount point, each submodule the host index
 //     lists (a gitlink) is bound read-only where the worktree has it, and
@@ -52,6 +56,9 @@ const (
 	// gitRepoView shows a main worktree's (or a submodule's) repository,
 	// whose own path holds the private tmpfs.
 	gitRepoView = "/run/paseo/repo"
+	// gitStoreView shows the agent's private Git store, the commondir of
+	// the sandbox's private Git dir.
+	gitStoreView = "/run/paseo/git-store"
 	// gitIndexBytes bounds the host index the compiler reads for gitlinks.
 	gitIndexBytes = 256 << 20
 )
@@ -88,12 +95,13 @@ func (c *compilation) gitBinds(granted []grant.Mount) []grant.Mount {
 	switch {
 	case l.pinOnly:
 	case l.write:
-		out = append(out, c.repoView(l)...)
-	default:
-		out = append(out, bind(l.gitdir.dest, l.gitdir.host, grant.RO, "the worktree's Git dir, read-only: facts grant Git inspection only", l.gitdir.fact))
-		if l.linked {
-			out = append(out, bind(l.repo.dest, l.repo.host, grant.RO, "the repository's common Git dir, read-only: facts grant Git inspection only", l.repo.fact))
+		if store, ok := c.gitStore(l); ok {
+			out = append(out, c.repoView(l, store)...)
+		} else {
+			out = append(out, c.readOnlyGit(l, "no Git store is granted, so no Git writes")...)
 		}
+	default:
+		out = append(out, c.readOnlyGit(l, "facts grant Git inspection only")...)
 	}
 	out = append(out, c.pinDotGit(l)...)
 	out = append(out, c.pinSubmodules(l)...)
@@ -183,66 +191,103 @@ func (c *compilation) isPlaceholder(p string) bool {
 	return err == nil && id.Kind == pathsafe.Dir && !c.gitExists(p+"/HEAD")
 }
 
-// repoView binds the repository read-only with its data read-write
-// inside (rule 1) and makes the worktree's Git dir private (rule 2).
-func (c *compilation) repoView(l gitLayout) []grant.Mount {
-	roots := c.dep.Roots.Workspace
+// repoView binds the repository read-only as a whole (rule 1), makes the
+// worktree's Git dir private (rule 2) and binds the agent's own Git store
+// read-write as the private Git dir's commondir: every object, ref and
+// reflog Git in the sandbox writes lands there, never in the repository.
+func (c *compilation) repoView(l gitLayout, store source) []grant.Mount {
 	view := l.repo.dest
 	if !l.linked {
 		view = gitRepoView
 	}
 	out := []grant.Mount{bind(view, l.repo.host, grant.RO,
-		"the repository, read-only as a whole: its config, hooks, info, commondir, worktrees/ and modules/ are what host git runs and follows, so the sandbox can neither change nor create them", l.fact)}
-	for _, d := range []struct {
-		name     string
-		a        grant.Access
-		optional bool
-		why      string
-	}{
-		{"objects", grant.RW, false, "the repository's objects, read-write: content-addressed, so an agent's commits reach the repository and nothing in them runs"},
-		{"objects/info", grant.RO, false, "read-only again inside objects: an alternates file here would make Git read another object store"},
-		{"refs", grant.RW, false, "the repository's refs, read-write: data Git never runs (branches, tags, the stash)"},
-		// A repository that never logged a ref update has no logs/; a
-		// mount point cannot be made in the read-only repository, so
-		// Git in the sandbox then fails to update refs (closed, not open).
-		{"logs", grant.RW, true, "the repository's reflogs, read-write: data Git never runs, written with every ref update"},
-	} {
-		p := l.repo.dest + "/" + d.name
-		if d.optional && !c.src.exists(p, "workspace", roots) {
-			continue
-		}
-		s, ok := c.src.resolve(l.fact+"/"+d.name, p, "workspace", roots, pathsafe.Dir)
-		if !ok {
-			continue
-		}
-		out = append(out, bind(view+"/"+d.name, s.host, d.a, d.why, s.fact))
+		"the repository, read-only as a whole: its config, hooks, commondir, worktrees/ and modules/ are what host git runs and follows, and its objects, refs and reflogs what host git trusts and appends to, so the sandbox can neither change nor create any of them", l.fact)}
+	out = append(out, bind(gitStoreView, store.host, grant.RW,
+		"this agent's private Git store, the sandbox's commondir: its new objects (the repository's a read-only alternate), refs, reflogs and packed-refs; kept across launches, and read by the host only through paseo-policy git import", store.fact))
+	if cfg, ok := c.src.resolve(l.fact+"/config", l.repo.dest+"/config", "workspace", c.dep.Roots.Workspace, pathsafe.File); ok {
+		out = append(out, grant.Mount{Destination: gitStoreView + "/config", Type: "bind", Source: cfg.host, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
+			Provenance: why("the repository's config, read-only, as the store's: Git in the sandbox reads the settings it read before (object format, identity, remotes) and cannot change them", cfg.fact)})
 	}
+	out = append(out, grant.Mount{Destination: gitStoreView + "/HEAD", Type: "bind", Source: bundle.GitHeadFile, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
+		Provenance: why("generated: the store is the sandbox's commondir, whose HEAD Git takes for another worktree's; one naming no branch leaves the agent's own branch free to check out", store.fact)})
 	uid, gid := c.ownerOptions()
 	out = append(out, grant.Mount{Destination: l.gitdir.dest, Type: "tmpfs", Source: "tmpfs",
 		Options:    []string{"nosuid", "nodev", "noexec", "mode=0755", uid, gid, "size=" + strconv.FormatInt(c.limits.TmpfsBytes, 10)},
 		Provenance: why("the worktree's Git dir, private to this sandbox and seeded by the start script: the agent's HEAD, index and per-worktree state never reach the host's, which host git reads", l.gitdir.fact)})
 	// The seed is the real Git dir, apart from the view: a main
-	// worktree's view shows the generated HEAD below, not the real one.
+	// worktree's view would otherwise be the tmpfs itself.
 	out = append(out, bind(gitSeed, l.gitdir.host, grant.RO, "the worktree's real Git dir, read-only: what the start script copies into the private one", l.gitdir.fact))
 	if l.linked {
 		// A linked worktree's submodules keep their Git dirs in its own
 		// Git dir, which the tmpfs covers.
+		roots := c.dep.Roots.Workspace
 		if p := l.gitdir.dest + "/modules"; c.src.exists(p, "workspace", roots) {
 			if s, ok := c.src.resolve(l.gitdir.fact+"/modules", p, "workspace", roots, pathsafe.Dir); ok {
 				out = append(out, bind(p, s.host, grant.RO, "the worktree's submodule Git dirs, read-only: their config and hooks are what host git runs in them", s.fact))
 			}
 		}
-	} else {
-		out = append(out, grant.Mount{Destination: gitRepoView + "/HEAD", Type: "bind", Source: bundle.GitHeadFile, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
-			Provenance: why("generated: the repository's view is the sandbox's commondir, whose HEAD Git takes for another worktree's; one naming no branch leaves the agent's own branch free to check out", l.fact)})
 	}
 	c.gitEnv = []grant.Env{
 		{Name: "PASEO_GIT_DIR", Value: l.gitdir.dest, Provenance: why("the private Git dir the start script seeds", l.gitdir.fact)},
 		{Name: "PASEO_GIT_SEED", Value: gitSeed, Provenance: why("the real Git dir, read-only, that the start script seeds from", l.gitdir.fact)},
+		{Name: "PASEO_GIT_COMMONDIR", Value: gitStoreView, Provenance: why("the commondir the start script writes in the private Git dir: this agent's Git store", store.fact)},
+		{Name: "PASEO_GIT_REPO", Value: view, Provenance: why("the repository's read-only view: the store's object alternate, and the refs the start script copies into a new store", l.fact)},
 	}
-	if !l.linked {
-		c.gitEnv = append(c.gitEnv, grant.Env{Name: "PASEO_GIT_COMMONDIR", Value: gitRepoView,
-			Provenance: why("the commondir the start script writes in the private Git dir: the repository's read-only view", l.fact)})
+	return out
+}
+
+// gitStore resolves the agent's private Git store: a directory beneath a
+// state root, named for the agent (no two agents share one), apart from
+// every other bind and from the repository, whose data host git trusts.
+// Without one, Git writes are not granted: a refusal when the facts asked
+// for them, the read-only layout when the cwd's own .git was found.
+func (c *compilation) gitStore(l gitLayout) (source, bool) {
+	f := c.facts
+	if f.State.GitStore == "" {
+		if l.fact != "workspace.cwd/.git" {
+			c.diags.Addf(diag.GitStore, "state.gitStore", "workspace.git.write grants Git writes, which go to this agent's private Git store; the facts name none")
+		}
+		return source{}, false
+	}
+	s, ok := c.src.resolve("state.gitStore", f.State.GitStore, "state", c.dep.Roots.State, pathsafe.Dir)
+	if !ok || !c.ownedByAgent("state.gitStore", f.State.GitStore, "the agent's Git store") {
+		return source{}, false
+	}
+	// The agent dir is a projection, no bind, so gitStoreApart would not
+	// see it; the daemon's files there are what every Pi of it loads.
+	for _, p := range []struct{ dir, what string }{{l.repo.dest, "the repository"}, {l.gitdir.dest, "the worktree's Git dir"}, {l.worktree, "the worktree"}, {f.State.AgentDir, "state.agentDir"}} {
+		if pathform.Beneath(p.dir, s.dest) || pathform.Beneath(s.dest, p.dir) {
+			c.diags.Addf(diag.GitStore, "state.gitStore", "the Git store must lie apart from %s", p.what)
+			return source{}, false
+		}
+	}
+	c.gitStoreDest = s.dest
+	return s, true
+}
+
+// gitStoreApart refuses a store that is, contains or lies inside another
+// bind of this launch (the workspace, the session dir): its contents would
+// be writable, or readable, there too. Run over every bind, once all are
+// made. The store's own binds are at gitStoreView, never its fact path.
+func (c *compilation) gitStoreApart(binds []grant.Mount) {
+	dir := c.gitStoreDest
+	if dir == "" {
+		return
+	}
+	for _, g := range binds {
+		if g.IsBind() && !slices.Contains(bundle.InternalSources, g.Source) && (pathform.Beneath(g.Destination, dir) || pathform.Beneath(dir, g.Destination)) {
+			c.diags.Addf(diag.GitStore, "state.gitStore", "the Git store must lie apart from %s", g.Fact)
+			return
+		}
+	}
+}
+
+// readOnlyGit binds both Git dirs read-only: the facts grant inspection
+// only, or no store to write to.
+func (c *compilation) readOnlyGit(l gitLayout, why string) []grant.Mount {
+	out := []grant.Mount{bind(l.gitdir.dest, l.gitdir.host, grant.RO, "the worktree's Git dir, read-only: "+why, l.gitdir.fact)}
+	if l.linked {
+		out = append(out, bind(l.repo.dest, l.repo.host, grant.RO, "the repository's common Git dir, read-only: "+why, l.repo.fact))
 	}
 	return out
 }

@@ -49,45 +49,38 @@ func writable(m grant.Mount) bool {
 }
 
 // checkRepoProtected asserts the three rules for one compiled layout: the
-// repository's view is read-only but for objects, refs and logs (objects/
-// info read-only again); the worktree's Git dir is a private tmpfs; no
-// writable bind has a source inside a Git dir but those three data dirs.
+// repository's view is read-only as a whole, nothing bound inside it; the
+// agent's store is bound read-write at gitStoreView with the repository's
+// config and a generated HEAD read-only in it; the worktree's Git dir is a
+// private tmpfs; no writable bind has a source inside a Git dir.
 func checkRepoProtected(t *testing.T, s *gitScene, ms []grant.Mount, view, repo, gitdir string) {
 	t.Helper()
-	want := map[string]string{"": "ro", "/objects": "rw", "/objects/info": "ro", "/refs": "rw", "/logs": "rw"}
+	store := s.path("/srv/paseo/state/pi-git/agent-7f3c")
+	seen := false
 	for _, m := range ms {
 		if !pathform.Beneath(view, m.Destination) || m.Destination == s.path(gitdir) {
 			continue
 		}
-		rel := strings.TrimPrefix(m.Destination, view)
-		if rel == "/HEAD" && view == gitRepoView && m.Source == bundle.GitHeadFile && slices.Contains(m.Options, "ro") {
-			continue // the generated HEAD naming no branch
+		if m.Destination != view || !m.IsBind() || !slices.Contains(m.Options, "ro") || m.Source != s.path(repo) {
+			t.Errorf("inside the repository's view %s: %s %s %v (%s), want only the read-only view", view, m.Destination, m.Type, m.Options, m.Source)
 		}
-		a, ok := want[rel]
-		if !ok || !m.IsBind() || !slices.Contains(m.Options, a) || m.Source != s.path(repo)+rel {
-			t.Errorf("inside the repository's view %s: %s %s %v (%s), want only %v", view, m.Destination, m.Type, m.Options, m.Source, want)
-		}
-		delete(want, rel)
+		seen = true
 	}
-	if len(want) > 1 || (len(want) == 1 && want["/logs"] == "") {
-		t.Errorf("the repository's view lacks %v", want)
+	if !seen {
+		t.Errorf("no read-only view of the repository at %s", view)
+	}
+	for rel, want := range map[string][2]string{"": {"rw", store}, "/config": {"ro", s.path(repo) + "/config"}, "/HEAD": {"ro", bundle.GitHeadFile}} {
+		if m := mountAt(ms, gitStoreView+rel); m == nil || !m.IsBind() || !slices.Contains(m.Options, want[0]) || m.Source != want[1] {
+			t.Errorf("the store's %q: %+v, want a %s bind of %s", rel, m, want[0], want[1])
+		}
 	}
 	if m := mountAt(ms, s.path(gitdir)); m == nil || m.Type != "tmpfs" {
 		t.Errorf("the worktree's Git dir %s is not a private tmpfs: %+v", gitdir, m)
 	}
 	for _, m := range ms {
-		if !m.IsBind() || !writable(m) {
-			continue
-		}
-		for _, part := range []string{"/objects", "/refs", "/logs"} {
-			if m.Source == s.path(repo)+part {
-				goto next
-			}
-		}
-		if strings.Contains(m.Source+"/", "/.git/") {
+		if m.IsBind() && writable(m) && strings.Contains(m.Source+"/", "/.git/") {
 			t.Errorf("writable bind %s has its source %s inside a Git dir", m.Destination, m.Source)
 		}
-	next:
 	}
 }
 

@@ -85,8 +85,10 @@ func (c *compilation) modelRoute(p *grant.Plan) {
 	f := c.facts
 	p.Add(grant.Route{Purpose: "model", Proto: "tcp", Port: c.modelPort(), Path: prefix, Upstream: upstream,
 		TokenRef: f.Credential.SecretRef, API: c.modelAPI, Credential: grant.ModelCredentials[c.modelAPI], Requests: slices.Clone(reqs),
+		Model: f.Model.ID, Headers: slices.Clone(c.prof.ModelHeaders[c.modelAPI]),
 		Provenance: why("the model through the launcher's per-sandbox proxy on the gateway, which adds the provider key (credential.secretRef) outside the sandbox and forwards over TLS, verified against the provider's name, only the requests named here (profile."+
-			c.prof.Name+".modelRoute); the sandbox has no route to the model host itself", "model.baseURL")})
+			c.prof.Name+".modelRoute), with bodies inside the API's body policy naming model.id only and the feature headers named here (profile."+
+			c.prof.Name+".modelHeaders); the sandbox has no route to the model host itself", "model.baseURL")})
 }
 
 func (c *compilation) modelPort() int {

@@ -57,6 +57,8 @@ type compilation struct {
 	git    *gitLayout
 	gitDot dotGit
 	gitEnv []grant.Env
+	// gitStoreDest is the agent's Git store in fact space, once granted.
+	gitStoreDest string
 	// the projected settings.json, checked once every mount is known
 	settings *source
 	// the model route (modelroute.go): the provider API it serves and the
@@ -215,6 +217,11 @@ func (c *compilation) slot(name string) (args []string, fact, reason string) {
 		default:
 			return []string{"--session", f.Launch.Session}, "launch.session", "resume the session log the daemon recorded"
 		}
+	case "append-system-prompt":
+		if f.Launch.AppendSystemPrompt == "" {
+			return nil, "", ""
+		}
+		return []string{"--append-system-prompt", f.Launch.AppendSystemPrompt}, "launch.appendSystemPrompt", "the system prompt text the daemon appends"
 	case "no-session":
 		return []string{"--no-session"}, "profile." + c.prof.Name, "probes write no session log"
 	case "mcp-config":
@@ -387,6 +394,7 @@ func (c *compilation) binds() []grant.Mount {
 	}
 	out = append(out, c.credentialMount()...)
 	c.agentDirApart(out)
+	c.gitStoreApart(out)
 	return out
 }
 

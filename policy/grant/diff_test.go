@@ -28,13 +28,17 @@ func TestDiffClassifies(t *testing.T) {
 	routeOtherAgent := route
 	routeOtherAgent.CallerAgentID, routeOtherAgent.Methods, routeOtherAgent.Tools = "b", []string{"tools/list"}, nil
 	model := Route{Purpose: "model", Proto: "tcp", Port: 18080, Path: "/v1", Upstream: "https://llm.example.test/v1", TokenRef: "alice/k",
-		API: "openai-completions", Credential: "authorization-bearer", Requests: []string{"POST /chat/completions", "GET /models"}}
+		API: "openai-completions", Credential: "authorization-bearer", Requests: []string{"POST /chat/completions", "GET /models"}, Model: "m-1"}
 	modelMore := model
 	modelMore.Requests = []string{"POST /chat/completions", "GET /models", "POST /files"}
 	modelFewer := model
 	modelFewer.Requests = []string{"POST /chat/completions"}
 	modelElsewhere := model
 	modelElsewhere.Upstream = "https://other.example.test/v1"
+	modelOther := model
+	modelOther.Model = "m-2"
+	modelBeta := model
+	modelBeta.Headers = []string{"openai-beta: x"}
 	nnp := NoNewPrivileges{On: true}
 	network := NetworkMode{Mode: "sandbox"}
 	networkNone := NetworkMode{Mode: "none"}
@@ -65,6 +69,9 @@ func TestDiffClassifies(t *testing.T) {
 		{"model request added", List{model}, List{modelMore}, []string{"widened"}, true},
 		{"model requests narrowed", List{model}, List{modelFewer}, []string{"narrowed"}, false},
 		{"model upstream changed", List{model}, List{modelElsewhere}, []string{"changed"}, true},
+		{"model changed", List{model}, List{modelOther}, []string{"changed"}, true},
+		{"model header value added", List{model}, List{modelBeta}, []string{"widened"}, true},
+		{"model header value removed", List{modelBeta}, List{model}, []string{"narrowed"}, false},
 		{"model route replaces egress", List{egress}, List{model}, []string{"removed", "added"}, true},
 		{"no-new-privileges dropped", List{nnp}, List{NoNewPrivileges{}}, []string{"widened"}, true},
 		{"network to none", List{network}, List{networkNone}, []string{"narrowed"}, false},

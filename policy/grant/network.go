@@ -109,10 +109,15 @@ type Route struct {
 	Tools         []string
 	// model only: the provider API (openai-completions, ...), the header
 	// the key goes in (ModelCredentials), and "METHOD /path" per request
-	// the route forwards, the path below Path.
+	// the route forwards, the path below Path. Model is the one model a
+	// request body may name (the facts' model.id); Headers the feature
+	// headers the route passes on, one "name: value" per value it admits
+	// (anthropic-beta lists each feature alone).
 	API        string
 	Credential string
 	Requests   []string
+	Model      string
+	Headers    []string
 	Provenance
 }
 
@@ -138,13 +143,14 @@ func (g Route) Against(old Grant) Direction {
 	a, b := o, g
 	a.Methods, a.Tools, b.Methods, b.Tools = nil, nil, nil, nil
 	a.Requests, b.Requests = nil, nil
+	a.Headers, b.Headers = nil, nil
 	if !sameAuthority(a, b) {
 		return Changed
 	}
 	added := func(olds, news []string) bool {
 		return slices.ContainsFunc(news, func(s string) bool { return !slices.Contains(olds, s) })
 	}
-	if added(o.Methods, g.Methods) || added(o.Tools, g.Tools) || added(o.Requests, g.Requests) {
+	if added(o.Methods, g.Methods) || added(o.Tools, g.Tools) || added(o.Requests, g.Requests) || added(o.Headers, g.Headers) {
 		return Widened
 	}
 	return Narrowed
@@ -163,8 +169,8 @@ func (g Route) Validate() error {
 		return g.validateModel()
 	case g.Method == "" || !absolute(g.Path):
 		return errors.New("route needs a method and an absolute path")
-	case g.API != "" || g.Credential != "" || len(g.Requests) > 0:
-		return errors.New("only a model route names a provider API, credential header and requests")
+	case g.API != "" || g.Credential != "" || len(g.Requests) > 0 || g.Model != "" || len(g.Headers) > 0:
+		return errors.New("only a model route names a provider API, credential header, requests, model and headers")
 	}
 	return nil
 }
@@ -181,6 +187,13 @@ func (g Route) validateModel() error {
 		return errors.New("a model route names the secret of the key it adds")
 	case len(g.Requests) == 0 || g.CallerAgentID != "" || len(g.Methods) > 0 || len(g.Tools) > 0:
 		return errors.New("a model route forwards the requests it names, and nothing of the MCP scope")
+	case g.Model == "" || strings.ContainsAny(g.Model, "\x00\n\r"):
+		return errors.New("a model route names the one model its requests may ask for")
+	}
+	for _, h := range g.Headers {
+		if !ValidModelHeader(h) {
+			return errors.New("a model route's header is \"name: value\", the name lower-case, one value without commas or spaces")
+		}
 	}
 	for _, r := range g.Requests {
 		m, p, ok := strings.Cut(r, " ")
@@ -189,4 +202,25 @@ func (g Route) validateModel() error {
 		}
 	}
 	return nil
+}
+
+// ValidModelHeader reports whether h is one "name: value" entry of a
+// model route's Headers: a lower-case header name and one value, no
+// commas (a list header is listed value by value), spaces or controls.
+func ValidModelHeader(h string) bool {
+	name, v, ok := strings.Cut(h, ": ")
+	if !ok || name == "" || v == "" {
+		return false
+	}
+	for _, c := range name {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	for _, c := range v {
+		if c <= ' ' || c == ',' || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }

@@ -49,6 +49,8 @@ type Encoded struct {
 	API           string   `json:"api,omitempty"`
 	Credential    string   `json:"credential,omitempty"`
 	Requests      []string `json:"requests,omitempty"`
+	Model         string   `json:"model,omitempty"`
+	Headers       []string `json:"headers,omitempty"`
 
 	Reason string `json:"reason"`
 	Fact   string `json:"fact"`
@@ -97,6 +99,7 @@ func (g Route) encode() Encoded {
 	w.Proto, w.Port, w.Method, w.Path, w.Upstream = g.Proto, g.Port, g.Method, g.Path, g.Upstream
 	w.CallerAgentID, w.TokenRef, w.Methods, w.Tools = g.CallerAgentID, g.TokenRef, g.Methods, g.Tools
 	w.API, w.Credential, w.Requests = g.API, g.Credential, g.Requests
+	w.Model, w.Headers = g.Model, g.Headers
 	return w
 }
 
@@ -201,7 +204,7 @@ func sameEncoding(a, b Encoded) bool {
 func typed(w Encoded) (Grant, error) {
 	// An empty list decodes as nil: the encoder omits an empty list, so a
 	// decoded grant re-encodes to bytes that decode to the same grant.
-	for _, l := range []*[]string{&w.Args, &w.Options, &w.Methods, &w.Tools, &w.Requests} {
+	for _, l := range []*[]string{&w.Args, &w.Options, &w.Methods, &w.Tools, &w.Requests, &w.Headers} {
 		if len(*l) == 0 {
 			*l = nil
 		}
@@ -318,7 +321,7 @@ func typed(w Encoded) (Grant, error) {
 	case KindRoute:
 		g = Route{Purpose: w.Subject, Proto: w.Proto, Port: w.Port, Method: w.Method, Path: w.Path, Upstream: w.Upstream,
 			CallerAgentID: w.CallerAgentID, TokenRef: w.TokenRef, Methods: w.Methods, Tools: w.Tools,
-			API: w.API, Credential: w.Credential, Requests: w.Requests, Provenance: p}
+			API: w.API, Credential: w.Credential, Requests: w.Requests, Model: w.Model, Headers: w.Headers, Provenance: p}
 	default:
 		return nil, fmt.Errorf("kind %q is not one this decoder knows", w.Kind)
 	}

@@ -45,7 +45,8 @@ func every() List {
 		Route{Purpose: "mcp", Proto: "tcp", Port: 6767, Method: "POST", Path: "/mcp/agents", Upstream: "http://127.0.0.1:6767/mcp/agents",
 			CallerAgentID: "a", TokenRef: "paseo/mcp", Methods: []string{"tools/list"}, Tools: []string{"list_agents"}, Provenance: p("route")},
 		Route{Purpose: "model", Proto: "tcp", Port: 18080, Path: "/v1", Upstream: "https://llm.example.test/v1", TokenRef: "alice/k",
-			API: "anthropic-messages", Credential: "x-api-key", Requests: []string{"POST /v1/messages"}, Provenance: p("model")},
+			API: "anthropic-messages", Credential: "x-api-key", Requests: []string{"POST /v1/messages"}, Model: "claude-x",
+			Headers: []string{"anthropic-version: 2023-06-01"}, Provenance: p("model")},
 	}
 }
 

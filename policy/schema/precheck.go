@@ -67,7 +67,7 @@ func registryPrecheck(raw any, l *diag.List) {
 var pathFields = map[string]bool{
 	"workspace.cwd": true, "workspace.git.gitdir": true, "workspace.git.commondir": true,
 	"credential.authFile": true, "state.agentDir": true, "state.sessionDir": true,
-	"state.cacheDir": true, "launch.extension": true, "launch.mcpConfig": true, "launch.session": true,
+	"state.cacheDir": true, "state.gitStore": true, "launch.extension": true, "launch.mcpConfig": true, "launch.session": true,
 }
 
 func isPathField(p string) bool {

@@ -62,12 +62,16 @@ type State struct {
 	AgentDir   string `json:"agentDir"`
 	SessionDir string `json:"sessionDir"`
 	CacheDir   string `json:"cacheDir,omitempty"`
+	GitStore   string `json:"gitStore,omitempty"`
 }
 
 type Launch struct {
 	Extension string `json:"extension"`
 	MCPConfig string `json:"mcpConfig,omitempty"`
 	Session   string `json:"session,omitempty"`
+	// AppendSystemPrompt is the text Paseo passes with
+	// --append-system-prompt; the profile's append-system-prompt slot.
+	AppendSystemPrompt string `json:"appendSystemPrompt,omitempty"`
 }
 
 // Registry is the operator's root-owned configuration.
@@ -198,7 +202,10 @@ type Profile struct {
 	MCP    *MCPScope          `json:"mcp,omitempty"`
 	// ModelRoute lists, per provider API, the "METHOD /path" requests the
 	// model route forwards (paths below model.baseURL's).
-	ModelRoute   map[string][]string `json:"modelRoute,omitempty"`
+	ModelRoute map[string][]string `json:"modelRoute,omitempty"`
+	// ModelHeaders lists, per provider API, the feature headers the model
+	// route passes on: "name: value", one entry per admitted value.
+	ModelHeaders map[string][]string `json:"modelHeaders,omitempty"`
 	Capabilities []string            `json:"capabilities"`
 }
 

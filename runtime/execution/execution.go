@@ -76,6 +76,11 @@ type RouteStats struct {
 	// Cut requests ended before the guard (headers too large or too slow).
 	RefusedConns int64 `json:"refusedConns,omitempty"`
 	Cut          int64 `json:"cut,omitempty"`
+	// A model route's refusals by reason (routeproxy.Reason: foreign-model,
+	// connector, hosted-tool, ...), and the key's spellings it masked in
+	// answers.
+	ByReason map[string]int64 `json:"byReason,omitempty"`
+	Scrubbed int64            `json:"scrubbed,omitempty"`
 }
 
 // SecretSource returns the value of secret ref of one deployment, a fresh

@@ -2,10 +2,11 @@
 // it sets a worktree's host index to the tree of its HEAD commit, and only
 // when that tree holds exactly the gitlinks the index already has.
 //
-// A sandbox's commits reach the repository's objects and refs, but never
-// the host index: the index is the one file that tells host git where to
-// recurse (a gitlink's <path>/.git, whose config would run), so the host
-// keeps the old tree staged until this step adopts the new one. Everything
+// A sandbox's commits reach the repository's objects and refs (through
+// runtime/gitimport since issue 30), but never the host index: the index
+// is the one file that tells host git where to recurse (a gitlink's
+// <path>/.git, whose config would run), so the host keeps the old tree
+// staged until this step adopts the new one. Everything
 // it reads was written by the agent (refs, objects, the worktree), so it
 // runs git with nothing that can run a program, reads HEAD once and works
 // from that commit id, and checks with git's own listings, before and after.

@@ -136,11 +136,14 @@ func TestRunscGitMountSemantics(t *testing.T) {
 }
 
 // The compiled layout of the reference linked worktree, in the pinned
-// runsc: every write to the repository's control data fails, the private
-// Git dir takes writes that never reach the host, and objects and refs do.
+// runsc: every write to the repository fails, its objects, refs and
+// reflogs included (issue 30); the private Git dir takes writes that never
+// reach the host; the agent's Git store takes objects, refs and reflogs,
+// which reach the host there and nowhere else, but not its config or HEAD.
 const gitLayoutScript = `b=/bin/busybox
 H=${PASEO_AGENT_CWD%/srv/paseo/workspace/proj-feature}
 C=$H/srv/paseo/repos/proj/.git
+S=/run/paseo/git-store
 G=$C/worktrees/proj-feature
 W=$PASEO_AGENT_CWD
 try() { l=$1; shift; if o=$("$@" 2>&1); then echo "$l=ok"; else echo "$l=$o"; fi; }
@@ -159,6 +162,13 @@ try refs-rename $b mv $C/refs $C/refs.moved
 try object-write $b sh -c "$b mkdir -p $C/objects/ab && echo obj > $C/objects/ab/cd"
 try ref-write $b sh -c "echo 0123 > $C/refs/heads/agent"
 try log-write $b sh -c "echo entry >> $C/logs/refs/heads/agent"
+try log-symlink $b ln -s /etc/passwd $C/logs/HEAD
+try store-object-write $b sh -c "$b mkdir -p $S/objects/ab && echo obj > $S/objects/ab/cd"
+try store-ref-write $b sh -c "$b mkdir -p $S/refs/heads && echo 0123 > $S/refs/heads/agent"
+try store-log-write $b sh -c "$b mkdir -p $S/logs/refs/heads && echo entry >> $S/logs/refs/heads/agent"
+try store-config-write $b sh -c "echo '[core]fsmonitor=x' >> $S/config"
+try store-head-write $b sh -c "echo 'ref: refs/heads/agent' > $S/HEAD"
+try store-config-rename $b mv $S/config $S/config.old
 try private-commondir $b sh -c "echo /fake > $G/commondir"
 try private-index $b sh -c "echo index > $G/index"
 try private-rename $b mv $G $C/worktrees/moved
@@ -174,10 +184,12 @@ func TestGitLayoutInRunsc(t *testing.T) {
 	C := filepath.Join(s.host, "srv/paseo/repos/proj/.git")
 	G := filepath.Join(C, "worktrees/proj-feature")
 	W := filepath.Join(s.host, "srv/paseo/workspace/proj-feature")
+	S := filepath.Join(s.host, "srv/paseo/state/pi-git/agent-7f3c")
 	// Owned by the sandbox user, as the daemon's are: only the mounts
 	// stand in the way, not permissions.
 	chownTree(t, filepath.Join(s.host, "srv/paseo/repos"))
 	chownTree(t, W)
+	chownTree(t, S)
 	before := map[string]string{}
 	for _, p := range []string{filepath.Join(C, "config"), filepath.Join(G, "HEAD"), filepath.Join(G, "commondir"), filepath.Join(W, ".git")} {
 		before[p] = readFileT(t, p)
@@ -196,7 +208,9 @@ func TestGitLayoutInRunsc(t *testing.T) {
 		"config-append": rofs, "config-create": rofs, "hooks-create": rofs, "commondir-create": rofs,
 		"config-worktree-create": rofs, "sibling-create": rofs, "worktrees-rename": "", "modules-create": rofs,
 		"info-create": rofs, "alternates-create": rofs, "objects-rename": "", "refs-rename": "",
-		"object-write": ok, "ref-write": ok, "log-write": ok,
+		"object-write": rofs, "ref-write": rofs, "log-write": rofs, "log-symlink": rofs,
+		"store-object-write": ok, "store-ref-write": ok, "store-log-write": ok,
+		"store-config-write": rofs, "store-head-write": "", "store-config-rename": busy,
 		"private-commondir": ok, "private-index": ok, "private-rename": "",
 		"seed-read": ok, "seed-write": rofs,
 		"dotgit-rewrite": rofs, "dotgit-rename": busy, "dotgit-unlink": busy,
@@ -220,8 +234,14 @@ func TestGitLayoutInRunsc(t *testing.T) {
 			t.Errorf("%s exists on the host (%v)", p, err)
 		}
 	}
-	wantFile(t, filepath.Join(C, "objects/ab/cd"), "obj\n")
-	wantFile(t, filepath.Join(C, "refs/heads/agent"), "0123\n")
+	for _, p := range []string{filepath.Join(C, "objects/ab"), filepath.Join(C, "refs/heads/agent"), filepath.Join(C, "logs/refs/heads/agent"), filepath.Join(C, "logs/HEAD")} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s exists on the host (%v): the repository must be read-only in the sandbox", p, err)
+		}
+	}
+	wantFile(t, filepath.Join(S, "objects/ab/cd"), "obj\n")
+	wantFile(t, filepath.Join(S, "refs/heads/agent"), "0123\n")
+	wantFile(t, filepath.Join(S, "logs/refs/heads/agent"), "entry\n")
 	s.assertClean(t)
 }
 

@@ -515,7 +515,12 @@ func (l *launch) recordRoute(purpose string, proxy *routeproxy.Proxy) {
 	s := &proxy.Stats
 	l.res.Routes[purpose] = RouteStats{Forwarded: s.Forwarded.Load(), Refused: s.Refused.Load(),
 		OutOfScope: s.OutOfScope.Load(), Filtered: s.Filtered.Load(),
-		RefusedConns: s.RefusedConns.Load(), Cut: s.Cut.Load()}
+		RefusedConns: s.RefusedConns.Load(), Cut: s.Cut.Load(), Scrubbed: s.Scrubbed.Load()}
+	if m := s.Refusals(); len(m) > 0 {
+		rs := l.res.Routes[purpose]
+		rs.ByReason = m
+		l.res.Routes[purpose] = rs
+	}
 }
 
 // start fills the launch-time fields into the run copy of config.json and

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -53,7 +54,7 @@ func TestLaunchFailureAfterNetworkUndoesEverything(t *testing.T) {
 	if res.ID != id || len(res.Packets) == 0 {
 		t.Errorf("result %+v: want the id and the network's packet counters", res)
 	}
-	if st, ok := res.Routes["mcp"]; !ok || st != (RouteStats{}) {
+	if st, ok := res.Routes["mcp"]; !ok || !reflect.DeepEqual(st, RouteStats{}) {
 		t.Errorf("route stats %+v: want the mcp proxy's, all zero", res.Routes)
 	}
 	s.assertNotStarted(t)

@@ -50,6 +50,7 @@ func (s *Server) attach(ctx context.Context, c call) (any, *Error) {
 		stop()
 		return nil, fail(rpcerr.State, "%v", err)
 	}
+	b.use(ctx, c.conn)
 	streamed := c.conn.Streaming()
 	go func() {
 		defer streamed()

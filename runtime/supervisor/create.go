@@ -20,7 +20,7 @@ import (
 // The facts must name the same deployment the request does, and the peer
 // must be bound to it: a peer cannot borrow another deployment's roots by
 // naming its id in facts.
-func (s *Server) create(_ context.Context, c call) (any, *Error) {
+func (s *Server) create(ctx context.Context, c call) (any, *Error) {
 	p, req := c.conn.Peer(), c.req
 	if !s.allowed(p, req.Deployment) {
 		return nil, fail(rpcerr.Forbidden, "peer uid %d gid %d is not bound to deployment %q", p.UID, p.GID, req.Deployment)
@@ -58,11 +58,12 @@ func (s *Server) create(_ context.Context, c call) (any, *Error) {
 	if err := res.Files.Write(dir); err != nil {
 		return nil, fail(rpcerr.Internal, "bundle: %v", err)
 	}
-	b, e := s.start(id, dir, res.Files, req.Deployment, res.Manifest.Agent, res.Manifest.Profile, req.MCPToken)
+	b, e := s.start(id, dir, res.Files, req.Deployment, res.Manifest.Agent, res.Manifest.Profile, req.MCPToken, req.DeleteOnExit)
 	if e != nil {
 		_ = os.RemoveAll(dir)
 		return nil, e
 	}
+	b.use(ctx, c.conn)
 	in, _ := s.inspect(b)
 	return in, nil
 }
@@ -118,10 +119,10 @@ const DefaultMaxSandboxes = 32
 // the compile's own bytes, written to bundleDir: the supervisor plans from
 // them, and the launcher alone reads the directory (once, into its launch
 // plan).
-func (s *Server) start(id, bundleDir string, files bundle.Files, deployment, agent, profile string, mcpToken string) (*box, *Error) {
+func (s *Server) start(id, bundleDir string, files bundle.Files, deployment, agent, profile string, mcpToken string, deleteOnExit bool) (*box, *Error) {
 	spec := holder.Spec{ID: id, BundleDir: bundleDir, StateRoot: s.cfg.StateRoot, RunscPath: s.cfg.RunscPath,
 		Uplink: s.cfg.Uplink, Bridge: s.cfg.Bridge, Deployment: deployment, Agent: agent, Profile: profile,
-		Linger: s.cfg.HolderLinger, MCPToken: mcpToken}
+		Linger: s.cfg.HolderLinger, MCPToken: mcpToken, DeleteOnExit: deleteOnExit}
 	if spec.Linger <= 0 {
 		spec.Linger = 24 * time.Hour
 	}
@@ -132,6 +133,7 @@ func (s *Server) start(id, bundleDir string, files bundle.Files, deployment, age
 	if err != nil {
 		return nil, fail(rpcerr.Internal, "%v", err)
 	}
+	b.deleteOnExit = deleteOnExit
 	if e := s.spawn(spec); e != nil {
 		_ = b.move(stateDeleted) // never listed: the creation fails whole
 		return nil, e

@@ -186,6 +186,7 @@ func (s *Server) adoptHolders() {
 		if err != nil {
 			continue // cannot happen: a new box may always be adopted
 		}
+		b.deleteOnExit = in.DeleteOnExit
 		s.boxes[in.Sandbox] = b
 	}
 }

@@ -41,6 +41,7 @@ func (s *Server) Listen(ctx context.Context) error {
 	s.ln = ln
 	go func() { <-ctx.Done(); ln.Close() }()
 	go s.idleHibernation(ctx, time.Second)
+	go s.reapExited(ctx, time.Second)
 	proto := s.protocol()
 	err = lineserve.Accept(ln, func(c *net.UnixConn) { proto.Serve(ctx, c) })
 	if ctx.Err() != nil {

@@ -40,6 +40,12 @@ type Request struct {
 	// never logged, echoed in an error, or written to the bundle, a
 	// record or the sandbox.
 	MCPToken string `json:"mcpToken,omitempty"`
+	// DeleteOnExit (createSandbox): the supervisor deletes the sandbox
+	// once it has exited and no connection that created or attached it is
+	// open (reap.go): a sandbox whose client was killed before it could
+	// delete it (a probe) does not stay behind. The holder keeps the flag,
+	// so a restarted supervisor reaps it too.
+	DeleteOnExit bool `json:"deleteOnExit,omitempty"`
 }
 
 // Head is what the connection loop reads of every request.

@@ -113,6 +113,10 @@ type box struct {
 	mu     sync.Mutex
 	st     state              // only move() changes it
 	detach context.CancelFunc // the current attachment's streamer
+	// deleteOnExit: reap.go deletes the box once it exited and users is
+	// empty. users are the open connections that created or attached it.
+	deleteOnExit bool
+	users        map[any]bool
 }
 
 // newBox makes a box in its first state (a move from stateNone).

@@ -124,8 +124,12 @@ func (b *bindScene) pathBased(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{bundle.HostsFile, bundle.ResolvFile} {
-		mustWrite(t, filepath.Join(base, n), string(files[n]))
+	// Every file the spec binds from the bundle (hosts, resolv.conf, the
+	// Git store's generated HEAD, ...), as the launcher's run dir has them.
+	for n, data := range files {
+		if n != bundle.ConfigFile {
+			mustWrite(t, filepath.Join(base, n), string(data))
+		}
 	}
 	var spec rspec.Spec
 	if err := json.Unmarshal(files[bundle.ConfigFile], &spec); err != nil {

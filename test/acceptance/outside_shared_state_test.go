@@ -49,6 +49,7 @@ type sharedState struct {
 	agentDir, sessions, victimSess string
 	marker                         string
 	neighbourSess, neighbourCache  string
+	neighbourGit                   string   // its own Git store (state.gitStore), named for it
 	sessionTargets                 []string // host paths
 }
 
@@ -59,8 +60,9 @@ func sharedStateAttacks(t *testing.T, s *scene) []OutsideAttack {
 	st.victimSess = filepath.Join(st.sessions, victimID)
 	st.neighbourSess = filepath.Join(st.sessions, neighbourID)
 	st.neighbourCache = filepath.Join(s.host, "srv/paseo/state/pi-cache", neighbourID)
+	st.neighbourGit = filepath.Join(s.host, "srv/paseo/state/pi-git", neighbourID)
 	st.sessionTargets = []string{filepath.Join(st.victimSess, "forged.jsonl"), filepath.Join(st.sessions, "forged.jsonl")}
-	for _, d := range []string{st.neighbourSess, st.neighbourCache, st.victimSess} {
+	for _, d := range []string{st.neighbourSess, st.neighbourCache, st.neighbourGit, st.victimSess} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +124,7 @@ func (st *sharedState) neighbour(t *testing.T) *testbundle.Scene {
 		sh = append(sh, fmt.Sprintf(`if echo '{"type":"session","planted":"%s"}' > %s 2>/dev/null; then echo "wrote %s"; else echo "refused %s"; fi`, st.marker, p, p, p))
 	}
 	return testbundle.New(t, testbundle.Options{Host: st.s.host, Argv: testbundle.Script(strings.Join(sh, "\n")),
-		FactsPatch: fmt.Sprintf(`{"agent":{"id":%q},"state":{"sessionDir":%q,"cacheDir":%q}}`, neighbourID, st.neighbourSess, st.neighbourCache)})
+		FactsPatch: fmt.Sprintf(`{"agent":{"id":%q},"state":{"sessionDir":%q,"cacheDir":%q,"gitStore":%q}}`, neighbourID, st.neighbourSess, st.neighbourCache, st.neighbourGit)})
 }
 
 // victim compiles the victim agent's product bundle: a script printing
@@ -280,7 +282,7 @@ func (st *sharedState) reset(t *testing.T) {
 }
 
 func (st *sharedState) chown(t *testing.T) {
-	for _, d := range []string{st.agentDir, st.sessions} {
+	for _, d := range []string{st.agentDir, st.sessions, st.neighbourGit} {
 		err := filepath.Walk(d, func(p string, _ os.FileInfo, err error) error {
 			if err != nil {
 				return err

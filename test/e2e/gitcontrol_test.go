@@ -15,12 +15,15 @@ import (
 )
 
 // The agent keeps its Git work while host git reads nothing else it wrote
-// (docs/spec.md, "Git control data and host git"). Through Pi's bash tool
-// the agent commits, branches, commits on the branch, switches back and
-// stashes; on the host, as the deployment user, the commits, the branch
-// and refs/stash are in the repository, while the worktree's HEAD and
-// index, which only host git may write, are the bytes (and files) they
-// were. Then the agent plants what host git would follow or run: a hook
+// (docs/spec.md, "Git control data and host git", "Git data and host
+// git"). Through Pi's bash tool the agent commits, branches, commits on
+// the branch, switches back, stashes, rebases and gcs; the repository's
+// bytes are unchanged by all of it (the work is in the agent's store);
+// then paseo-policy git import, as the deployment user, brings the commit
+// onto the worktree's branch and the stash to refs/paseo/<agent>/stash,
+// and nothing else (the branch topic is outside the grant); the
+// repository passes fsck. The worktree's HEAD and index, which only host
+// git may write, are the bytes (and files) they were. Then the agent plants what host git would follow or run: a hook
 // and a config command in the repository it shares (refused), a rewritten
 // commondir, a rewritten worktree .git file and a sibling worktree's
 // gitdir (each refused, or private to the sandbox: the host's bytes are
@@ -41,8 +44,14 @@ func TestPiGitControl(t *testing.T) {
 	control := snapshot(t, gitdir, "HEAD", "index")
 	pins := snapshot(t, "", filepath.Join(gitdir, "commondir"), filepath.Join(ws, ".git"))
 	config := readFile(t, filepath.Join(common, "config"))
+	base := hostRev(t, common, "refs/heads/feature")
+	before := repoBytes(t, common)
 
 	work := e.bashTurn(t, sc, gitWork(ws, "feature"))
+	if after := repoBytes(t, common); after != before {
+		t.Errorf("the agent's Git work wrote the repository (issue 30: it goes to the agent's store):\n%s\n---\n%s", before, after)
+	}
+	importStore(t, sc, common, "refs/heads/feature", base)
 	checkGitWork(t, work, repo, "feature")
 	control.unchanged(t, "the linked worktree's gitdir")
 
@@ -89,8 +98,10 @@ func TestPiGitControlMainWorktree(t *testing.T) {
 	chownTree(t, ws, 1000, 1000)
 	control := snapshot(t, dotgit, "HEAD", "index")
 	config := readFile(t, filepath.Join(dotgit, "config"))
+	base := hostRev(t, dotgit, "refs/heads/main")
 
 	work := e.bashTurn(t, sc, gitWork(ws, "main"))
+	importStore(t, sc, dotgit, "refs/heads/main", base)
 	checkGitWork(t, work, ws, "main")
 	control.unchanged(t, "the main worktree's .git")
 
@@ -145,6 +156,9 @@ func gitWork(ws, home string) string {
 		`git switch -q ` + home + ` && echo switch-back-ok || echo switch-back-failed`,
 		`echo stashed >> README && git stash -q && echo stash-ok || echo stash-failed`,
 		`git stash list | grep -q 'stash@{0}' && echo stash-list-ok || echo stash-list-failed`,
+		`echo more > more.txt && git add more.txt && git commit -q -m more-on-home && git switch -q topic && git rebase -q ` + home + ` && git switch -q ` + home + ` && echo rebase-ok || echo rebase-failed`,
+		`git gc -q && echo gc-ok || echo gc-failed`,
+		`git log --format=%s ` + home + ` | grep -q by-agent && echo log-after-gc-ok || echo log-after-gc-failed`,
 	}, "; ")
 }
 
@@ -152,7 +166,7 @@ func gitWork(ws, home string) string {
 // host git in dir, what they left in the repository.
 func checkGitWork(t *testing.T, out, dir, home string) {
 	t.Helper()
-	for _, step := range []string{"commit", "branch", "topic-commit", "switch-back", "stash", "stash-list"} {
+	for _, step := range []string{"commit", "branch", "topic-commit", "switch-back", "stash", "stash-list", "rebase", "gc", "log-after-gc"} {
 		if !strings.Contains(out, step+"-ok") {
 			t.Errorf("the agent's step %s did not succeed in the sandbox: %q", step, out)
 		}
@@ -162,13 +176,67 @@ func checkGitWork(t *testing.T, out, dir, home string) {
 		want, what string
 	}{
 		{[]string{"log", "--format=%s", home}, "by-agent", "the agent's commit on " + home},
-		{[]string{"log", "-1", "--format=%s", "refs/heads/topic"}, "on-topic", "the agent's branch topic with its commit"},
-		{[]string{"show", "refs/stash:README"}, "stashed", "refs/stash with the stashed change"},
+		{[]string{"show", "refs/paseo/agent-7f3c/stash:README"}, "stashed", "the agent's stash, as refs/paseo/agent-7f3c/stash"},
 	} {
 		if got, err := deployGit(t, dir, c.args...); err != nil || !strings.Contains(got, c.want) {
 			t.Errorf("%s is not in the host repository: git %s: %v %q", c.what, strings.Join(c.args, " "), err, got)
 		}
 	}
+	// Outside the grant: never written.
+	for _, ref := range []string{"refs/heads/topic", "refs/stash"} {
+		if got, err := deployGit(t, dir, "rev-parse", "--verify", "-q", ref); err == nil {
+			t.Errorf("%s reached the repository (%q): only the worktree's branch and the agent's namespace are imported", ref, got)
+		}
+	}
+	if got, err := deployGit(t, dir, "fsck", "--strict", "--no-dangling"); err != nil || strings.TrimSpace(got) != "" {
+		t.Errorf("git fsck of the repository after the import: %v %q", err, got)
+	}
+}
+
+// importStore runs paseo-policy git import as the deployment user, as the
+// daemon would after the turn: the agent's store into the repository
+// (Git dir repo), the branch from base.
+func importStore(t *testing.T, sc *testbundle.Scene, repo, branch, base string) {
+	t.Helper()
+	bin := testbundle.BuildStatic(t, "./cmd/paseo-policy")
+	searchable(t, bin)
+	store := filepath.Join(sc.Host, "srv/paseo/state/pi-git/agent-7f3c")
+	searchable(t, store)
+	cmd := exec.Command(bin, "-o", "json", "git", "import", "--home", "/nonexistent", "--repo", repo,
+		"--state-root", filepath.Join(sc.Host, "srv/paseo/state"), "--store", store, "--agent", "agent-7f3c", "--branch", branch, "--base", base)
+	cmd.Env = gitEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1000, Gid: 1000, Groups: []uint32{}}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git import: %v\n%s", err, out)
+	}
+	t.Logf("git import: %s", out)
+}
+
+// hostRev is ref's id in the Git dir repo, read as root at setup.
+func hostRev(t *testing.T, repo, ref string) string {
+	t.Helper()
+	out, err := exec.Command("git", "--git-dir="+repo, "rev-parse", ref).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// repoBytes lists the repository's objects, refs, packed-refs and logs
+// with their sizes: what the sandbox's Git must never write.
+func repoBytes(t *testing.T, common string) string {
+	t.Helper()
+	var out []string
+	for _, d := range []string{"objects", "refs", "logs", "packed-refs"} {
+		_ = filepath.Walk(filepath.Join(common, d), func(p string, fi os.FileInfo, err error) error {
+			if err == nil {
+				out = append(out, fmt.Sprintf("%s %v %d", p, fi.Mode(), fi.Size()))
+			}
+			return nil
+		})
+	}
+	return strings.Join(out, "\n")
 }
 
 // initRepo makes a repository at dir whose main branch has one commit

@@ -37,7 +37,7 @@ func TestPiAsDeploymentUser(t *testing.T) {
 export default function () { writeFileSync(process.cwd() + "/EXTENSION-LOADED", "yes\n"); }
 `)
 	write(t, filepath.Join(ws, "existing.txt"), "orig\n")
-	for _, d := range []string{ws, filepath.Join(sc.Host, "srv/paseo/state/pi-agent"), filepath.Join(sc.Host, "srv/paseo/state/pi-sessions/agent-7f3c"), filepath.Join(sc.Host, "srv/paseo/state/pi-cache/agent-7f3c")} {
+	for _, d := range []string{ws, filepath.Join(sc.Host, "srv/paseo/state/pi-agent"), filepath.Join(sc.Host, "srv/paseo/state/pi-sessions/agent-7f3c"), filepath.Join(sc.Host, "srv/paseo/state/pi-cache/agent-7f3c"), filepath.Join(sc.Host, "srv/paseo/state/pi-git/agent-7f3c")} {
 		chownTree(t, d, uid, uid)
 	}
 	if err := os.Chmod(ws, 0o755); err != nil {

@@ -29,6 +29,7 @@ import (
 	"paseo.dev/paseo-policy/internal/testkit/fakemcp"
 	"paseo.dev/paseo-policy/internal/testkit/fakemodel"
 	"paseo.dev/paseo-policy/internal/testkit/piproto"
+	"paseo.dev/paseo-policy/internal/testkit/skip"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/internal/testkit/testtree"
@@ -65,6 +66,8 @@ type imageInfo struct {
 
 func image(t testing.TB) imageInfo {
 	t.Helper()
+	// Before the image: without root these tests skip, image or not.
+	skip.UnlessRoot(t, "the real-Pi tests run runsc and make namespaces")
 	p := testbundle.Repo(t, ".image/image.json")
 	if v := os.Getenv("PI_BENCH_IMAGE"); v != "" {
 		// make bench-pi's variants of the image (scripts/bench-pi.sh).
@@ -107,6 +110,9 @@ type env struct {
 	// host stands for / on the host; every scene of a test shares it, so a
 	// second sandbox sees the first one's workspace and sessions.
 	host string
+	// models, when set, is the daemon's models.json in place of the
+	// default one (writeAgentFiles).
+	models string
 }
 
 func newEnv(t testing.TB, script ...fakemodel.Turn) *env {
@@ -174,18 +180,19 @@ func (e *env) scene(t testing.TB, profile, factsPatch string) *testbundle.Scene 
 		FactsPatch:    string(facts),
 		// The compiler reads the daemon's models.json (the model route's
 		// generated one is made from it), so it exists before the compile.
-		Prepare: func(t testing.TB, host string) { writeAgentFiles(t, filepath.Join(host, "srv/paseo/state/pi-agent")) }})
+		Prepare: func(t testing.TB, host string) { e.writeAgentFiles(t, filepath.Join(host, "srv/paseo/state/pi-agent")) }})
 	e.prepareState(t, sc)
 	return sc
 }
 
 func (e *env) prepareState(t testing.TB, sc *testbundle.Scene) {
 	agent := filepath.Join(sc.Host, "srv/paseo/state/pi-agent")
-	writeAgentFiles(t, agent)
+	e.writeAgentFiles(t, agent)
 	write(t, filepath.Join(sc.Host, "srv/paseo/launch/paseo-pi-extension-a1/paseo-integration.mjs"), "export default function () {}\n")
 	// The daemon gives each agent its own jiti cache dir, owned by the
-	// sandbox user (testdata/base: state.cacheDir).
-	for _, d := range []string{agent, filepath.Join(sc.Host, "srv/paseo/state/pi-sessions/agent-7f3c"), filepath.Join(sc.Host, "srv/paseo/state/pi-cache/agent-7f3c")} {
+	// sandbox user (testdata/base: state.cacheDir), and its own Git store
+	// (state.gitStore).
+	for _, d := range []string{agent, filepath.Join(sc.Host, "srv/paseo/state/pi-sessions/agent-7f3c"), filepath.Join(sc.Host, "srv/paseo/state/pi-cache/agent-7f3c"), filepath.Join(sc.Host, "srv/paseo/state/pi-git/agent-7f3c")} {
 		chownTree(t, d, 1000, 1000)
 	}
 }
@@ -197,6 +204,15 @@ func writeAgentFiles(t testing.TB, agent string) {
  "apiKey":"$FAKE_LLM_KEY","compat":{"supportsDeveloperRole":false},
  "models":[{"id":"fake-1","input":["text"],"contextWindow":128000,"maxTokens":16384}]}}}`)
 	write(t, filepath.Join(agent, "settings.json"), `{"packages":["/opt/pi/node_modules/pi-mcp-adapter"]}`)
+}
+
+// writeAgentFiles is writeAgentFiles with the env's models.json if it has
+// one of its own.
+func (e *env) writeAgentFiles(t testing.TB, agent string) {
+	writeAgentFiles(t, agent)
+	if e.models != "" {
+		write(t, filepath.Join(agent, "models.json"), e.models)
+	}
 }
 
 func write(t testing.TB, p, s string) {

@@ -99,15 +99,16 @@ export default function () {}
 	}
 	ran(t, ws, "INTEGRATION-RAN-agent-7f3c", true)
 
-	// Agent 2: its own session and cache dirs, the same agent dir and workspace.
-	for _, d := range []string{filepath.Join(sessions, "agent-9d21"), filepath.Join(sc.Host, "srv/paseo/state/pi-cache/agent-9d21")} {
+	// Agent 2: its own session, cache and Git store dirs, the same agent dir and workspace.
+	git2 := filepath.Join(sc.Host, "srv/paseo/state/pi-git/agent-9d21")
+	for _, d := range []string{filepath.Join(sessions, "agent-9d21"), filepath.Join(sc.Host, "srv/paseo/state/pi-cache/agent-9d21"), git2} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			t.Fatal(err)
 		}
 		chownTree(t, d, 1000, 1000)
 	}
-	sc2 := e.scene(t, "pi-session", fmt.Sprintf(`{"agent":{"id":"agent-9d21"},"state":{"sessionDir":%q,"cacheDir":%q}}`,
-		filepath.Join(sessions, "agent-9d21"), filepath.Join(sc.Host, "srv/paseo/state/pi-cache/agent-9d21")))
+	sc2 := e.scene(t, "pi-session", fmt.Sprintf(`{"agent":{"id":"agent-9d21"},"state":{"sessionDir":%q,"cacheDir":%q,"gitStore":%q}}`,
+		filepath.Join(sessions, "agent-9d21"), filepath.Join(sc.Host, "srv/paseo/state/pi-cache/agent-9d21"), git2))
 	integration(t, sc2)
 	e.startAndStop(t, sc2)
 	ran(t, ws, "INTEGRATION-RAN-agent-9d21", true)

@@ -23,9 +23,10 @@ import (
 	"paseo.dev/paseo-policy/runtime/supervisor"
 )
 
-// TestTypeScriptClient runs clients/typescript's `npm test` against the real supervisor
-// (the `paseo-policy supervise` binary built from this tree, as root) with the real Pi
-// image in gVisor and the fake model on a test host. This test is the world: it starts the
+// TestTypeScriptClient runs clients/typescript's unit tests (`npm run test:unit`) and its
+// tests against the real supervisor (`npm run test:e2e`: the `paseo-policy supervise`
+// binary built from this tree, as root) with the real Pi image in gVisor and the fake
+// model on a test host. This test is the world: it starts the
 // fake model, compiles the scene, runs the supervisor and restarts it whenever it dies (as
 // systemd's Restart=always would, so the TypeScript test can SIGKILL it mid-turn), and
 // hands the TypeScript tests what they need in a world file (PASEO_TS_WORLD). Afterwards it
@@ -127,19 +128,17 @@ func TestTypeScriptClient(t *testing.T) {
 	if out, err := npm("ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=warn"); err != nil {
 		t.Fatalf("npm ci in clients/typescript: %v\n%s", err, out)
 	}
-	out, err := npm("test")
-	t.Logf("npm test:\n%s", out)
-	if err != nil {
-		t.Errorf("npm test: %v", err)
-	}
-	// Nothing skipped, nothing left to do: node's runner counts them.
-	for _, counter := range []string{"skipped", "todo", "cancelled", "fail"} {
-		if m := regexp.MustCompile(`(?m)^# ` + counter + ` (\d+)$`).FindStringSubmatch(out); m == nil || m[1] != "0" {
-			t.Errorf("npm test: %q is %v, want 0", counter, m)
+	// The unit tests (a scripted Pi stream, a scripted supervisor: no world) and the tests
+	// against the world, each through its own script; node's runner counts what it ran.
+	var out string
+	for _, script := range []string{"test:unit", "test:e2e"} {
+		o, err := npm("run", script)
+		t.Logf("npm run %s:\n%s", script, o)
+		if err != nil {
+			t.Errorf("npm run %s: %v", script, err)
 		}
-	}
-	if m := regexp.MustCompile(`(?m)^# pass (\d+)$`).FindStringSubmatch(out); m == nil || m[1] == "0" {
-		t.Errorf("npm test passed no tests: %v", m)
+		checkNodeCounts(t, script, o)
+		out += o
 	}
 	for name, s := range map[string]string{"the model key": apiKey, "the MCP token": mcpToken} {
 		if strings.Contains(out, s) || strings.Contains(sup.stderr(), s) {
@@ -177,6 +176,20 @@ func TestTypeScriptClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Shutdown()
+}
+
+// checkNodeCounts fails the test unless node's runner (TAP) passed some tests and skipped,
+// cancelled, left to do or failed none.
+func checkNodeCounts(t *testing.T, script, out string) {
+	t.Helper()
+	for _, counter := range []string{"skipped", "todo", "cancelled", "fail"} {
+		if m := regexp.MustCompile(`(?m)^# ` + counter + ` (\d+)$`).FindStringSubmatch(out); m == nil || m[1] != "0" {
+			t.Errorf("npm run %s: %q is %v, want 0", script, counter, m)
+		}
+	}
+	if m := regexp.MustCompile(`(?m)^# pass (\d+)$`).FindStringSubmatch(out); m == nil || m[1] == "0" {
+		t.Errorf("npm run %s passed no tests: %v", script, m)
+	}
 }
 
 // tsScene is e.scene for a supervisor that resolves names as the host does: the model is

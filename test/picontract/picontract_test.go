@@ -44,6 +44,7 @@ import (
 
 	"paseo.dev/paseo-policy/internal/testkit/fakemodel"
 	"paseo.dev/paseo-policy/internal/testkit/piproto"
+	"paseo.dev/paseo-policy/internal/testkit/skip"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/policy/compiler"
 )
@@ -72,6 +73,9 @@ func (im piImage) pkg(name string) string {
 
 func loadImage(t *testing.T) piImage {
 	t.Helper()
+	// The image is root's to build (debootstrap, mounts): without root
+	// this suite skips, image or not, like the real-Pi e2e tests.
+	skip.UnlessRoot(t, "it runs the Pi image, which only root builds (make image)")
 	dir := testbundle.Repo(t, ".image")
 	if v := os.Getenv("PASEO_PI_IMAGE"); v != "" {
 		dir = v

@@ -3,7 +3,8 @@
 
 import net from "node:net";
 
-import { ConnectionError, ProtocolError, SupervisorError, isErrorCode, type WireError } from "./errors.js";
+import { ConnectionError, ProtocolError, SupervisorError, TimeoutError, isErrorCode, type WireError } from "./errors.js";
+import { LineSplitter, LineTooLongError } from "./lines.js";
 import { AsyncQueue } from "./queue.js";
 import {
   PROTOCOL_VERSION,
@@ -27,19 +28,34 @@ export const MAX_WRITE_BYTES = 512 * 1024;
 const HIGH_WATER = 4096;
 const LOW_WATER = 1024;
 
+/** The longest line taken from the supervisor (its answers and events are far smaller). */
+const MAX_LINE_BYTES = 16 * 1024 * 1024;
+
 export interface ConnectOptions {
   /** Give up connecting after this long (default 10 s). */
+  timeoutMs?: number;
+  /**
+   * A call that gets no answer in this long rejects with TimeoutError (default: calls wait
+   * as long as the connection lives). The connection stays usable; see TimeoutError.
+   */
+  callTimeoutMs?: number;
+}
+
+export interface CallOptions {
+  /** This call's timeout (default the connection's callTimeoutMs). */
   timeoutMs?: number;
 }
 
 interface Pending {
   resolve: (r: unknown) => void;
   reject: (e: unknown) => void;
+  timer?: NodeJS.Timeout;
 }
 
 export class SupervisorConnection {
   private readonly socket: net.Socket;
-  private buf = "";
+  private readonly lines = new LineSplitter(MAX_LINE_BYTES);
+  private readonly callTimeoutMs: number | undefined;
   private n = 0;
   private readonly pending = new Map<string, Pending>();
   private readonly queue = new AsyncQueue<Event>();
@@ -48,22 +64,25 @@ export class SupervisorConnection {
   /** Resolves when the connection has ended, with why (undefined: closed by this side). */
   readonly closed: Promise<Error | undefined>;
 
-  private constructor(socket: net.Socket) {
+  private constructor(socket: net.Socket, callTimeoutMs: number | undefined) {
     this.socket = socket;
-    socket.setEncoding("utf8");
+    this.callTimeoutMs = callTimeoutMs;
     this.queue.onTake = (length) => {
       if (length <= LOW_WATER && this.socket.isPaused()) this.socket.resume();
     };
     let done!: (e: Error | undefined) => void;
     this.closed = new Promise((r) => (done = r));
-    socket.on("data", (chunk: string) => this.onData(chunk));
+    socket.on("data", (chunk: Buffer) => this.onData(chunk));
     socket.on("error", (err) => {
       this.closedWith ??= new ConnectionError(`supervisor connection: ${err.message}`);
     });
     socket.on("close", () => {
       const why = this.refusal ?? this.closedWith ?? new ConnectionError("the supervisor closed the connection");
       this.closedWith = why;
-      for (const p of this.pending.values()) p.reject(why);
+      for (const p of this.pending.values()) {
+        clearTimeout(p.timer);
+        p.reject(why);
+      }
       this.pending.clear();
       this.queue.end();
       done(why);
@@ -81,7 +100,7 @@ export class SupervisorConnection {
       socket.once("connect", () => {
         clearTimeout(timer);
         socket.removeAllListeners("error");
-        resolve(new SupervisorConnection(socket));
+        resolve(new SupervisorConnection(socket, opts.callTimeoutMs));
       });
       socket.once("error", (err: NodeJS.ErrnoException) => {
         clearTimeout(timer);
@@ -105,12 +124,18 @@ export class SupervisorConnection {
     return this.closedWith !== undefined;
   }
 
-  private onData(chunk: string): void {
-    this.buf += chunk;
-    let i: number;
-    while ((i = this.buf.indexOf("\n")) >= 0) {
-      const line = this.buf.slice(0, i);
-      this.buf = this.buf.slice(i + 1);
+  private onData(chunk: Buffer): void {
+    let lines: string[];
+    try {
+      lines = this.lines.push(chunk);
+    } catch (e) {
+      if (!(e instanceof LineTooLongError)) throw e;
+      this.closedWith ??= new ProtocolError(`the supervisor sent ${e.message}`);
+      this.socket.destroy();
+      return;
+    }
+    for (const line of lines) {
+      if (this.closedWith) return;
       if (line !== "") this.onLine(line);
     }
   }
@@ -120,7 +145,10 @@ export class SupervisorConnection {
     try {
       frame = JSON.parse(line) as Record<string, unknown>;
     } catch {
-      this.closedWith = new ProtocolError("the supervisor sent a line that is not JSON");
+      frame = null as unknown as Record<string, unknown>;
+    }
+    if (frame === null || typeof frame !== "object" || Array.isArray(frame)) {
+      this.closedWith ??= new ProtocolError("the supervisor sent a line that is not a JSON object");
       this.socket.destroy();
       return;
     }
@@ -138,17 +166,32 @@ export class SupervisorConnection {
       return;
     }
     this.pending.delete(r.id);
+    clearTimeout(p.timer);
     if (r.ok) p.resolve(r.result);
     else p.reject(r.error ? toError(r.error) : new ProtocolError("the supervisor refused without an error"));
   }
 
-  /** Sends one request and resolves with its result, or rejects with a SupervisorError. */
-  call<T>(req: Request): Promise<T> {
+  /**
+   * Sends one request and resolves with its result, or rejects with a SupervisorError (the
+   * supervisor's refusal), a ConnectionError (the connection ended first) or a TimeoutError
+   * (no answer within the call's timeout: the connection stays usable, the late answer is
+   * dropped, the call's fate is unknown).
+   */
+  call<T>(req: Request, opts: CallOptions = {}): Promise<T> {
     if (this.closedWith) return Promise.reject(this.closedWith);
     const id = `ts${++this.n}`;
     const frame = JSON.stringify({ v: PROTOCOL_VERSION, id, ...req }) + "\n";
+    const timeoutMs = opts.timeoutMs ?? this.callTimeoutMs;
     return new Promise<T>((resolve, reject) => {
-      this.pending.set(id, { resolve: resolve as (r: unknown) => void, reject });
+      const p: Pending = { resolve: resolve as (r: unknown) => void, reject };
+      if (timeoutMs !== undefined) {
+        p.timer = setTimeout(() => {
+          if (this.pending.get(id) !== p) return;
+          this.pending.delete(id);
+          reject(new TimeoutError(req.op, timeoutMs));
+        }, timeoutMs);
+      }
+      this.pending.set(id, p);
       this.socket.write(frame);
     });
   }

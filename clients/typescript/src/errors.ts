@@ -60,6 +60,22 @@ export class ConnectionError extends Error {
   override readonly name = "ConnectionError";
 }
 
+/**
+ * A call got no answer within its timeout. The call's fate is unknown (the supervisor may
+ * have applied it); the connection stays open and usable, and the late answer, if any, is
+ * dropped. Retry only what is safe to repeat (a write with the same input id).
+ */
+export class TimeoutError extends Error {
+  override readonly name = "TimeoutError";
+  readonly code = "timeout";
+  constructor(
+    readonly op: string,
+    readonly timeoutMs: number,
+  ) {
+    super(`${op}: no answer from the supervisor in ${timeoutMs} ms`);
+  }
+}
+
 /** Another attachment took the sandbox over; this one stopped rather than fight it. */
 export class SupersededError extends Error {
   override readonly name = "SupersededError";

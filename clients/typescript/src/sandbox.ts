@@ -4,7 +4,7 @@
 
 import { randomUUID } from "node:crypto";
 
-import { MAX_WRITE_BYTES, SupervisorConnection } from "./connection.js";
+import { MAX_WRITE_BYTES, SupervisorConnection, type ConnectOptions } from "./connection.js";
 import { ConnectionError, ProtocolError, SupersededError, SupervisorError } from "./errors.js";
 import { AsyncQueue } from "./queue.js";
 import { exitOf, type Event, type SandboxExit, type SandboxInfo, type Signal, type Stream, type WriteResult } from "./protocol.js";
@@ -33,6 +33,8 @@ export interface StreamOptions {
   reconnect?: ReconnectOptions;
   /** Acknowledge records once the consumer took them (default true); else call ack() yourself. */
   autoAck?: boolean;
+  /** A timeout for each call to the supervisor (default none); see SupervisorConnection.call. */
+  callTimeoutMs?: number;
   /** Called after every reattach (not the first attach), with the new epoch. */
   onReattach?: (r: { epoch: number; cursor: number }) => void;
 }
@@ -86,6 +88,10 @@ export class SandboxStream {
     const s = new SandboxStream(opts);
     await s.reattach(false);
     return s;
+  }
+
+  private connectOptions(): ConnectOptions {
+    return this.opts.callTimeoutMs === undefined ? {} : { callTimeoutMs: this.opts.callTimeoutMs };
   }
 
   /** The current attachment's epoch (writes are fenced to it). */
@@ -174,7 +180,7 @@ export class SandboxStream {
       const live = this.conn && !this.conn.isClosed ? this.conn : undefined;
       let own: SupervisorConnection | undefined;
       try {
-        own = live ? undefined : await SupervisorConnection.connect(this.opts.socketPath);
+        own = live ? undefined : await SupervisorConnection.connect(this.opts.socketPath, this.connectOptions());
         return await op((live ?? own) as SupervisorConnection);
       } catch (e) {
         if (!transient(e) || Date.now() > deadline) throw e;
@@ -258,7 +264,7 @@ export class SandboxStream {
       if (this.conn && !this.conn.isClosed) return; // another caller reattached meanwhile
       let c: SupervisorConnection | undefined;
       try {
-        c = await SupervisorConnection.connect(this.opts.socketPath);
+        c = await SupervisorConnection.connect(this.opts.socketPath, this.connectOptions());
         // Reattach from what the supervisor was told is acknowledged; a cursor behind its
         // own (an ack whose answer the drop lost) is out-of-order, and everything up to
         // what was delivered is in this client already.
@@ -368,7 +374,7 @@ export class SandboxStream {
 export async function createAndAttach(
   opts: Omit<StreamOptions, "sandbox" | "cursor"> & { deployment: string; facts: unknown },
 ): Promise<{ info: SandboxInfo; stream: SandboxStream }> {
-  const c = await SupervisorConnection.connect(opts.socketPath);
+  const c = await SupervisorConnection.connect(opts.socketPath, opts.callTimeoutMs === undefined ? {} : { callTimeoutMs: opts.callTimeoutMs });
   let info: SandboxInfo;
   try {
     info = await c.createSandbox(opts.deployment, opts.facts, { mcpToken: opts.mcpToken });

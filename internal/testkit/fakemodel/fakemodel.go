@@ -73,6 +73,10 @@ type Turn struct {
 	// FinishReason overrides the finish_reason sent ("stop" for text,
 	// "tool_calls" when there are tool calls), e.g. "length".
 	FinishReason string
+	// Reasoning is thinking streamed before the content, in
+	// delta.reasoning_content (as llama.cpp and DeepSeek do); Pi keeps it
+	// as a thinking block and sends it back on the assistant message.
+	Reasoning string
 }
 
 // Text is a plain text turn.
@@ -706,6 +710,7 @@ type delta struct {
 	Content   json.RawMessage `json:"content,omitempty"`
 	Refusal   json.RawMessage `json:"refusal,omitempty"`
 	ToolCalls []toolCallDelta `json:"tool_calls,omitempty"`
+	Reasoning string          `json:"reasoning_content,omitempty"`
 }
 
 type toolCallDelta struct {
@@ -797,6 +802,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rec *Recorded, i
 	if !send(mk(first, nil)) {
 		aborted()
 		return
+	}
+	for _, piece := range chunks.Split(t.Reasoning, n) {
+		if !wait() || !send(mk(delta{Reasoning: piece}, nil)) {
+			aborted()
+			return
+		}
 	}
 	for _, piece := range chunks.Split(t.Content, n) {
 		if !wait() || !send(mk(delta{Content: jsonString(piece)}, nil)) {

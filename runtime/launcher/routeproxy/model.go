@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,19 +62,26 @@ type ModelOptions struct {
 // stripped, so a probe or a planted key shows in the counts.
 var credentialHeaders = []string{"Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key", "Proxy-Authorization", "Cookie"}
 
-// modelForwarded are the sandbox's request headers the provider gets;
-// everything else is dropped. Content-Type, the credential, Host and the
-// encoding are the proxy's own.
-var modelForwarded = map[string][]string{
-	"openai-completions": {"Accept"},
-	"openai-responses":   {"Accept", "Openai-Beta"},
-	"anthropic-messages": {"Accept", "Anthropic-Version", "Anthropic-Beta"},
+// Of the sandbox's request headers, the provider gets Accept and the
+// feature headers the route lists (bundle.Route.Headers), with listed
+// values only; everything else is dropped. Content-Type, the credential,
+// Host and the encoding are the proxy's own.
+
+// featureHeader reports whether a header switches a provider feature or
+// API version: from the sandbox such a header passes only with values
+// the route lists, and is refused otherwise (not dropped, so a probe
+// shows in the counts).
+func featureHeader(name string) bool {
+	l := strings.ToLower(name)
+	return (strings.HasPrefix(l, "anthropic-") || strings.HasPrefix(l, "openai-")) &&
+		(strings.HasSuffix(l, "-beta") || strings.HasSuffix(l, "-version"))
 }
 
 // modelRequest is what the guard decided for one request.
 type modelRequest struct {
-	path string // the route's own spelling of the matched path
-	key  []byte
+	path    string // the route's own spelling of the matched path
+	key     []byte
+	headers http.Header // the checked feature headers
 }
 
 type modelKey struct{}
@@ -87,10 +96,20 @@ func NewModel(r bundle.Route, o ModelOptions) (*Proxy, error) {
 		return nil, fmt.Errorf("route %s: a model route serves the upstream's own path prefix", r.Purpose)
 	case o.Key == nil || o.Dial == nil:
 		return nil, fmt.Errorf("route %s: no key source or dialer", r.Purpose)
-	case modelForwarded[r.API] == nil || (r.Credential != "authorization-bearer" && r.Credential != "x-api-key"):
+	case BodyPolicies[r.API] == nil || (r.Credential != "authorization-bearer" && r.Credential != "x-api-key"):
 		return nil, fmt.Errorf("route %s: provider API %q or credential header %q is not one this proxy speaks", r.Purpose, r.API, r.Credential)
 	case len(r.Requests) == 0:
 		return nil, fmt.Errorf("route %s: forwards no request", r.Purpose)
+	case r.Model == "":
+		return nil, fmt.Errorf("route %s: names no model", r.Purpose)
+	}
+	allowed := map[string][]string{}
+	for _, h := range r.Headers {
+		name, v, ok := strings.Cut(h, ": ")
+		if !ok || !featureHeader(name) || v == "" || strings.ContainsAny(v, ", ") {
+			return nil, fmt.Errorf("route %s: header %q is not \"<feature header>: <one value>\"", r.Purpose, h)
+		}
+		allowed[http.CanonicalHeaderKey(name)] = append(allowed[http.CanonicalHeaderKey(name)], v)
 	}
 	for _, rq := range r.Requests {
 		m, p, ok := strings.Cut(rq, " ")
@@ -99,7 +118,7 @@ func NewModel(r bundle.Route, o ModelOptions) (*Proxy, error) {
 		}
 	}
 	lim := defaults(o.Limits, ModelLimits)
-	p := &Proxy{route: r, limits: lim, upstream: u, reached: map[net.Conn]bool{}}
+	p := &Proxy{route: r, limits: lim, upstream: u, reached: map[net.Conn]bool{}, body: BodyPolicies[r.API], headers: allowed}
 	host := u.Hostname()
 	tr := &http.Transport{
 		// Never a proxy from the environment: the provider's own host only.
@@ -113,17 +132,14 @@ func NewModel(r bundle.Route, o ModelOptions) (*Proxy, error) {
 		MaxIdleConnsPerHost:   8,
 		IdleConnTimeout:       90 * time.Second,
 	}
-	forwarded := modelForwarded[r.API]
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			d, _ := pr.In.Context().Value(modelKey{}).(*modelRequest)
 			pr.Out.URL = &url.URL{Scheme: "https", Host: u.Host, Path: d.path}
 			pr.Out.Host = u.Host
-			pr.Out.Header = http.Header{}
-			for _, h := range forwarded {
-				if v := pr.In.Header.Values(h); len(v) > 0 {
-					pr.Out.Header[h] = v
-				}
+			pr.Out.Header = d.headers.Clone()
+			if v := pr.In.Header.Values("Accept"); len(v) > 0 {
+				pr.Out.Header["Accept"] = v
 			}
 			if pr.In.Method == http.MethodPost {
 				pr.Out.Header.Set("Content-Type", "application/json")
@@ -142,6 +158,15 @@ func NewModel(r bundle.Route, o ModelOptions) (*Proxy, error) {
 		ModifyResponse: func(resp *http.Response) error {
 			// Nothing of the provider's session state reaches the sandbox.
 			resp.Header.Del("Set-Cookie")
+			// Nor the key, if the provider or a gateway echoes it: in an
+			// encoded body the masking could not see it, so only identity
+			// (what the route asked for) passes.
+			if ce := resp.Header.Values("Content-Encoding"); len(ce) > 1 || (len(ce) == 1 && !strings.EqualFold(ce[0], "identity")) {
+				resp.Body.Close()
+				return errEncodedAnswer
+			}
+			d, _ := resp.Request.Context().Value(modelKey{}).(*modelRequest)
+			scrubResponse(resp, d.key, &p.Stats.Scrubbed)
 			return nil
 		},
 		// SSE: pass bytes on as they come.
@@ -234,6 +259,11 @@ func (p *Proxy) modelGuard(next http.Handler, key func() ([]byte, error)) http.H
 			refuse(http.StatusRequestEntityTooLarge, "request body too large", false)
 			return
 		}
+		headers, rf := p.featureHeaders(req.Header)
+		if rf != nil {
+			p.refuseModel(w, rf)
+			return
+		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, p.limits.MaxBody))
 		if err != nil {
 			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
@@ -260,6 +290,10 @@ func (p *Proxy) modelGuard(next http.Handler, key func() ([]byte, error)) http.H
 				refuse(http.StatusBadRequest, "the model route forwards one strict JSON object", true)
 				return
 			}
+			if rf := p.body.Check(n, p.route.Model); rf != nil {
+				p.refuseModel(w, rf)
+				return
+			}
 			// The checked value, re-encoded, is the body from here on.
 			c := n.bytes()
 			req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(c)), int64(len(c))
@@ -271,11 +305,71 @@ func (p *Proxy) modelGuard(next http.Handler, key func() ([]byte, error)) http.H
 			return
 		}
 		defer clear(k)
-		req = req.WithContext(context.WithValue(req.Context(), modelKey{}, &modelRequest{path: path, key: k}))
+		req = req.WithContext(context.WithValue(req.Context(), modelKey{}, &modelRequest{path: path, key: k, headers: headers}))
 		p.Stats.Forwarded.Add(1)
 		next.ServeHTTP(w, req)
 	})
 }
 
+// errEncodedAnswer refuses an answer the route cannot read to mask the key.
+var errEncodedAnswer = errors.New("the provider answered with a content encoding the route did not ask for")
+
 // IsModel reports whether r is a model route.
 func IsModel(r bundle.Route) bool { return r.Purpose == "model" }
+
+// featureHeaders checks the request's feature headers against the
+// route's list and returns them rebuilt from the checked values: each
+// comma-separated value must be listed for its header.
+func (p *Proxy) featureHeaders(h http.Header) (http.Header, *Refusal) {
+	out := http.Header{}
+	for name, vals := range h {
+		if !featureHeader(name) {
+			continue
+		}
+		allowed, ok := p.headers[name]
+		if !ok {
+			return nil, refuseAt(ReasonFeatureHeader, strings.ToLower(name), "this route passes on no %s header", strings.ToLower(name))
+		}
+		var got []string
+		for _, v := range vals {
+			for item := range strings.SplitSeq(v, ",") {
+				item = strings.TrimSpace(item)
+				if !slices.Contains(allowed, item) {
+					return nil, refuseAt(ReasonFeatureHeader, strings.ToLower(name), "the value %q is not one this route's profile lists", item)
+				}
+				if !slices.Contains(got, item) {
+					got = append(got, item)
+				}
+			}
+		}
+		out.Set(name, strings.Join(got, ","))
+	}
+	return out, nil
+}
+
+// refuseModel answers a refused request with an error in the API's own
+// shape, so Pi's client shows the reason, and counts it.
+func (p *Proxy) refuseModel(w http.ResponseWriter, rf *Refusal) {
+	p.Stats.Refused.Add(1)
+	p.Stats.OutOfScope.Add(1)
+	p.Stats.ByReason[rf.Reason].Add(1)
+	// 400 for what Pi could have sent differently (a client that falls
+	// back without a field, as Pi 1.6.0 does for Anthropic's thread,
+	// reads 400); 403 for what the route never forwards.
+	status, typ := http.StatusForbidden, "permission_error"
+	if rf.Reason == ReasonShape || rf.Reason == ReasonUnknownMember || rf.Reason == ReasonProviderState {
+		status, typ = http.StatusBadRequest, "invalid_request_error"
+	}
+	var doc any
+	if p.route.API == "anthropic-messages" {
+		doc = map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": rf.Error()}}
+	} else {
+		doc = map[string]any{"error": map[string]any{"message": rf.Error(), "type": typ, "param": rf.Path,
+			"code": "paseo_route_" + strings.ReplaceAll(rf.Reason.String(), "-", "_")}}
+	}
+	b, _ := json.Marshal(doc)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}

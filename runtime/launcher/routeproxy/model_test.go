@@ -22,7 +22,7 @@ const testModelKey = "sk-test-provider-key-0123456789"
 
 var modelRoute = bundle.Route{Purpose: "model", Listen: "gateway", Port: 18080, Path: "/v1",
 	Upstream: "https://llm.example.test:8443/v1", TokenRef: "alice/fake-llm", API: "openai-completions",
-	Credential: "authorization-bearer", Requests: []string{"POST /chat/completions", "GET /models"}}
+	Credential: "authorization-bearer", Requests: []string{"POST /chat/completions", "GET /models"}, Model: "fake-1"}
 
 // modelWorld is a model route in front of the fake model over TLS, both on
 // loopback; the route dials the fake model whatever address it asks for.
@@ -34,7 +34,13 @@ type modelWorld struct {
 	dials atomic.Int64
 }
 
-func newModelWorld(t *testing.T, upstream http.Handler, mod func(*ModelOptions)) *modelWorld {
+func newModelWorld(t testing.TB, upstream http.Handler, mod func(*ModelOptions)) *modelWorld {
+	t.Helper()
+	return newModelWorldFor(t, modelRoute, upstream, mod)
+}
+
+// newModelWorldFor is newModelWorld for another route (another API).
+func newModelWorldFor(t testing.TB, route bundle.Route, upstream http.Handler, mod func(*ModelOptions)) *modelWorld {
 	t.Helper()
 	ca, err := fakemodel.NewTestCA("llm.example.test")
 	if err != nil {
@@ -63,7 +69,7 @@ func newModelWorld(t *testing.T, upstream http.Handler, mod func(*ModelOptions))
 	if mod != nil {
 		mod(&o)
 	}
-	w.proxy, err = NewModel(modelRoute, o)
+	w.proxy, err = NewModel(route, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,6 +107,23 @@ type Stats struct {
 	// Cut counts requests the server ended before the guard saw them:
 	// headers too large, or too slow to arrive.
 	Cut atomic.Int64
+	// ByReason counts a model route's refusals of bodies and feature
+	// headers by Reason (each also in Refused and OutOfScope).
+	ByReason [numReasons]atomic.Int64
+	// Scrubbed counts the provider key's spellings the model route
+	// replaced in answers before they reached the sandbox.
+	Scrubbed atomic.Int64
+}
+
+// Refusals are ByReason by reason name, the reasons with a count only.
+func (s *Stats) Refusals() map[string]int64 {
+	m := map[string]int64{}
+	for _, r := range Reasons() {
+		if n := s.ByReason[r].Load(); n > 0 {
+			m[r.String()] = n
+		}
+	}
+	return m
 }
 
 // Proxy serves one route.
@@ -125,6 +142,10 @@ type Proxy struct {
 	reached map[net.Conn]bool
 	// closeIdle drops a model route's idle connections to the provider.
 	closeIdle func()
+	// A model route's body policy and its feature headers' admitted
+	// values, by canonical name.
+	body    *BodyPolicy
+	headers map[string][]string
 }
 
 type connKey struct{}

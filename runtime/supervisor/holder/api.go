@@ -109,6 +109,9 @@ type State struct {
 	// IdleMillis is how long no input was written and no output read from
 	// the sandbox (for the supervisor's idle hibernation).
 	IdleMillis int64 `json:"idleMillis"`
+	// DeleteOnExit: Spec.DeleteOnExit, for a supervisor that adopts the
+	// holder.
+	DeleteOnExit bool `json:"deleteOnExit,omitempty"`
 }
 
 // AttachResult answers attach.

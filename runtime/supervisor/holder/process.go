@@ -76,6 +76,9 @@ type Spec struct {
 	// Linger is how long an ended sandbox's holder keeps its output for a
 	// client after the last connection closed, before it exits on its own.
 	Linger time.Duration `json:"linger"`
+	// DeleteOnExit is the creator's request (supervisor reap.go); the
+	// holder only keeps it and reports it on inspect.
+	DeleteOnExit bool `json:"deleteOnExit,omitempty"`
 }
 
 // ready is the holder's one message on its ready pipe (fd 3).

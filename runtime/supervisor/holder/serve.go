@@ -125,7 +125,7 @@ func (h *holder) handle(ctx context.Context, cn *lineserve.Conn, req Request) (a
 
 func (h *holder) state() State {
 	s := h.spec
-	st := State{Sandbox: s.ID, Deployment: s.Deployment, Agent: s.Agent, Profile: s.Profile}
+	st := State{Sandbox: s.ID, Deployment: s.Deployment, Agent: s.Agent, Profile: s.Profile, DeleteOnExit: s.DeleteOnExit}
 	select {
 	case <-h.done:
 		st.Exited = true

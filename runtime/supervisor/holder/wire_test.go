@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"paseo.dev/paseo-policy/internal/testkit/skip"
 )
 
 // idle is how long the holder saw no input or output: it depends on timing.
@@ -17,6 +19,7 @@ var idle = regexp.MustCompile(`"idleMillis":\d+`)
 // byte for byte: what the supervisor decodes (and passes through). A
 // change here is a change of the holder protocol.
 func TestHolderWireBytes(t *testing.T) {
+	skip.UnlessRoot(t, "the holder answers only root peers")
 	h, stdin, _ := newProtocolHolder(t)
 	sock := Socket(h.spec.StateRoot, h.spec.ID)
 	go func() { _, _ = io.Copy(io.Discard, stdin) }()

@@ -118,7 +118,7 @@ func (s *scene) daemonState(modelURL, marker string) error {
 	}
 	// The repository is the daemon user's, as the workspace is: the
 	// sandbox's start script seeds its private Git dir from it.
-	for _, d := range []string{s.workspace(), filepath.Join(s.host, "srv/paseo/repos"), agent, filepath.Join(s.host, "srv/paseo/state/pi-sessions/agent-7f3c"), filepath.Join(s.host, "srv/paseo/state/pi-cache/agent-7f3c")} {
+	for _, d := range []string{s.workspace(), filepath.Join(s.host, "srv/paseo/repos"), agent, filepath.Join(s.host, "srv/paseo/state/pi-sessions/agent-7f3c"), filepath.Join(s.host, "srv/paseo/state/pi-cache/agent-7f3c"), filepath.Join(s.host, "srv/paseo/state/pi-git/agent-7f3c")} {
 		if err := chownTree(d, 1000, 1000); err != nil {
 			return err
 		}
