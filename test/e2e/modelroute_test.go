@@ -71,7 +71,7 @@ func TestPiModelKeyRotation(t *testing.T) {
 // call tools and send the thinking back, a second prompt on the same
 // session with an image; the route refuses none, and every request reaches the model.
 // The chat bodies Pi sent are routeproxy's recorded corpus
-// (testdata/pi-0.84.2/openai-completions): PASEO_UPDATE=1 rewrites it.
+// (testdata/pi-<Pi version>/openai-completions): PASEO_UPDATE=1 rewrites it.
 func TestPiModelRouteBodyPolicy(t *testing.T) {
 	e := newEnv(t,
 		fakemodel.Turn{Reasoning: "The user wants a file; I will write it.",
@@ -115,7 +115,7 @@ func TestPiModelRouteBodyPolicy(t *testing.T) {
 		}
 	}
 	if os.Getenv("PASEO_UPDATE") == "1" {
-		dir := testbundle.Repo(t, "runtime/launcher/routeproxy/testdata/pi-0.84.2/openai-completions")
+		dir := testbundle.Repo(t, filepath.Join("runtime/launcher/routeproxy/testdata", e.image.piDir(), "openai-completions"))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
