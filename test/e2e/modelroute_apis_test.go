@@ -25,19 +25,39 @@ import (
 // and refused nothing. The bodies are routeproxy's recorded corpus
 // (testdata/pi-<Pi version>/<api>/first.json): PASEO_UPDATE=1 rewrites it.
 func TestPiModelRouteFirstRequestPerAPI(t *testing.T) {
+	fake := func(api string) string {
+		return `{"providers":{"fake":{"baseUrl":"` + modelURL + `","api":"` + api + `","apiKey":"$FAKE_LLM_KEY",
+ "models":[{"id":"fake-1","reasoning":true,"input":["text","image"],"contextWindow":128000,"maxTokens":16384}]}}}`
+	}
 	for _, c := range []struct {
-		api, baseURL, path string
+		name, api string
+		// the path and query Pi posts to
+		uri string
+		// the daemon's models.json and the facts' model
+		models, model string
 		// members the body must hold, so the request exercised them
 		want []string
 	}{
-		{"openai-responses", modelURL, "/v1/responses",
+		{"openai-responses", "openai-responses", "/v1/responses", fake("openai-responses"),
+			`{"api":"openai-responses","thinking":"high"}`,
 			[]string{`"reasoning":{`, `"effort":"high"`, `"tools":[`, `"type":"input_image"`, `"image_url":"data:image/png;base64,`}},
 		// The scene's model.baseURL is modelURL, to which the Anthropic
-		// client adds its own /v1/messages.
-		{"anthropic-messages", modelURL, "/v1/v1/messages",
+		// client adds its own /v1/messages (beta, ?beta=true).
+		{"anthropic-messages", "anthropic-messages", "/v1/v1/messages?beta=true", fake("anthropic-messages"),
+			`{"api":"anthropic-messages","thinking":"high"}`,
 			[]string{`"thinking":{`, `"tools":[`, `"type":"image"`, `"media_type":"image/png"`}},
+		// A stock model of Pi's catalogue whose compat names fallback
+		// models (checked below in the image's own catalogue): the API from
+		// the catalogue, and the compiled models.json's compat keeps Pi
+		// from sending the fallbacks the route refuses. Without that compat
+		// (the compiler's line taken out by hand) the route refuses the
+		// turn: feature-header, the server-side-fallback beta.
+		{"anthropic-stock-fallbacks", "anthropic-messages", "/v1/v1/messages?beta=true",
+			`{"providers":{"anthropic":{"baseUrl":"` + modelURL + `"}}}`,
+			`{"provider":"anthropic","id":"claude-fable-5","api":null,"thinking":"high"}`,
+			[]string{`"thinking":{`, `"tools":[`, `"type":"image"`}},
 	} {
-		t.Run(c.api, func(t *testing.T) {
+		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
 			var (
 				mu     sync.Mutex
@@ -52,8 +72,8 @@ func TestPiModelRouteFirstRequestPerAPI(t *testing.T) {
 				if c.api == "anthropic-messages" {
 					keyed = r.Header.Get("X-Api-Key") == apiKey && r.Header.Get("Authorization") == ""
 				}
-				if r.Method != http.MethodPost || r.URL.Path != c.path || !keyed {
-					other = append(other, fmt.Sprintf("%s %s keyed=%v", r.Method, r.URL.Path, keyed))
+				if r.Method != http.MethodPost || r.URL.RequestURI() != c.uri || !keyed {
+					other = append(other, fmt.Sprintf("%s %s keyed=%v", r.Method, r.URL.RequestURI(), keyed))
 				} else {
 					bodies = append(bodies, b)
 				}
@@ -67,9 +87,8 @@ func TestPiModelRouteFirstRequestPerAPI(t *testing.T) {
 					io.WriteString(w, `{"error":{"message":"the e2e upstream takes the body only","type":"invalid_request_error","param":null,"code":null}}`)
 				}
 			})
-			e.models = `{"providers":{"fake":{"baseUrl":"` + c.baseURL + `","api":"` + c.api + `","apiKey":"$FAKE_LLM_KEY",
- "models":[{"id":"fake-1","reasoning":true,"input":["text","image"],"contextWindow":128000,"maxTokens":16384}]}}}`
-			sc := e.scene(t, "pi-session", fmt.Sprintf(`{"model":{"baseURL":%q,"api":%q,"thinking":"high"}}`, c.baseURL, c.api))
+			e.models = c.models
+			sc := e.scene(t, "pi-session", `{"model":`+c.model+`}`)
 			p := e.launch(t, sc)
 			ctx := ctx(t)
 			p.call(t, ctx, map[string]any{"type": "prompt", "message": "what is in this picture?",
@@ -82,7 +101,7 @@ func TestPiModelRouteFirstRequestPerAPI(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			if len(other) != 0 {
-				t.Errorf("the model host saw requests other than keyed POST %s: %v", c.path, other)
+				t.Errorf("the model host saw requests other than keyed POST %s: %v", c.uri, other)
 			}
 			rs := res.Routes["model"]
 			if len(bodies) == 0 || rs.Refused != 0 || len(rs.ByReason) != 0 || rs.Forwarded != int64(len(bodies)+len(other)) {
@@ -93,10 +112,38 @@ func TestPiModelRouteFirstRequestPerAPI(t *testing.T) {
 					t.Errorf("request %d differs from the first (a retry changed the body)", i)
 				}
 			}
-			for _, want := range append(c.want, `"model":"fake-1"`) {
+			var m struct{ ID string }
+			json.Unmarshal([]byte(c.model), &m)
+			if m.ID == "" {
+				m.ID = "fake-1"
+			}
+			for _, want := range append(c.want, `"model":"`+m.ID+`"`) {
 				if !bytes.Contains(bodies[0], []byte(want)) {
 					t.Errorf("Pi's %s request never held %s: the turn did not exercise it\n%.2000s", c.api, want, bodies[0])
 				}
+			}
+			for _, never := range []string{`"fallbacks"`, `"thread"`} {
+				if bytes.Contains(bodies[0], []byte(never)) {
+					t.Errorf("Pi's %s request held %s", c.api, never)
+				}
+			}
+			if c.name == "anthropic-stock-fallbacks" {
+				// What the compiled compat turned off: the image's catalogue
+				// gives this model fallback models.
+				cat, err := os.ReadFile(filepath.Join(e.image.Rootfs, "opt/pi/node_modules/@earendil-works/pi-ai/dist/providers/data/anthropic.json"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var doc map[string]map[string]struct {
+					Compat struct{ AllowedFallbackModels []any }
+				}
+				if err := json.Unmarshal(cat, &doc); err != nil {
+					t.Fatal(err)
+				}
+				if len(doc["anthropic-messages"]["chat:claude-fable-5"].Compat.AllowedFallbackModels) == 0 {
+					t.Errorf("the image's catalogue gives claude-fable-5 no fallback models: this case proves nothing")
+				}
+				return // the corpus has its fake model's body
 			}
 			if os.Getenv("PASEO_UPDATE") == "1" {
 				dir := testbundle.Repo(t, filepath.Join("runtime/launcher/routeproxy/testdata", e.image.piDir(), c.api))
