@@ -48,7 +48,7 @@ const FSMonitorPort = 18090
 
 // ErrFSMonitorNoGateway refuses the monitor for a bundle without a sandbox
 // network: it is served on the gateway only.
-var ErrFSMonitorNoGateway = errors.New("fsmonitor: the workspace monitor is served on the sandbox network's gateway, and this bundle's network mode has none")
+var ErrFSMonitorNoGateway = errors.New("fsmonitor: the workspace monitor is served on the sandbox network's gateway only, which needs network mode sandbox")
 
 // fsmonitorState is what the launch made for the monitor.
 type fsmonitorState struct {

@@ -386,7 +386,7 @@ func (l *launch) prepare() error {
 		return fmt.Errorf("network mode %q is not one this launcher enforces", plan.Network)
 	}
 	if l.opts.FSMonitor && plan.Network != "sandbox" {
-		return fmt.Errorf("%w (this bundle's network mode is %q)", ErrFSMonitorNoGateway, plan.Network)
+		return fmt.Errorf("%w (this bundle's is %q)", ErrFSMonitorNoGateway, plan.Network)
 	}
 	l.limits = plan.Limits
 	l.rs = &runsc{path: l.opts.RunscPath, root: filepath.Join(l.opts.StateRoot, "runsc"), network: plan.Network}
