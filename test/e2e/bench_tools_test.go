@@ -71,6 +71,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"paseo.dev/paseo-policy/internal/childproc"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/policy/profiles"
@@ -468,12 +469,16 @@ func startToolsHost(tb testing.TB, im imageInfo, base string, r *toolsRepo) *too
 	if err := os.WriteFile(filepath.Join(root, "tmp/bench-index"), idx, 0o644); err != nil {
 		tb.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	// From a thread that outlives it: its parent-death signal is the
+	// forking thread's, and the monitor side's network setup ends threads
+	// (internal/childproc).
+	waited, err := childproc.Start(cmd)
+	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
 		s.in.Close()
-		if err := cmd.Wait(); err != nil {
+		if err := <-waited; err != nil {
 			tb.Errorf("the host server: %v; stderr: %s", err, s.stderr)
 		}
 	})
