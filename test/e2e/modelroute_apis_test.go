@@ -149,13 +149,7 @@ func TestPiModelRouteFirstRequestPerAPI(t *testing.T) {
 				if err := os.MkdirAll(dir, 0o755); err != nil {
 					t.Fatal(err)
 				}
-				var v any
-				if err := json.Unmarshal(bodies[0], &v); err != nil {
-					t.Fatal(err)
-				}
-				out, _ := json.MarshalIndent(v, "", " ")
-				out = bytes.ReplaceAll(out, []byte(e.host), nil)
-				if err := os.WriteFile(filepath.Join(dir, "first.json"), append(out, '\n'), 0o644); err != nil {
+				if err := os.WriteFile(filepath.Join(dir, "first.json"), corpusBody(t, e, bodies[0]), 0o644); err != nil {
 					t.Fatal(err)
 				}
 			}
