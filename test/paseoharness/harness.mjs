@@ -216,6 +216,13 @@ async function main() {
         s.request({ type: "bash", command: opts.lateCommand }, 120_000).catch(() => {});
         await new Promise((res) => setTimeout(res, 1_000));
       }
+      // Stop the command, then read what it already wrote: the text
+      // reported is then all this daemon got before the kill (a delta read
+      // between the report and the test's SIGKILL would be counted
+      // nowhere, and a slow machine made the test see a gap that was not
+      // there).
+      process.kill(s.child.pid, "SIGSTOP");
+      await new Promise((res) => setTimeout(res, 500));
       report("streaming", { text: text(s.events), next: s.next });
       await new Promise(() => {}); // until killed
       break;
