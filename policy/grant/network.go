@@ -216,12 +216,42 @@ func (g Route) validateModel() error {
 		}
 	}
 	for _, r := range g.Requests {
-		m, p, ok := strings.Cut(r, " ")
-		if !ok || (m != "GET" && m != "POST") || !absolute(p) || strings.ContainsAny(p, "?#% ") {
-			return errors.New("a model route's request is \"GET|POST /path\"")
+		if _, _, _, ok := ModelRequest(r); !ok {
+			return errors.New("a model route's request is \"GET|POST /path\", with at most one fixed name=value query")
 		}
 	}
 	return nil
+}
+
+// ModelRequest splits one of a model route's requests, "GET|POST /path"
+// or "GET|POST /path?name=value": a provider client that always sends one
+// fixed query (the Anthropic SDK's beta messages, ?beta=true) names it, and
+// the route forwards that query only, spelled as listed.
+func ModelRequest(r string) (method, path, query string, ok bool) {
+	method, rest, ok := strings.Cut(r, " ")
+	path, query, hasQuery := strings.Cut(rest, "?")
+	switch {
+	case !ok || (method != "GET" && method != "POST") || !absolute(path) || strings.ContainsAny(path, "?#% "):
+		return "", "", "", false
+	case hasQuery && !fixedQuery(query):
+		return "", "", "", false
+	}
+	return method, path, query, true
+}
+
+// fixedQuery reports whether q is one name=value pair of lower-case
+// letters, digits and _ . - (nothing to escape, nothing repeated).
+func fixedQuery(q string) bool {
+	name, v, ok := strings.Cut(q, "=")
+	if !ok || name == "" || v == "" {
+		return false
+	}
+	for _, c := range name + v {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // ValidModelHeader reports whether h is one "name: value" entry of a

@@ -81,6 +81,7 @@ func featureHeader(name string) bool {
 // modelRequest is what the guard decided for one request.
 type modelRequest struct {
 	path    string // the route's own spelling of the matched path
+	query   string // and of its fixed query, if the route lists one
 	key     []byte
 	headers http.Header // the checked feature headers
 }
@@ -118,9 +119,8 @@ func NewModel(r bundle.Route, o ModelOptions) (*Proxy, error) {
 		allowed[http.CanonicalHeaderKey(name)] = append(allowed[http.CanonicalHeaderKey(name)], v)
 	}
 	for _, rq := range r.Requests {
-		m, p, ok := strings.Cut(rq, " ")
-		if !ok || (m != http.MethodGet && m != http.MethodPost) || !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "?#% ") {
-			return nil, fmt.Errorf("route %s: request %q is not \"GET|POST /path\"", r.Purpose, rq)
+		if _, _, _, ok := grant.ModelRequest(rq); !ok {
+			return nil, fmt.Errorf("route %s: request %q is not \"GET|POST /path\" with at most one fixed name=value query", r.Purpose, rq)
 		}
 	}
 	lim := defaults(o.Limits, ModelLimits)
@@ -141,7 +141,7 @@ func NewModel(r bundle.Route, o ModelOptions) (*Proxy, error) {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			d, _ := pr.In.Context().Value(modelKey{}).(*modelRequest)
-			pr.Out.URL = &url.URL{Scheme: "https", Host: u.Host, Path: d.path}
+			pr.Out.URL = &url.URL{Scheme: "https", Host: u.Host, Path: d.path, RawQuery: d.query}
 			pr.Out.Host = u.Host
 			pr.Out.Header = d.headers.Clone()
 			if v := pr.In.Header.Values("Accept"); len(v) > 0 {
@@ -196,28 +196,29 @@ func NewModel(r bundle.Route, o ModelOptions) (*Proxy, error) {
 	return p, nil
 }
 
-// match returns the route's spelling of the request's path when its
-// method and path are one of the route's requests.
-func (p *Proxy) match(req *http.Request) (string, int) {
-	if req.URL.RawPath != "" || req.URL.RawQuery != "" || req.URL.ForceQuery || !strings.HasPrefix(req.URL.Path, p.route.Path+"/") {
-		return "", http.StatusNotFound
+// match returns the route's spelling of the request's path and query
+// when its method, path and query are one of the route's requests: a
+// query only as a request lists it, byte for byte.
+func (p *Proxy) match(req *http.Request) (string, string, int) {
+	if req.URL.RawPath != "" || req.URL.ForceQuery || !strings.HasPrefix(req.URL.Path, p.route.Path+"/") {
+		return "", "", http.StatusNotFound
 	}
 	rest := strings.TrimPrefix(req.URL.Path, p.route.Path)
 	methodOK := false
 	for _, rq := range p.route.Requests {
-		m, path, _ := strings.Cut(rq, " ")
-		if path != rest {
+		m, path, query, _ := grant.ModelRequest(rq)
+		if path != rest || query != req.URL.RawQuery {
 			continue
 		}
 		if m == req.Method {
-			return p.route.Path + path, 0
+			return p.route.Path + path, query, 0
 		}
 		methodOK = true
 	}
 	if methodOK {
-		return "", http.StatusMethodNotAllowed
+		return "", "", http.StatusMethodNotAllowed
 	}
-	return "", http.StatusNotFound
+	return "", "", http.StatusNotFound
 }
 
 // ownCredential reports whether the request carries a credential other
@@ -250,7 +251,7 @@ func (p *Proxy) modelGuard(next http.Handler, key func() ([]byte, error)) http.H
 			}
 			http.Error(w, why, code)
 		}
-		path, status := p.match(req)
+		path, query, status := p.match(req)
 		switch {
 		case status == http.StatusNotFound:
 			refuse(status, "not a request this model route forwards", true)
@@ -311,7 +312,7 @@ func (p *Proxy) modelGuard(next http.Handler, key func() ([]byte, error)) http.H
 			return
 		}
 		defer clear(k)
-		req = req.WithContext(context.WithValue(req.Context(), modelKey{}, &modelRequest{path: path, key: k, headers: headers}))
+		req = req.WithContext(context.WithValue(req.Context(), modelKey{}, &modelRequest{path: path, query: query, key: k, headers: headers}))
 		p.Stats.Forwarded.Add(1)
 		next.ServeHTTP(w, req)
 	})
