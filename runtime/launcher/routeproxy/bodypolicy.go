@@ -331,4 +331,6 @@ var BodyPolicies = map[string]*BodyPolicy{
 	"openai-completions": {API: "openai-completions", body: withModel(completionsBody)},
 	"openai-responses":   {API: "openai-responses", body: withModel(responsesBody)},
 	"anthropic-messages": {API: "anthropic-messages", body: withModel(anthropicBody)},
+	// The model is in the path (grant.ModelInPath), which match pins.
+	"google-generative-ai": {API: "google-generative-ai", body: googleBody},
 }
