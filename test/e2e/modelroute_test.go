@@ -94,6 +94,14 @@ func TestPiModelRouteAnthropic(t *testing.T) {
 		`"thinking":{`, `"tools":[`, `"type":"image"`, `"media_type":"image/png"`)
 }
 
+// Google's stream: the key in x-goog-api-key, the model in the path
+// (the route's {model}), thinking parts with their signature sent back.
+func TestPiModelRouteGoogle(t *testing.T) {
+	piRouteSession(t, "google-generative-ai", "/models/fake-1:streamGenerateContent",
+		`"thought":true`, `"thoughtSignature":"c2lnLWZha2U="`, `"functionCall":`, `"functionResponse":`,
+		`"thinkingConfig":`, `"functionDeclarations":`, `"inlineData":`, `"mimeType":"image/png"`)
+}
+
 // pngPixel is a 1x1 PNG, as a client's paste.
 const pngPixel = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 
@@ -215,8 +223,13 @@ func piRouteSession(t *testing.T, api, path string, wants ...string) {
 			t.Fatal("the image names no Pi version")
 		}
 		dir := testbundle.Repo(t, "runtime/launcher/routeproxy/testdata/pi-"+e.image.Pi+"/"+api)
-		if err := os.RemoveAll(dir); err != nil {
-			t.Fatal(err)
+		// This run's turns only: bodies recorded otherwise (Google's, from
+		// pi-ai's client, testdata/record-google.mjs) stay.
+		old, _ := filepath.Glob(filepath.Join(dir, "turn-*.json"))
+		for _, f := range old {
+			if err := os.Remove(f); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)

@@ -68,7 +68,12 @@ func googleBodies(t *testing.T) []piBody {
 		if err != nil {
 			t.Fatal(err)
 		}
-		model, _, _ := strings.Cut(filepath.Base(f), ".turn-")
+		// <model>.turn-N.json from pi-ai's client; turn-N.json from the
+		// real Pi's session in e2e TestPiModelRouteGoogle (model fake-1).
+		model, _, ok := strings.Cut(filepath.Base(f), ".turn-")
+		if !ok {
+			model = "fake-1"
+		}
 		out = append(out, piBody{f, model, b})
 	}
 	return out
