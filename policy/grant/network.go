@@ -144,6 +144,9 @@ var ModelCredentials = map[string]string{
 	// @google/genai (Pi's google-generative-ai client) sends the key in
 	// x-goog-api-key, never as a ?key= query.
 	"google-generative-ai": "x-goog-api-key",
+	// The openai SDK's AzureOpenAI client (Pi's azure-openai-responses)
+	// sends the key in api-key.
+	"azure-openai-responses": "api-key",
 }
 
 func (Route) Kind() Kind              { return KindRoute }

@@ -333,4 +333,9 @@ var BodyPolicies = map[string]*BodyPolicy{
 	"anthropic-messages": {API: "anthropic-messages", body: withModel(anthropicBody)},
 	// The model is in the path (grant.ModelInPath), which match pins.
 	"google-generative-ai": {API: "google-generative-ai", body: googleBody},
+	// Azure OpenAI's Responses (pi-ai api/azure-openai-responses.js
+	// buildParams: a subset of openai-responses' members; the model is the
+	// deployment name, which Pi takes from model.id unless the sandbox's
+	// AZURE_OPENAI_DEPLOYMENT_NAME_MAP says otherwise).
+	"azure-openai-responses": {API: "azure-openai-responses", body: withModel(responsesBody)},
 }

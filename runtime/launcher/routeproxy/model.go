@@ -98,7 +98,7 @@ func NewModel(r bundle.Route, o ModelOptions) (*Proxy, error) {
 		return nil, fmt.Errorf("route %s: a model route serves the upstream's own path prefix", r.Purpose)
 	case o.Key == nil || o.Dial == nil:
 		return nil, fmt.Errorf("route %s: no key source or dialer", r.Purpose)
-	case BodyPolicies[r.API] == nil || !slices.Contains([]string{"authorization-bearer", "x-api-key", "x-goog-api-key"}, r.Credential) || grant.ModelCredentials[r.API] != r.Credential:
+	case BodyPolicies[r.API] == nil || !slices.Contains([]string{"authorization-bearer", "x-api-key", "x-goog-api-key", "api-key"}, r.Credential) || grant.ModelCredentials[r.API] != r.Credential:
 		return nil, fmt.Errorf("route %s: provider API %q or credential header %q is not one this proxy speaks", r.Purpose, r.API, r.Credential)
 	case len(r.Requests) == 0:
 		return nil, fmt.Errorf("route %s: forwards no request", r.Purpose)
@@ -164,6 +164,8 @@ func NewModel(r bundle.Route, o ModelOptions) (*Proxy, error) {
 				pr.Out.Header.Set("X-Api-Key", string(d.key))
 			case "x-goog-api-key":
 				pr.Out.Header.Set("X-Goog-Api-Key", string(d.key))
+			case "api-key":
+				pr.Out.Header.Set("Api-Key", string(d.key))
 			}
 		},
 		Transport: tr,
@@ -260,6 +262,7 @@ func (p *Proxy) ownCredential(h http.Header) bool {
 		case len(v) == 1 && name == "Authorization" && p.route.Credential == "authorization-bearer" && v[0] == "Bearer "+bundle.ModelRoutePlaceholder:
 		case len(v) == 1 && name == "X-Api-Key" && p.route.Credential == "x-api-key" && v[0] == bundle.ModelRoutePlaceholder:
 		case len(v) == 1 && name == "X-Goog-Api-Key" && p.route.Credential == "x-goog-api-key" && v[0] == bundle.ModelRoutePlaceholder:
+		case len(v) == 1 && name == "Api-Key" && p.route.Credential == "api-key" && v[0] == bundle.ModelRoutePlaceholder:
 		default:
 			return true
 		}
