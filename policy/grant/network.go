@@ -147,6 +147,8 @@ var ModelCredentials = map[string]string{
 	// The openai SDK's AzureOpenAI client (Pi's azure-openai-responses)
 	// sends the key in api-key.
 	"azure-openai-responses": "api-key",
+	// Pi's own Mistral client sends the key as a bearer.
+	"mistral-conversations": "authorization-bearer",
 }
 
 func (Route) Kind() Kind              { return KindRoute }

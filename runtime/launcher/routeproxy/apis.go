@@ -367,3 +367,49 @@ var googleBody = obj(fields{
 	"model":         refused(ReasonForeignModel, "the model is the one in the route's path, never named in the body"),
 	"cachedContent": refused(ReasonProviderState, "cached content is provider-side state"),
 })
+
+// ---- mistral-conversations ----
+//
+// Pi's own Mistral client (pi-ai api/mistral-conversations.js
+// buildChatPayload, toChatMessages, toMistralWirePayload; the same wire
+// form in 0.84.2 and 1.6.0): a chat completion at /v1/chat/completions,
+// with Mistral's thinking chunks on the assistant and an image as a data
+// URL string.
+
+var mText = fields{"text": str}
+
+var mUserParts = arr(tagged("type", map[string]fields{"text": mText, "image_url": {"image_url": dataURL}}, partKind))
+
+var mMessage = tagged("role", map[string]fields{
+	"system": {"content": byKind(map[kind]check{kindString: str, kindArray: arr(tagged("type", map[string]fields{"text": mText}, partKind))})},
+	"user":   {"content": byKind(map[kind]check{kindString: str, kindArray: mUserParts})},
+	"assistant": {"prefix": only(false, ReasonShape),
+		"content": byKind(map[kind]check{kindNull: free, kindString: str, kindArray: arr(tagged("type", map[string]fields{
+			"text":     mText,
+			"thinking": {"thinking": arr(tagged("type", map[string]fields{"text": mText}, partKind))},
+		}, partKind))}),
+		"tool_calls": arr(tagged("type", map[string]fields{
+			"function": {"id": str, "index": num, "function": obj(fields{"name": str, "arguments": str})},
+		}, toolKind))},
+	"tool": {"name": str, "tool_call_id": str, "content": byKind(map[kind]check{kindString: str, kindArray: mUserParts})},
+}, shapeOf)
+
+var mistralBody = obj(fields{
+	"model":    theModel,
+	"stream":   boolean,
+	"messages": arr(mMessage),
+	"tools": arr(tagged("type", map[string]fields{
+		"function": {"function": obj(fields{"name": str, "description": str, "parameters": freeObject, "strict": boolean})},
+	}, toolKind)),
+	"temperature": num,
+	"max_tokens":  num,
+	"tool_choice": byKind(map[kind]check{kindString: enum("auto", "none", "any", "required"),
+		kindObject: tagged("type", map[string]fields{"function": {"function": obj(fields{"name": str})}}, toolKind)}),
+	"prompt_mode":      enum("reasoning"),
+	"reasoning_effort": str,
+	"prompt_cache_key": str,
+	// Named so their refusal says why.
+	"agent_id":        refused(ReasonProviderState, "an agent stored at the provider is provider-side state"),
+	"conversation_id": refused(ReasonProviderState, "a stored conversation is provider-side state"),
+	"document_url":    refused(ReasonRemoteContent, "a document by URL is fetched by the provider"),
+})

@@ -338,4 +338,5 @@ var BodyPolicies = map[string]*BodyPolicy{
 	// deployment name, which Pi takes from model.id unless the sandbox's
 	// AZURE_OPENAI_DEPLOYMENT_NAME_MAP says otherwise).
 	"azure-openai-responses": {API: "azure-openai-responses", body: withModel(responsesBody)},
+	"mistral-conversations":  {API: "mistral-conversations", body: withModel(mistralBody)},
 }
