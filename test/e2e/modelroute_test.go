@@ -102,6 +102,13 @@ func TestPiModelRouteGoogle(t *testing.T) {
 		`"thinkingConfig":`, `"functionDeclarations":`, `"inlineData":`, `"mimeType":"image/png"`)
 }
 
+// Pi's own Mistral client: a bearer key, /v1/chat/completions, thinking
+// sent back as Mistral's thinking chunks.
+func TestPiModelRouteMistral(t *testing.T) {
+	piRouteSession(t, "mistral-conversations", "/chat/completions",
+		`"tool_calls":[`, `"role":"tool"`, `"tools":[`, `"type":"image_url"`, `"image_url":"data:image/png;base64,`)
+}
+
 // pngPixel is a 1x1 PNG, as a client's paste.
 const pngPixel = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 
@@ -130,8 +137,8 @@ func piRouteSession(t *testing.T, api, path string, wants ...string) {
 	})
 	e.mu.Unlock()
 	base := modelURL
-	if api == "anthropic-messages" {
-		// Anthropic's clients call <baseUrl>/v1/messages.
+	if api == "anthropic-messages" || api == "mistral-conversations" {
+		// Anthropic's and Mistral's clients call <baseUrl>/v1/....
 		base = strings.TrimSuffix(modelURL, "/v1")
 		e.baseURL = base
 	}

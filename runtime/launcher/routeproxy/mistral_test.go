@@ -42,8 +42,16 @@ func TestModelRouteMistral(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// pi-ai's client's bodies and the real Pi's (e2e
+		// TestPiModelRouteMistral, model fake-1), each with its model.
+		var m struct{ Model string }
+		if err := json.Unmarshal(body, &m); err != nil {
+			t.Fatal(err)
+		}
+		rt := mistralRoute
+		rt.Model = m.Model
 		rec := &googleRecorder{}
-		w := newModelWorldFor(t, mistralRoute, rec, nil)
+		w := newModelWorldFor(t, rt, rec, nil)
 		w.url = strings.TrimSuffix(w.url, "/v1")
 		if resp, out := w.do(t, "POST", "/v1/chat/completions", string(body), nil); resp.StatusCode != 200 {
 			t.Fatalf("Pi's %s refused: %d %s", f, resp.StatusCode, out)
@@ -56,7 +64,7 @@ func TestModelRouteMistral(t *testing.T) {
 			if err := dec.Decode(&doc); err != nil {
 				t.Fatal(err)
 			}
-			inj.inject(doc, mistralRoute.Model)
+			inj.inject(doc, rt.Model)
 			plain, _ := json.Marshal(doc)
 			for sp, b := range respellings(plain, inj.token) {
 				if resp, out := w.do(t, "POST", "/v1/chat/completions", string(b), nil); resp.StatusCode != http.StatusBadRequest && resp.StatusCode != http.StatusForbidden {
