@@ -102,6 +102,14 @@ func TestPiModelRouteGoogle(t *testing.T) {
 		`"thinkingConfig":`, `"functionDeclarations":`, `"inlineData":`, `"mimeType":"image/png"`)
 }
 
+// Azure OpenAI's Responses: the key in api-key, ?api-version=v1, the
+// deployment name (model.id) in the body.
+func TestPiModelRouteAzure(t *testing.T) {
+	piRouteSession(t, "azure-openai-responses", "/responses",
+		`"type":"reasoning"`, `"encrypted_content":"enc-fake-`, `"type":"function_call"`, `"type":"function_call_output"`,
+		`"reasoning":{"effort":"high"`, `"tools":[`, `"type":"input_image"`, `"image_url":"data:image/png;base64,`)
+}
+
 // Pi's own Mistral client: a bearer key, /v1/chat/completions, thinking
 // sent back as Mistral's thinking chunks.
 func TestPiModelRouteMistral(t *testing.T) {

@@ -344,6 +344,10 @@ func (s *Server) authorized(r *http.Request) (ok, present bool) {
 		k := r.Header.Get("X-Goog-Api-Key")
 		return k != "" && subtle.ConstantTimeCompare([]byte(k), []byte(want)) == 1, k != ""
 	}
+	if k := r.Header.Get("Api-Key"); k != "" && r.URL.Path == s.base+"/responses" {
+		// Azure OpenAI's credential header, on the Responses path only.
+		return subtle.ConstantTimeCompare([]byte(k), []byte(want)) == 1, true
+	}
 	if k := r.Header.Get("X-Api-Key"); k != "" && r.URL.Path == s.base+"/messages" {
 		// Anthropic's credential header, on Anthropic's path only.
 		return subtle.ConstantTimeCompare([]byte(k), []byte(want)) == 1, true

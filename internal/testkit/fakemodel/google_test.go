@@ -99,3 +99,25 @@ func TestGoogleStream(t *testing.T) {
 		t.Errorf("recorded %+v", last)
 	}
 }
+
+// Azure OpenAI's api-key counts on the Responses path only.
+func TestAzureKey(t *testing.T) {
+	fm := New(Options{APIKey: testKey, Script: []Turn{apiTurn}})
+	hs := httptest.NewServer(fm.Handler())
+	defer hs.Close()
+	body := `{"model":"fake-1","stream":true,"input":"go"}`
+	for _, c := range []struct {
+		path, value string
+		want        int
+	}{
+		{"/v1/responses?api-version=v1", testKey, 200},
+		{"/v1/responses?api-version=v1", "wrong", 401},
+		{"/v1/chat/completions", testKey, 401},
+	} {
+		resp := postAPI(t, hs.URL, c.path, "Api-Key", c.value, body)
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("%s with %q: %d, want %d", c.path, c.value, resp.StatusCode, c.want)
+		}
+	}
+}

@@ -46,8 +46,16 @@ func TestModelRouteAzure(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// pi-ai's client's bodies and the real Pi's (e2e
+		// TestPiModelRouteAzure, model fake-1), each with its model.
+		var m struct{ Model string }
+		if err := json.Unmarshal(body, &m); err != nil {
+			t.Fatal(err)
+		}
+		rt := azureRoute
+		rt.Model = m.Model
 		rec := &googleRecorder{}
-		w := azureWorld(t, azureRoute, rec)
+		w := azureWorld(t, rt, rec)
 		if resp, out := w.do(t, "POST", azurePath, string(body), azureHeaders); resp.StatusCode != 200 {
 			t.Fatalf("Pi's %s refused: %d %s", f, resp.StatusCode, out)
 		}
@@ -59,7 +67,7 @@ func TestModelRouteAzure(t *testing.T) {
 			if err := dec.Decode(&doc); err != nil {
 				t.Fatal(err)
 			}
-			inj.inject(doc, "gpt-5.4")
+			inj.inject(doc, rt.Model)
 			plain, _ := json.Marshal(doc)
 			for sp, b := range respellings(plain, inj.token) {
 				if resp, out := w.do(t, "POST", azurePath, string(b), azureHeaders); resp.StatusCode != http.StatusBadRequest && resp.StatusCode != http.StatusForbidden {
