@@ -2,7 +2,9 @@ package routeproxy
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -125,5 +127,36 @@ func TestModelRouteAzureScope(t *testing.T) {
 	}
 	if resp, out := w.do(t, "POST", azurePath, body, azureHeaders); resp.StatusCode != 200 || len(rec.all()) != 1 {
 		t.Fatalf("control: %d %s", resp.StatusCode, out)
+	}
+}
+
+// An upstream that echoes the api-key it got (a header, the body, base64)
+// hands the sandbox none of it. Control: the echo holds the key.
+func TestModelRouteAzureScrubsTheKey(t *testing.T) {
+	const key = "0123456789abcdef0123456789abcdef"
+	up := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		got := r.Header.Get("Api-Key")
+		rw.Header().Set("Content-Type", "application/json")
+		rw.Header().Set("X-Echo", got)
+		rw.WriteHeader(http.StatusUnauthorized)
+		io.WriteString(rw, `{"error":{"code":"401","message":"Access denied due to invalid subscription key `+got+` (`+base64.StdEncoding.EncodeToString([]byte(got))+`)"}}`)
+	})
+	w := azureWorld(t, azureRoute, up)
+	k := key
+	w.key.Store(&k)
+	resp, out := w.do(t, "POST", azurePath, `{"model":"gpt-5.4","input":"hi","stream":true,"store":false}`, azureHeaders)
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(out, "Access denied") {
+		t.Fatalf("%d %s", resp.StatusCode, out)
+	}
+	b64 := base64.StdEncoding.EncodeToString([]byte(key))
+	if strings.Contains(out, key) || strings.Contains(out, b64[:len(b64)-4]) || strings.Contains(resp.Header.Get("X-Echo"), key[4:]) {
+		t.Errorf("the key reached the sandbox: %s %v", out, resp.Header)
+	}
+	rec := &httpRecorder{header: http.Header{}}
+	req, _ := http.NewRequest("POST", "/", nil)
+	req.Header.Set("Api-Key", key)
+	up.ServeHTTP(rec, req)
+	if !strings.Contains(rec.body.String(), key) {
+		t.Fatal("control: the echoing provider does not echo the key")
 	}
 }
