@@ -18,7 +18,7 @@
 # written here.
 #
 # Idempotent: when OUTDIR/image.json records the same inputs hash (this
-# script, digest.sh, versions.env, the Pi package.json, lock, bundle.mjs and bundle-adapter.mjs,
+# script, digest.sh, versions.env, the Pi package.json, lock, bundle.mjs, bundle-adapter.mjs, catalogue.mjs,
 # uid, gid, epoch), nothing is rebuilt. PASEO_IMAGE_FORCE=1 rebuilds anyway.
 #
 # Environment: SANDBOX_UID, SANDBOX_GID (default 1000), SOURCE_DATE_EPOCH
@@ -67,7 +67,7 @@ outdir=$(cd "$outdir" && pwd -P)
 
 inputs=$(
 	{
-		sha256sum "$here/build.sh" "$here/digest.sh" "$here/versions.env" "$here/pi/package.json" "$here/pi/package-lock.json" "$here/pi/bundle.mjs" "$here/pi/bundle-adapter.mjs" "$here/pi/ascii.mjs" | cut -d' ' -f1
+		sha256sum "$here/build.sh" "$here/digest.sh" "$here/versions.env" "$here/pi/package.json" "$here/pi/package-lock.json" "$here/pi/bundle.mjs" "$here/pi/bundle-adapter.mjs" "$here/pi/ascii.mjs" "$here/pi/catalogue.mjs" | cut -d' ' -f1
 		echo "uid=$uid gid=$gid epoch=$epoch"
 	} | sha256sum | cut -d' ' -f1
 )
@@ -253,7 +253,10 @@ got=$(PATH=$rootfs/usr/local/bin:$PATH node -p 'const p=require(process.argv[1])
 pi_cli=/opt/pi/node_modules/@earendil-works/pi-coding-agent/${got#* }
 pi_cli=${pi_cli/\/.\//\/}
 [[ -f $rootfs$pi_cli ]] || die "Pi's bin entry $pi_cli is missing"
-[[ $pi_cli == */dist/cli.js ]] || die "Pi's bin entry $pi_cli is not dist/cli.js, which image/pi/bundle.mjs bundles"
+# Pi 1.x's bin is its own bundle (dist/bundle/cli.js); image/pi/bundle.mjs
+# bundles the unbundled entry beside it, dist/cli.js.
+[[ $pi_cli == */dist/cli.js || $pi_cli == */dist/bundle/cli.js ]] || die "Pi's bin entry $pi_cli is neither dist/cli.js nor dist/bundle/cli.js: a new Pi needs image/pi/bundle.mjs looked at again"
+[[ -f $rootfs${pi_cli%/dist/*}/dist/cli.js ]] || die "Pi has no dist/cli.js, which image/pi/bundle.mjs bundles"
 t_pi=$((SECONDS - t0))
 
 # ---------------------------------------------------------------- Pi bundle
@@ -318,6 +321,17 @@ got=$("$rootfs/usr/local/bin/node" "$rootfs$bundle" --version)
 [[ $got == "$PI_VERSION" ]] || die "the bundle says it is Pi $got, expected $PI_VERSION"
 t_bundle=$((SECONDS - t0))
 
+# ---------------------------------------------------------------- catalogue
+# Pi's built-in model catalogue (provider, model id -> API), which the
+# compiler embeds as policy/compiler/pi-catalogue.json; here so the tree's
+# digest covers it and the Pi contract suite can compare (docs/image.md,
+# "Pi's model catalogue").
+catalogue=/opt/pi/pi-catalogue.json
+"$rootfs/usr/local/bin/node" "$here/pi/catalogue.mjs" "$rootfs/opt/pi/node_modules/@earendil-works/pi-ai" >"$rootfs$catalogue" ||
+	die "reading Pi's model catalogue failed"
+chown 0:0 "$rootfs$catalogue" && chmod 0644 "$rootfs$catalogue"
+catalogue_digest=sha256:$(sha256sum "$rootfs$catalogue" | cut -d' ' -f1)
+
 # ---------------------------------------------------------------- jiti seed
 # Pi loads pi-mcp-adapter's TypeScript through jiti, which keeps what it
 # transpiled in $TMPDIR/jiti; a sandbox's /tmp starts empty, so without a
@@ -352,6 +366,7 @@ PATH=$image_path
 TMPDIR=/tmp
 LANG=C.UTF-8
 PI_OFFLINE=1
+PI_TELEMETRY=0
 PI_CODING_AGENT_DIR=/state/pi-agent
 PI_CODING_AGENT_SESSION_DIR=/state/pi-sessions
 EOF
@@ -433,6 +448,7 @@ cat >"$outdir/image.json.tmp" <<EOF
   "pi": "$PI_VERSION",
   "adapter": "$ADAPTER_VERSION",
   "bundle": {"file": "$bundle", "digest": "$bundle_digest", "files": ${#bfiles[@]}, "esbuild": "$ESBUILD_VERSION"},
+  "catalogue": {"file": "$catalogue", "digest": "$catalogue_digest"},
   "adapterBundle": {"file": "$adapter_bundle", "digest": "$adapter_digest"},
   "debian": {"suite": "$DEBIAN_SUITE", "arch": "$DEBIAN_ARCH", "packages": $(wc -l <"$outdir/packages.txt"), "packagesDigest": "$pkgdigest"},
   "epoch": $epoch,

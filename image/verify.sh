@@ -83,6 +83,13 @@ got=sha256:$(sha256sum "$rootfs$afile" | cut -d' ' -f1)
 grep -q "\"./$(basename "$afile")\"" "$rootfs$(dirname "$afile")/package.json" || die "pi-mcp-adapter's package.json does not name $afile"
 nonascii=$(LC_ALL=C grep -l -P '[^\x00-\x7F]' "$rootfs$afile" "$rootfs"/opt/pi-jiti-seed/*) && die "not ASCII: $nonascii"
 ok "adapter bundle $afile $awant"
+# Pi's model catalogue (image.json "catalogue"), which the compiler embeds
+# as policy/compiler/pi-catalogue.json (the Pi contract suite compares them).
+read -r cfile cwant < <(grep -o '"catalogue": {"file": "[^"]*", "digest": "[^"]*"' "$json" | sed 's/"catalogue": {"file": "\([^"]*\)", "digest": "\([^"]*\)"/\1 \2/') ||
+	die "$json names no model catalogue"
+got=sha256:$(sha256sum "$rootfs$cfile" | cut -d' ' -f1)
+[[ $got == "$cwant" ]] || die "the model catalogue $cfile is $got, image.json says $cwant"
+ok "model catalogue $cfile $cwant"
 
 # ---------------------------------------------------------------- 2. chroot
 mkdir -p "$tmp/mnt"

@@ -13,15 +13,17 @@
 // tree stays as it is beside it (extensions' own dependencies, assets, the
 // stock dist/cli.js).
 //
-// Three changes to what esbuild reads, each found exactly where expected or
+// Changes to what esbuild reads, each found exactly where expected or
 // the build fails (a new Pi must be looked at again):
 //
 //  1. Pi's extension loader gives jiti `alias` paths to Pi's packages on
-//     disk (dist/index.js, pi-ai's compat.js, ...). From the bundle those
-//     files would be second copies of Pi's modules, so the loader instead
-//     passes the module namespaces it already imports (VIRTUAL_MODULES, the
-//     table Pi builds for its Bun binary, with the same specifiers as the
-//     aliases): an extension gets the very instances the bundle runs.
+//     disk (dist/index.js, pi-ai's compat.js, ...) unless it runs as Pi's
+//     own bundle, a Bun binary or a Node SEA. From this bundle those files
+//     would be second copies of Pi's modules, so the loader takes the
+//     embedded branch (usesEmbeddedModules): it passes the module
+//     namespaces it already imports (VIRTUAL_MODULES, the same specifiers
+//     as the aliases) and jiti's static entry: an extension gets the very
+//     instances the bundle runs.
 //  2. pi-ai loads its Bedrock provider and  OAuth flows through a
 //     variable specifier relative to its own file, which from the bundle
 //     would name files that do not exist; they become literal imports that
@@ -33,12 +35,12 @@
 //     is required when jiti first transforms a file, which with the
 //     image's jiti seed is never: the start no longer runs babel's module
 //     code (docs/benchmarks.md).
-//  5. highlight.js (all its ~190 languages, registered when it is
-//     evaluated) is required when Pi first highlights code, which an RPC
-//     session does not, instead of imported at the start.
-//  6. Two regular expressions in pi-tui hold non-ASCII characters; they
-//     are escaped, so every output file is ASCII (image/pi/ascii.mjs says
+//  5. Three regular expressions in pi-tui and one in the interactive mode's
+//     easter egg hold non-ASCII characters; they are escaped, so every output file is ASCII (image/pi/ascii.mjs says
 //     why; the build fails if one is not).
+//
+// (Pi 1.x imports highlight.js's core and 21 languages at the start and the
+// rest when first needed, which the 0.84.2 bundle had to patch in.)
 //
 // The bundle's #! line is NODE (the image's node, and the one option the
 // kernel passes it: image/build.sh) instead of Pi's `/usr/bin/env node`, so
@@ -69,10 +71,10 @@ const modules = path.dirname(path.dirname(pkg)); // .../node_modules
 const patches = [
 	[
 		"@earendil-works/pi-coding-agent/dist/core/extensions/loader.js",
-		/: \{ alias: getAliases\(\) \}\),/g,
-		": { virtualModules: VIRTUAL_MODULES }),",
+		/^const usesEmbeddedModules = isBunBinary \|\| isNodeSeaBinary \|\| isBundledNode;$/gm,
+		"const usesEmbeddedModules = true;",
 		1,
-		/alias: getAliases/g,
+		/usesEmbeddedModules = isBunBinary/g,
 	],
 	[
 		"@earendil-works/pi-ai/dist/api/bedrock-converse-stream.lazy.js",
@@ -96,13 +98,6 @@ const patches = [
 		/_babelTransform/g,
 	],
 	[
-		"@earendil-works/pi-coding-agent/dist/utils/syntax-highlight.js",
-		/^import hljs from "highlight\.js\/lib\/index\.js";$|\bhljs\.(?=highlight\(|highlightAuto\(|getLanguage\()/gm,
-		(m) => (m.startsWith("import") ? 'let hljsModule;\nconst loadHljs = () => (hljsModule ??= require("highlight.js/lib/index.js"));' : "loadHljs()."),
-		4,
-		/\bhljs\./g,
-	],
-	[
 		"@earendil-works/pi-tui/dist/components/markdown.js",
 		/\[_\^=\+\*\/<>\(\)\[\\\]\|±≤≥≠≈∈→⇒∞∫∑√-\]/g,
 		ascii.escape,
@@ -110,11 +105,18 @@ const patches = [
 		/\|±≤≥/g,
 	],
 	[
-		"@earendil-works/pi-tui/dist/latex.js",
-		/\[\\p\{L\}\\p\{N\}√\\u\{f0000\}\]/g,
+		"@earendil-works/pi-coding-agent/dist/modes/interactive/components/easter-egg-3d.js",
+		/\/\^\[\.,:;'`\\-_·\]\$\//g,
 		ascii.escape,
 		1,
-		/\\p\{N\}√/g,
+		/_·\]/g,
+	],
+	[
+		"@earendil-works/pi-tui/dist/latex.js",
+		/\[\\p\{L\}\\p\{N\}√\\u\{f0000\}\]|\[A-Z\*∗\]/g,
+		ascii.escape,
+		2,
+		/\\p\{N\}√|\*∗/g,
 	],
 ];
 const patchFiles = new Map(patches.map((p) => [path.join(modules, p[0]), p]));

@@ -66,6 +66,7 @@ var execImporters = map[string]string{
 	"internal/testkit/testnet":       "test support: starts test hosts' processes inside the namespaces it made",
 	"internal/testkit/testcontainer": "test support: re-execs the test binary into the container's namespaces",
 	"test/cmd/fake-pi":               "test support: spawns copies of itself for the process-tree tests",
+	"test/cmd/paseo-demo":            "test support: the demo's host git as the daemon user (an empty first commit, the branch's log after the import)",
 	"internal/testkit/gitplant":      "test support: builds repositories with real git and runs the daemon's host git commands on them",
 	"internal/testkit/mcpstandin":    "test support: npm ci of test/mcpstandin's lock, and node running the stand-in of Paseo's MCP endpoint",
 }

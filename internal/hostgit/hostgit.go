@@ -63,6 +63,7 @@ type Runner struct {
 	env   []string
 	where []string // --git-dir=... or -C ...
 	dir   string   // the command's working directory; "" for -C
+	cred  *syscall.Credential
 }
 
 // New is a runner with the clean environment and no place yet: name one
@@ -96,6 +97,15 @@ func (r Runner) GitDir(dir string) Runner {
 // failure to start.
 func (r Runner) Worktree(dir string) Runner {
 	r.where, r.dir = []string{"-C", dir}, ""
+	return r
+}
+
+// As is r running git as uid:gid with no supplementary groups: a root
+// caller (the supervisor) runs an import as the daemon who owns the
+// repository, so nothing there is written as root and git's ownership
+// check (safe.directory) holds as for the daemon itself.
+func (r Runner) As(uid, gid uint32) Runner {
+	r.cred = &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}
 	return r
 }
 
@@ -133,6 +143,9 @@ func (r Runner) command(ctx context.Context, stdin io.Reader, args []string) (*e
 	cmd.Env = r.env
 	cmd.Dir = r.dir
 	cmd.Stdin = stdin // nil: /dev/null, git never prompts
+	if r.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: r.cred}
+	}
 	stderr := &capped{max: maxStderr}
 	cmd.Stderr = stderr
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }

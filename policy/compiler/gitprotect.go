@@ -63,6 +63,16 @@ const (
 	gitIndexBytes = 256 << 20
 )
 
+// Where the Git layout shows what the import after a turn needs: the
+// supervisor finds their host paths among the plan's pins (Plan.Pins), by
+// these destinations (a linked worktree's repository is shown at its own
+// path, workspace.git.commondir).
+const (
+	GitSeedView  = gitSeed
+	GitRepoView  = gitRepoView
+	GitStoreView = gitStoreView
+)
+
 // gitLayout is the repository the cwd uses, as the compile found it.
 type gitLayout struct {
 	gitdir   source // the worktree's own Git dir: HEAD, index

@@ -1,6 +1,7 @@
 package compiler
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -233,6 +234,9 @@ func (c *compilation) modelsDoc(daemon []byte, port int) []byte {
 	if !c.modelsPerModelOK(entry, api) {
 		return nil
 	}
+	if api == "anthropic-messages" && !c.anthropicCompatOff(entry) {
+		return nil
+	}
 	prefix := ""
 	if u, err := url.Parse(f.Model.BaseURL); err == nil {
 		prefix = strings.TrimSuffix(u.Path, "/")
@@ -248,6 +252,83 @@ func (c *compilation) modelsDoc(daemon []byte, port int) []byte {
 	}
 	c.modelAPI = api
 	return out
+}
+
+// anthropicOff are the compat settings of Pi 1.6.0's Anthropic client
+// (pi-ai api/anthropic-messages.js) whose requests the model route never
+// forwards, each with the value that turns it off: allowedFallbackModels
+// sends other models than the facts' (the fallbacks member and the
+// server-side-fallback beta), supportsMessageThreads keeps the
+// conversation at the provider (the thread member and the message-threads
+// beta). Pi's own catalogue sets allowedFallbackModels on its flagship
+// Anthropic models, so without this every turn of those models through the
+// route would be refused; the generated entry's compat carries the off
+// values, which Pi merges over every built-in model's own.
+var anthropicOff = map[string]string{"allowedFallbackModels": "[]", "supportsMessageThreads": "false"}
+
+// anthropicCompatOff refuses a daemon entry that turns on what
+// anthropicOff turns off (in the provider's compat or a model's, which
+// would win over it), and writes the off values into the entry's compat.
+func (c *compilation) anthropicCompatOff(entry map[string]json.RawMessage) bool {
+	compats := []json.RawMessage{entry["compat"]}
+	var models []map[string]json.RawMessage
+	if raw, ok := entry["models"]; ok && json.Unmarshal(raw, &models) == nil {
+		for _, m := range models {
+			compats = append(compats, m["compat"])
+		}
+	}
+	var overrides map[string]map[string]json.RawMessage
+	if raw, ok := entry["modelOverrides"]; ok && json.Unmarshal(raw, &overrides) == nil {
+		for _, k := range slices.Sorted(maps.Keys(overrides)) {
+			compats = append(compats, overrides[k]["compat"])
+		}
+	}
+	for _, raw := range compats {
+		if raw == nil {
+			continue
+		}
+		var cm map[string]json.RawMessage
+		if json.Unmarshal(raw, &cm) != nil {
+			c.diags.Addf(diag.ModelRoute, modelsFact, "the selected provider's compat settings must be JSON objects")
+			return false
+		}
+		for _, k := range slices.Sorted(maps.Keys(anthropicOff)) {
+			if v, ok := cm[k]; ok && !jsonEqual(v, anthropicOff[k]) {
+				c.diags.Addf(diag.ModelRoute, modelsFact, "compat.%s is set for the selected provider: Pi would send what the model route refuses (%s), so every turn would fail; leave it out", k, anthropicWhy[k])
+				return false
+			}
+		}
+	}
+	cm := map[string]json.RawMessage{}
+	if raw := entry["compat"]; raw != nil {
+		_ = json.Unmarshal(raw, &cm)
+	}
+	for k, v := range anthropicOff {
+		cm[k] = json.RawMessage(v)
+	}
+	b, err := json.Marshal(cm)
+	if err != nil {
+		c.diags.Addf(diag.ModelRoute, modelsFact, "models.json: the selected provider's compat cannot be re-encoded")
+		return false
+	}
+	entry["compat"] = b
+	return true
+}
+
+var anthropicWhy = map[string]string{
+	"allowedFallbackModels":  "fallback models are other models than model.id",
+	"supportsMessageThreads": "a message thread keeps the conversation at the provider",
+}
+
+// jsonEqual reports whether raw JSON a holds the same value as b.
+func jsonEqual(a json.RawMessage, b string) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal([]byte(b), &y) != nil {
+		return false
+	}
+	xb, _ := json.Marshal(x)
+	yb, _ := json.Marshal(y)
+	return bytes.Equal(xb, yb)
 }
 
 // definesModel reports whether a models.json provider entry lists model id

@@ -15,7 +15,7 @@ import (
 )
 
 // The daemon's settings.json is an allowlist (docs/grants.md "What
-// settings.json may say"): each key Pi 0.84.2 reads is listed with what Pi
+// settings.json may say"): each key Pi 1.6.0 reads is listed with what Pi
 // does with its value, and any other key is refused, since Pi or an
 // extension may act on it in ways nobody has reviewed. Values are never
 // printed: apiKeys holds secrets, and a path or command line may as well.
@@ -55,49 +55,58 @@ type setting struct {
 	why  string // refused: what Pi does with the value, for the message
 }
 
-// settingKeys are the keys Pi 0.84.2 reads from its global settings.json:
-// the Settings type and getters of core/settings-manager.js, the legacy keys
-// it migrates (queueMode, websockets; skills as an object is refused below),
-// httpProxy (main.js) and apiKeys (migrations.js).
+// settingKeys are the keys Pi 1.6.0 reads from its global settings.json:
+// its SettingsSchema (core/settings-schema.js; the Pi contract suite checks
+// the two agree), the legacy keys it migrates (queueMode, websockets;
+// skills as an object is refused below) and apiKeys (migrations.js).
 var settingKeys = map[string]setting{
-	"autocompleteMaxVisible":    {kind: inert},
-	"branchSummary":             {kind: inert},
-	"collapseChangelog":         {kind: inert},
-	"compaction":                {kind: inert},
-	"defaultModel":              {kind: inert},
-	"defaultProvider":           {kind: inert},
-	"defaultThinkingLevel":      {kind: inert},
-	"defaultTools":              {kind: inert}, // names of built-in tools; all run inside the sandbox anyway
-	"doubleEscapeAction":        {kind: inert},
-	"editorPaddingX":            {kind: inert},
-	"enableAnalytics":           {kind: inert}, // network only, and PI_OFFLINE=1
-	"enableInstallTelemetry":    {kind: inert}, // likewise
-	"enableSkillCommands":       {kind: inert},
-	"enabledModels":             {kind: inert},
-	"followUpMode":              {kind: inert},
-	"fullscreenExitOutput":      {kind: inert},
-	"fullscreenScrollbar":       {kind: inert},
-	"hideThinkingBlock":         {kind: inert},
-	"httpIdleTimeoutMs":         {kind: inert},
-	"images":                    {kind: inert},
-	"lastChangelogVersion":      {kind: inert},
-	"markdown":                  {kind: inert},
-	"outputPad":                 {kind: inert},
-	"queueMode":                 {kind: inert}, // legacy steeringMode
-	"quietStartup":              {kind: inert},
-	"retry":                     {kind: inert},
-	"showCacheMissNotices":      {kind: inert},
-	"showHardwareCursor":        {kind: inert},
-	"steeringMode":              {kind: inert},
-	"terminal":                  {kind: inert},
-	"thinkingBudgets":           {kind: inert},
-	"trackingId":                {kind: inert},
-	"transport":                 {kind: inert},
-	"treeFilterMode":            {kind: inert},
-	"tuiMode":                   {kind: inert},
-	"warnings":                  {kind: inert},
-	"websocketConnectTimeoutMs": {kind: inert},
-	"websockets":                {kind: inert}, // legacy transport
+	"autocompleteMaxVisible":     {kind: inert},
+	"branchSummary":              {kind: inert},
+	"collapseChangelog":          {kind: inert},
+	"compaction":                 {kind: inert},
+	"defaultModel":               {kind: inert},
+	"defaultProvider":            {kind: inert},
+	"defaultThinkingLevel":       {kind: inert},
+	"defaultTools":               {kind: inert}, // names of built-in tools; all run inside the sandbox anyway
+	"doubleEscapeAction":         {kind: inert},
+	"editorPaddingX":             {kind: inert},
+	"enableAnalytics":            {kind: inert}, // network only, and PI_OFFLINE=1
+	"enableInstallTelemetry":     {kind: inert}, // likewise
+	"enableSkillCommands":        {kind: inert},
+	"enabledModels":              {kind: inert},
+	"followUpMode":               {kind: inert},
+	"fullscreenExitOutput":       {kind: inert},
+	"fullscreenScrollbar":        {kind: inert},
+	"hideThinkingBlock":          {kind: inert},
+	"httpIdleTimeoutMs":          {kind: inert},
+	"images":                     {kind: inert},
+	"lastChangelogVersion":       {kind: inert},
+	"markdown":                   {kind: inert},
+	"outputPad":                  {kind: inert},
+	"queueMode":                  {kind: inert}, // legacy steeringMode
+	"quietStartup":               {kind: inert},
+	"retry":                      {kind: inert},
+	"showCacheMissNotices":       {kind: inert},
+	"showHardwareCursor":         {kind: inert},
+	"steeringMode":               {kind: inert},
+	"terminal":                   {kind: inert},
+	"thinkingBudgets":            {kind: inert},
+	"trackingId":                 {kind: inert},
+	"transport":                  {kind: inert},
+	"treeFilterMode":             {kind: inert},
+	"tuiMode":                    {kind: inert},
+	"warnings":                   {kind: inert},
+	"websocketConnectTimeoutMs":  {kind: inert},
+	"websockets":                 {kind: inert}, // legacy transport
+	"$schema":                    {kind: inert}, // the JSON schema's name, for editors
+	"cacheWarming":               {kind: inert}, // extra model requests, through the route like any
+	"codemode":                   {kind: inert}, // how tools are presented to the model; scripts run inside the sandbox anyway
+	"deviceId":                   {kind: inert},
+	"extensionChangelogVersions": {kind: inert},
+	"fullscreenCopyOnSelect":     {kind: inert},
+	"fullscreenWheelScrollLines": {kind: inert},
+	"modelThinkingLevels":        {kind: inert},
+	"sessionShareDestination":    {kind: inert}, // /share uploads: network only, and egress allows no such host
 	// A theme is a JSON colour map found by name among the loaded themes or
 	// in <agentDir>/themes (Pi refuses a name with "/"): data, never code.
 	"theme": {kind: inert},
@@ -115,6 +124,7 @@ var settingKeys = map[string]setting{
 
 	"shellCommandPrefix": {kind: refused, why: "shell text Pi runs before every bash command; it can run any file, one in a read-write bind too, and shell text cannot be path-checked"},
 	"npmCommand":         {kind: refused, why: "the argv Pi spawns for npm (at start for an npm: package it has not installed, and for every install); a wrapper's argv can run anything, and without it Pi runs the image's npm"},
+	"selfUpdateCommand":  {kind: refused, why: "the argv `pi update` runs to update Pi itself; a command line cannot be path-checked, and the image's Pi is pinned and read-only"},
 	"externalEditor":     {kind: refused, why: "a command line Pi runs for the external-editor key; it cannot be path-checked, and a sandbox has no editor to open"},
 	"sessionDir":         {kind: refused, why: "the directory Pi writes session logs to and resumes them from when the launch names none; where a sandbox keeps session logs is state.sessionDir's to say, and a probe keeps none"},
 	"apiKeys":            {kind: refused, why: "legacy API keys Pi moves into auth.json at start when there is none, where a value starting with \"!\" runs as a shell command; credentials come from the facts, never settings.json"},
@@ -152,7 +162,7 @@ func (c *compilation) checkSettings(p *grant.Plan) {
 		raw := set[key]
 		switch {
 		case !ok:
-			sc.refuse("settings.json sets %q, which Pi 0.84.2 is not known to read as data; a key off the allowlist is refused", key)
+			sc.refuse("settings.json sets %q, which Pi 1.6.0 is not known to read as data; a key off the allowlist is refused", key)
 		case s.kind == refused:
 			sc.refuse("settings.json sets %s: %s", key, s.why)
 		case s.kind == resources:
@@ -225,7 +235,7 @@ func (sc settingsCheck) packages(raw json.RawMessage) {
 		case map[string]any:
 			for _, k := range slices.Sorted(maps.Keys(e)) {
 				if !slices.Contains(packageKeys, k) {
-					sc.refuse("%s sets %q, which is not a key of a Pi 0.84.2 package entry; a key off the allowlist is refused", label, k)
+					sc.refuse("%s sets %q, which is not a key of a Pi 1.6.0 package entry; a key off the allowlist is refused", label, k)
 				}
 			}
 			s, ok := e["source"].(string)
@@ -242,7 +252,7 @@ func (sc settingsCheck) packages(raw json.RawMessage) {
 	}
 }
 
-// source checks one package source as Pi 0.84.2 reads it (package-manager.js
+// source checks one package source as Pi 1.6.0 reads it (package-manager.js
 // parseSource). An npm: package loads from <agentDir>/npm/node_modules/<name>
 // or the global root the image's npm names, both joined with the name, so
 // the name must be a plain one. Every other source is a path, or a git or
@@ -313,7 +323,7 @@ func (sc settingsCheck) shellPath(raw json.RawMessage) {
 	}
 }
 
-// piPath mirrors how Pi 0.84.2 on Linux turns a settings path into the one
+// piPath mirrors how Pi 1.6.0 on Linux turns a settings path into the one
 // it opens (utils/paths.js normalizePath and resolvePath, already trimmed):
 // "~" and "~/…" lie in HOME, a relative path lies under base, and the
 // result is normalised as Node's path.resolve does. Pi decodes a file://

@@ -17,7 +17,18 @@ const maxOutput = 64 << 20
 // written by one under issue 19's layout.
 type gitRunner struct{ git hostgit.Runner }
 
-func newGitRunner(home string) gitRunner { return gitRunner{git: hostgit.New(home)} }
+// Cred is the user every git of an import runs as, when the caller is
+// root (the supervisor): the deployment's daemon, who owns the
+// repository (hostgit.Runner.As).
+type Cred struct{ UID, GID uint32 }
+
+func newGitRunner(home string, cred *Cred) gitRunner {
+	r := hostgit.New(home)
+	if cred != nil {
+		r = r.As(cred.UID, cred.GID)
+	}
+	return gitRunner{git: r}
+}
 
 // run runs git in gitDir (--git-dir) with stdin, returning stdout.
 func (r gitRunner) run(ctx context.Context, gitDir string, stdin io.Reader, args ...string) (string, error) {

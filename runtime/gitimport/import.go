@@ -53,7 +53,10 @@ type Options struct {
 	// WorkDir holds the quarantine while the import runs (default: the
 	// system's temporary directory).
 	WorkDir string
-	Limits  Limits
+	// Cred, when set, is the user every git runs as (the caller is root);
+	// the quarantine is made that user's.
+	Cred   *Cred
+	Limits Limits
 }
 
 // Limits bound what the import reads of the store.
@@ -86,6 +89,11 @@ type Result struct {
 	Ignored diag.List `json:"ignored,omitempty"`
 	Loose   int       `json:"loose"` // loose objects copied and verified
 	Packs   int       `json:"packs"` // packs indexed
+	// Branch is the branch's value in the repository when the import
+	// ended with the repository and the store agreeing on it (moved to
+	// the store's value, or already there); empty otherwise. A caller
+	// keeps it as the next Base.
+	Branch string `json:"branch,omitempty"`
 }
 
 var agentID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
@@ -101,7 +109,7 @@ func Import(ctx context.Context, o Options) (Result, error) {
 	if err := o.check(); err != nil {
 		return Result{}, err
 	}
-	git := newGitRunner(o.Home)
+	git := newGitRunner(o.Home, o.Cred)
 	format, err := git.run(ctx, o.Repo, nil, "rev-parse", "--show-object-format")
 	if err != nil {
 		return Result{}, refusef(diag.GitImportRepo, "repo", "%q is not a Git dir git can use: %v", o.Repo, err)
@@ -145,6 +153,11 @@ func Import(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 	defer os.RemoveAll(q)
+	if o.Cred != nil {
+		if err := os.Chown(q, int(o.Cred.UID), int(o.Cred.GID)); err != nil {
+			return Result{}, err
+		}
+	}
 	if err := quarantine(ctx, git, q, o.Repo, format, store, objs, hexLen, o.Limits); err != nil {
 		return Result{}, err
 	}
@@ -184,6 +197,11 @@ func Import(ctx context.Context, o Options) (Result, error) {
 		return Result{}, refusef(diag.GitImportMoved, "repo", "a granted ref moved while the import ran; no ref was written: %v", err)
 	}
 	res.Updated = updates
+	for _, u := range updates {
+		if u.Ref == o.Branch {
+			res.Branch = u.New
+		}
+	}
 	return res, nil
 }
 
@@ -246,6 +264,9 @@ func (o Options) plan(refs map[string]storeRef, shared map[string]string) (Resul
 		}
 		cur := shared[target]
 		if cur == r.id {
+			if target == o.Branch {
+				res.Branch = cur
+			}
 			continue // already there
 		}
 		if target == o.Branch && cur != o.Base {

@@ -12,9 +12,11 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 
 	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/internal/testkit/skip"
 )
 
 // lab is a shared repository with main and the agent's branch feature, and
@@ -197,6 +199,15 @@ func TestImportAgentCommits(t *testing.T) {
 	if fmt.Sprint(res.Updated) != fmt.Sprint(want) {
 		t.Errorf("updated %v, want %v", res.Updated, want)
 	}
+	if res.Branch != feature {
+		t.Errorf("the branch's new value (the next base) %q, want %s", res.Branch, feature)
+	}
+	if got, err := RefValue(context.Background(), l.repo, "refs/heads/feature", "", nil); err != nil || got != feature {
+		t.Errorf("RefValue: %q %v", got, err)
+	}
+	if got, err := RefValue(context.Background(), l.repo, "refs/heads/feat", "", nil); err != nil || got != "" {
+		t.Errorf("RefValue of a prefix: %q %v", got, err)
+	}
 	if len(res.Ignored) != 1 || !strings.Contains(res.Ignored[0].Path, "refs/heads/main") || res.Ignored[0].Code != diag.GitImportRef {
 		t.Errorf("ignored: %v, want main listed", res.Ignored)
 	}
@@ -215,8 +226,8 @@ func TestImportAgentCommits(t *testing.T) {
 	o := l.options()
 	o.Base = feature
 	res, err = Import(context.Background(), o)
-	if err != nil || len(res.Updated) != 0 {
-		t.Errorf("second import: %v %v", res.Updated, err)
+	if err != nil || len(res.Updated) != 0 || res.Branch != feature {
+		t.Errorf("second import: %v %q %v", res.Updated, res.Branch, err)
 	}
 }
 
@@ -487,5 +498,61 @@ func symlink(t *testing.T, target, p string) {
 	t.Helper()
 	if err := os.Symlink(target, p); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Run by root for a daemon (the supervisor's gitImport op): every git runs
+// as the daemon's uid, so the repository gains no file of root's, and git's
+// ownership check holds as for the daemon itself. Control: the same
+// import with root's own git would leave root's files in the daemon's
+// repository.
+func TestImportAsDaemon(t *testing.T) {
+	skip.UnlessRoot(t, "runs git as another uid")
+	l := newLab(t)
+	feature, _, _ := l.agentWork(t)
+	// The daemon reaches the lab through the test's temporary dirs, which
+	// testing makes 0700 for root (only those: never the system's /tmp).
+	tmp := filepath.Clean(os.TempDir())
+	for d := l.root; strings.HasPrefix(d, tmp+"/"); d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, st.Mode().Perm()|0o011); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := exec.Command("chown", "-R", "1000:1000", l.repo).CombinedOutput(); err != nil {
+		t.Fatalf("chown: %v %s", err, out)
+	}
+	rootOwned := func() []string {
+		var out []string
+		_ = filepath.Walk(l.repo, func(p string, fi os.FileInfo, err error) error {
+			if err == nil && fi.Sys().(*syscall.Stat_t).Uid == 0 {
+				out = append(out, p)
+			}
+			return nil
+		})
+		return out
+	}
+	o := l.options()
+	o.Cred = &Cred{UID: 1000, GID: 1000}
+	if branch, value, err := Head(context.Background(), l.repo, l.repo, "", o.Cred); err != nil || branch != "refs/heads/main" || value != l.main {
+		t.Fatalf("Head as the daemon: %q %q %v", branch, value, err)
+	}
+	res, err := Import(context.Background(), o)
+	if err != nil || res.Branch != feature {
+		t.Fatalf("import as the daemon: %+v %v", res, err)
+	}
+	if got := l.git(t, l.repo, "rev-parse", "refs/heads/feature"); got != feature {
+		t.Errorf("feature %s, want %s", got, feature)
+	}
+	if f := rootOwned(); len(f) != 0 {
+		t.Errorf("files of root's in the daemon's repository: %v", f)
+	}
+	// Control: root's own git leaves root's files there.
+	l.git(t, l.repo, "update-ref", "refs/heads/control", feature)
+	if f := rootOwned(); len(f) == 0 {
+		t.Error("control: root's git wrote no file of root's; the check above proves nothing")
 	}
 }

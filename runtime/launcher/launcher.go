@@ -112,8 +112,10 @@ type Options struct {
 	OnStart func()
 
 	// FSMonitor answers the sandbox's git from the host: which names in
-	// the workspace changed since it last asked (fsmonitor.go). Off
-	// unless set: it runs runsc with --host-uds=open.
+	// the workspace changed since it last asked (fsmonitor.go), served on
+	// the sandbox network's gateway. Off unless set; a bundle whose
+	// network mode has no gateway (none) is refused with it
+	// (ErrFSMonitorNoGateway).
 	FSMonitor bool
 
 	// OutputBefore is what the sandbox wrote (stdout and stderr) before
@@ -383,6 +385,9 @@ func (l *launch) prepare() error {
 	if plan.Network != "none" && plan.Network != "sandbox" {
 		return fmt.Errorf("network mode %q is not one this launcher enforces", plan.Network)
 	}
+	if l.opts.FSMonitor && plan.Network != "sandbox" {
+		return fmt.Errorf("%w (this bundle's is %q)", ErrFSMonitorNoGateway, plan.Network)
+	}
 	l.limits = plan.Limits
 	l.rs = &runsc{path: l.opts.RunscPath, root: filepath.Join(l.opts.StateRoot, "runsc"), network: plan.Network}
 	if err := os.MkdirAll(l.rs.root, 0o700); err != nil {
@@ -474,8 +479,12 @@ func (l *launch) claim() error {
 // network (mode sandbox) builds the sandbox's network, pins the egress
 // hosts into the run dir's hosts file and starts a proxy per private route.
 func (l *launch) network(ctx context.Context) error {
+	var gatewayPorts []int
+	if l.state.fsmonitor != nil {
+		gatewayPorts = []int{l.state.fsmonitor.port}
+	}
 	net, err := sandboxnet.Setup(ctx, sandboxnet.Config{ID: l.opts.ID, Egress: *l.plan.Egress, StateDir: filepath.Join(l.opts.StateRoot, "net"),
-		Uplink: l.opts.Uplink, Pool: l.opts.Pool, Link: l.wakeLink(), Resolve: l.opts.Resolve, Caps: l.opts.NetCaps})
+		Uplink: l.opts.Uplink, Pool: l.opts.Pool, Link: l.wakeLink(), Resolve: l.opts.Resolve, Caps: l.opts.NetCaps, GatewayPorts: gatewayPorts})
 	if err != nil {
 		return fmt.Errorf("sandbox network: %w", err)
 	}
@@ -512,6 +521,11 @@ func (l *launch) network(ctx context.Context) error {
 			l.recordRoute(r.Purpose, proxy)
 			return err
 		})
+	}
+	if l.state.fsmonitor != nil {
+		if err := l.serveFSMonitor(net); err != nil {
+			return err
+		}
 	}
 	if l.opts.OnNetwork != nil {
 		l.opts.OnNetwork(net)
@@ -782,20 +796,13 @@ func (r *runDir) remove() error {
 
 // runsc drives the pinned binary with fixed flags only.
 type runsc struct {
-	// hostUDS lets the sandbox connect to host Unix sockets beneath its
-	// binds (the fsmonitor's socket; fsmonitor.go).
-	hostUDS bool
 	path    string
 	root    string
 	network string
 }
 
 func (r *runsc) flags() []string {
-	f := launchplan.RunscFlags(r.root, r.network)
-	if r.hostUDS {
-		f = append(f, "--host-uds=open")
-	}
-	return f
+	return launchplan.RunscFlags(r.root, r.network)
 }
 
 func (r *runsc) command(id, bundleDir string) *exec.Cmd {

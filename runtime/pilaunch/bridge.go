@@ -97,6 +97,8 @@ func (b *Bridge) Run(ln *Launch) (Result, error) {
 		return Result{}, unavailable("cannot reach the supervisor's socket: %v", errors.Unwrap(err))
 	}
 	defer func() { cl.Close() }()
+	// The branch's value before anything of this spawn runs.
+	git := b.prepareGit(ln)
 	var rec *Record
 	if b.Store != nil {
 		if rec, err = b.Store.Load(ln.AgentID); err != nil {
@@ -170,7 +172,7 @@ func (b *Bridge) Run(ln *Launch) (Result, error) {
 		}
 	}
 	pend := &pending{}
-	s := &session{b: b, ln: ln, sandbox: sandbox, cursor: cursor, cn: &conn{c: cl}, pend: pend, out: &outLines{pend: pend}, resumed: rec != nil}
+	s := &session{b: b, ln: ln, sandbox: sandbox, cursor: cursor, cn: &conn{c: cl}, pend: pend, out: &outLines{pend: pend}, resumed: rec != nil, git: git}
 	if err := s.attach(); err != nil {
 		var re *rpcerr.Error
 		if rec != nil && errors.As(err, &re) && re.Code == rpcerr.SandboxUnavailable && re.StartFresh {
@@ -191,6 +193,7 @@ func (b *Bridge) Run(ln *Launch) (Result, error) {
 		}
 		return Result{}, unavailable("attach: %v", err)
 	}
+	git.start()
 	if s.resumed {
 		// Everything the sandbox wrote before this spawn could write a
 		// command answers no command of this spawn (frames.go).
@@ -224,6 +227,9 @@ type session struct {
 	// before this spawn wrote anything.
 	resumed bool
 	after   uint64
+	// git imports the agent's Git work at turn ends (gitturn.go); nil
+	// without a Git plan.
+	git *gitTurns
 }
 
 // outputEnd is the last output record the sandbox has written, as far as
@@ -338,6 +344,12 @@ func (s *session) run() (Result, error) {
 				} else {
 					out, drops := s.out.feed(ev.Seq, ev.Data)
 					s.logDrops(drops)
+					if s.out.turnEnds > 0 {
+						// The import comes before Paseo sees the turn end, so
+						// the branch has the turn's commits when it does.
+						s.out.turnEnds = 0
+						s.git.run("turn-end")
+					}
 					if len(out) > 0 {
 						if _, err := s.b.Stdout.Write(out); err != nil {
 							// Paseo's end of stdout is gone: it died without closing.
@@ -412,6 +424,10 @@ func (s *session) finish(in supervisor.Info) Result {
 	s.logDrops(drops)
 	_, _ = s.b.Stdout.Write(out)
 	_ = s.b.call(s.cn.c, supervisor.Request{Op: "delete", Sandbox: s.sandbox}, nil)
+	// Once more with the sandbox gone: what the last turn left after its
+	// agent_end (a killed command leaves it to the agent's next spawn).
+	s.out.turnEnds = 0
+	s.git.run("sandbox-end")
 	if s.b.Store != nil {
 		_ = s.b.Store.Remove(s.ln.AgentID)
 	}

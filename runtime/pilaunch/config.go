@@ -50,7 +50,19 @@ type Config struct {
 	// ProbeCwd is the directory probes run in (Paseo probes from the
 	// daemon user's home, which is never a workspace).
 	ProbeCwd string `json:"probeCwd"`
+	// GitImport is when the command imports the agent's Git work from
+	// its store (state.gitStoresDir) onto the worktree's branch:
+	// "turn-end" (the default: after each agent_end and when the sandbox
+	// ends) or "off". Only this file decides it; nothing Paseo passes or
+	// the agent writes does.
+	GitImport string `json:"gitImport,omitempty"`
 }
+
+// Values of Config.GitImport.
+const (
+	GitImportTurnEnd = "turn-end"
+	GitImportOff     = "off"
+)
 
 // ModelRoute is one provider's endpoint and credential mapping.
 type ModelRoute struct {
@@ -204,6 +216,9 @@ func (c *Config) check() diag.List {
 	path("state.bridgeDir", c.State.BridgeDir)
 	if c.State.GitStoresDir != "" {
 		path("state.gitStoresDir", c.State.GitStoresDir)
+	}
+	if c.GitImport != "" && c.GitImport != GitImportTurnEnd && c.GitImport != GitImportOff {
+		l.Addf(CodeConfig, "config.gitImport", "%q: turn-end (the default) or off", c.GitImport)
 	}
 	path("extension", c.Extension)
 	path("probeCwd", c.ProbeCwd)

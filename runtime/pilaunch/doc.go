@@ -10,7 +10,8 @@
 // cursor persist in the operator's bridge dir (store.go), so a command
 // respawned for the same session after the daemon died reattaches to the
 // live sandbox. It never compiles or launches anything itself, and never
-// runs a Pi on the host.
+// runs a Pi on the host; the one thing it runs on the host is the Git
+// import's hardened git at turn ends (gitturn.go, runtime/gitimport).
 package pilaunch
 
 import "paseo.dev/paseo-policy/diag"
@@ -39,4 +40,9 @@ const (
 	// CodeGit: the cwd's `.git` file, or what it names, cannot be read as
 	// Git writes it (a link, not a regular file, too long, malformed).
 	CodeGit diag.Code = "PP-PI-GIT"
+	// CodeGitImport: the turn-end import could not run where the agent
+	// has no say (the worktree's branch unreadable, a detached HEAD, git
+	// failing); the import's own refusals keep their PP-GIT-IMPORT-*
+	// codes. Neither ends the session nor writes a ref.
+	CodeGitImport diag.Code = "PP-PI-GIT-IMPORT"
 )

@@ -25,6 +25,21 @@ type Launch struct {
 	// NewSession: Paseo passed no --session, so the agent's session dir is
 	// made before the sandbox starts.
 	NewSession bool
+	// Git, when the launch names a Git store and the configuration does
+	// not turn the import off: where the command imports from and to at
+	// each turn end (gitturn.go).
+	Git *GitPlan
+}
+
+// GitPlan names what the turn-end import reads and writes, all from the
+// configuration and the Git facts the compiler verifies.
+type GitPlan struct {
+	// GitDir is the worktree's gitdir, whose HEAD names the branch; Repo
+	// is the shared repository (the common dir, or the gitdir itself).
+	GitDir, Repo string
+	// StateRoot is config.state.gitStoresDir; Store is the agent's store
+	// beneath it (state.gitStore).
+	StateRoot, Store string
 }
 
 // Plan builds the facts from the operator's configuration, Paseo's argv
@@ -102,6 +117,16 @@ func Plan(cfg *Config, a Args, cwd string) (*Launch, error) {
 		f.Workspace.Git = g
 		if write && (g != nil || isDir(cwd+"/.git")) {
 			f.State.GitStore = cfg.State.GitStoresDir + "/" + ln.AgentID
+			if cfg.GitImport != GitImportOff {
+				gp := &GitPlan{GitDir: cwd + "/.git", Repo: cwd + "/.git", StateRoot: cfg.State.GitStoresDir, Store: f.State.GitStore}
+				if g != nil {
+					gp.GitDir, gp.Repo = g.Gitdir, g.Gitdir
+					if g.Commondir != "" {
+						gp.Repo = g.Commondir
+					}
+				}
+				ln.Git = gp
+			}
 		}
 	}
 	f.Launch = schema.Launch{Extension: cfg.Extension, MCPConfig: a.MCPConfig, Session: a.Session, AppendSystemPrompt: a.AppendSystemPrompt}

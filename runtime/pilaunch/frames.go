@@ -141,6 +141,9 @@ type outLines struct {
 	lineSeq uint64 // the record holding the line's first byte
 	over    bool   // dropping a line longer than MaxFrameLine up to its end
 	dropped int
+	// turnEnds counts agent_end frames forwarded since the caller last
+	// reset it (the turn-end import, gitturn.go).
+	turnEnds int
 }
 
 // feed takes output record seq and returns the bytes to write to Paseo:
@@ -214,6 +217,9 @@ func (o *outLines) forward(line []byte, seq uint64) bool {
 	typ, id, isStr, ok := frameHead(t)
 	if !ok {
 		return false // an object Paseo might parse differently: not passed
+	}
+	if typ == "agent_end" {
+		o.turnEnds++
 	}
 	if typ != "response" {
 		return true

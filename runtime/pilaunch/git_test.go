@@ -66,9 +66,23 @@ func TestGitFactsOfALinkedWorktree(t *testing.T) {
 	if ln.Facts.Workspace.Git == nil || ln.Facts.State.GitStore != "/srv/paseo/state/git-stores/"+ln.AgentID {
 		t.Errorf("planned %+v, store %q", ln.Facts.Workspace.Git, ln.Facts.State.GitStore)
 	}
+	// The turn-end import, on by default, from the worktree's gitdir to
+	// the repository; off in the configuration, none (the store stays).
+	if g := ln.Git; g == nil || g.GitDir != ln.Facts.Workspace.Git.Gitdir || g.Repo != ln.Facts.Workspace.Git.Commondir ||
+		g.StateRoot != cfg.State.GitStoresDir || g.Store != ln.Facts.State.GitStore {
+		t.Errorf("import plan %+v", ln.Git)
+	}
+	cfg.GitImport = GitImportOff
+	if ln, err = Plan(&cfg, Args{Model: "fake/fake-1"}, wt); err != nil || ln.Git != nil || ln.Facts.State.GitStore == "" {
+		t.Errorf("gitImport off: plan %+v, store %q, %v", ln.Git, ln.Facts.State.GitStore, err)
+	}
+	cfg.GitImport = ""
 	cfg.State.GitStoresDir = ""
 	if ln, err = Plan(&cfg, Args{Model: "fake/fake-1"}, wt); err != nil || ln.Facts.Workspace.Git.Write || ln.Facts.State.GitStore != "" {
 		t.Errorf("without a stores dir Git is read-only: %+v %v", ln.Facts, err)
+	}
+	if ln.Git != nil {
+		t.Errorf("an import planned without a store: %+v", ln.Git)
 	}
 
 	// A symlinked .git: refused, not followed.

@@ -51,25 +51,12 @@ func (s *Store) Close() error { return unix.Close(s.fd) }
 
 // Load returns the agent's record, or nil when it has none.
 func (s *Store) Load(agent string) (*Record, error) {
-	fd, err := unix.Openat(s.fd, agent+".json", unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err == unix.ENOENT {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: open the record: %v", CodeState, agent, err)
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != unix.Geteuid() || st.Size > 4096 {
-		return nil, fmt.Errorf("%s %s: the record is not a small regular file of the daemon user", CodeState, agent)
-	}
-	buf := make([]byte, st.Size)
-	n, err := unix.Read(fd, buf)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: read the record: %v", CodeState, agent, err)
-	}
 	var r Record
-	if err := json.Unmarshal(buf[:n], &r); err != nil || r.Sandbox == "" {
+	ok, err := s.load(agent, agent+".json", "record", &r)
+	if err != nil || !ok {
+		return nil, err
+	}
+	if r.Sandbox == "" {
 		return nil, fmt.Errorf("%s %s: the record does not decode", CodeState, agent)
 	}
 	return &r, nil
@@ -77,25 +64,83 @@ func (s *Store) Load(agent string) (*Record, error) {
 
 // Save writes the agent's record whole.
 func (s *Store) Save(agent string, r Record) error {
-	data, err := json.Marshal(r)
+	return s.save(agent, agent+".json", "record", r)
+}
+
+// GitBase is the worktree branch's value the agent's Git work is imported
+// from (gitturn.go): the host's value when the agent was first seen, then
+// the value after each import that left the repository and the agent's
+// store agreeing. It outlives the agent's sandboxes: the store does too.
+type GitBase struct {
+	Branch string `json:"branch"`
+	Base   string `json:"base"`
+}
+
+// gitBaseName: `+` is in no agent id, so no record is named so.
+func gitBaseName(agent string) string { return "git+" + agent + ".json" }
+
+// LoadGitBase returns the agent's recorded base, or nil.
+func (s *Store) LoadGitBase(agent string) (*GitBase, error) {
+	var g GitBase
+	ok, err := s.load(agent, gitBaseName(agent), "Git base", &g)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &g, nil
+}
+
+// SaveGitBase records the agent's base whole.
+func (s *Store) SaveGitBase(agent string, g GitBase) error {
+	return s.save(agent, gitBaseName(agent), "Git base", g)
+}
+
+// load decodes the small regular file name of the daemon user into v;
+// false when there is none.
+func (s *Store) load(agent, name, what string, v any) (bool, error) {
+	fd, err := unix.Openat(s.fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err == unix.ENOENT {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("%s %s: open the %s: %v", CodeState, agent, what, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != unix.Geteuid() || st.Size > 4096 {
+		return false, fmt.Errorf("%s %s: the %s is not a small regular file of the daemon user", CodeState, agent, what)
+	}
+	buf := make([]byte, st.Size)
+	n, err := unix.Read(fd, buf)
+	if err != nil {
+		return false, fmt.Errorf("%s %s: read the %s: %v", CodeState, agent, what, err)
+	}
+	if err := json.Unmarshal(buf[:n], v); err != nil {
+		return false, fmt.Errorf("%s %s: the %s does not decode", CodeState, agent, what)
+	}
+	return true, nil
+}
+
+// save writes v to name whole: a temporary file renamed over the old one.
+func (s *Store) save(agent, name, what string, v any) error {
+	data, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	tmp := agent + ".json.tmp"
+	tmp := name + ".tmp"
 	_ = unix.Unlinkat(s.fd, tmp, 0)
 	fd, err := unix.Openat(s.fd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return fmt.Errorf("%s %s: write the record: %v", CodeState, agent, err)
+		return fmt.Errorf("%s %s: write the %s: %v", CodeState, agent, what, err)
 	}
 	_, err = unix.Write(fd, data)
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		err = unix.Renameat(s.fd, tmp, s.fd, agent+".json")
+		err = unix.Renameat(s.fd, tmp, s.fd, name)
 	}
 	if err != nil {
-		return fmt.Errorf("%s %s: write the record: %v", CodeState, agent, err)
+		return fmt.Errorf("%s %s: write the %s: %v", CodeState, agent, what, err)
 	}
 	return nil
 }

@@ -58,9 +58,15 @@ func (s *Server) create(ctx context.Context, c call) (any, *Error) {
 	if err := res.Files.Write(dir); err != nil {
 		return nil, fail(rpcerr.Internal, "bundle: %v", err)
 	}
+	// The branch's value before the agent runs (gitimport.go).
+	if err := s.recordGit(ctx, id, p, res, req.Facts); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fail(rpcerr.Internal, "the sandbox's Git record: %v", err)
+	}
 	b, e := s.start(id, dir, res.Files, req.Deployment, res.Manifest.Agent, res.Manifest.Profile, req.MCPToken, req.DeleteOnExit)
 	if e != nil {
 		_ = os.RemoveAll(dir)
+		_ = os.Remove(s.gitRecordPath(id))
 		return nil, e
 	}
 	b.use(ctx, c.conn)

@@ -25,6 +25,7 @@ const (
 	OpDelete        = "delete"        // Sandbox → DeleteResult
 	OpHibernate     = "hibernate"     // Sandbox → Info (hibernated)
 	OpWake          = "wake"          // Sandbox → Info
+	OpGitImport     = "gitImport"     // Sandbox → GitImportResult
 )
 
 // op is one op of the protocol: what the server checks and does before
@@ -64,6 +65,9 @@ var ops = map[string]op{
 	OpHibernate:     {sandbox: true, run: (*Server).hibernateOp},
 	// wake wakes (its property) and answers with the woken state.
 	OpWake: {sandbox: true, wakes: true, run: (*Server).inspectOp},
+	// gitImport reads the agent's store, a host directory: a hibernated
+	// sandbox stays hibernated.
+	OpGitImport: {sandbox: true, run: (*Server).gitImportOp},
 }
 
 // opFrames are the ops whose frames may be longer than MaxFrame.

@@ -47,7 +47,7 @@ func TestOpTable(t *testing.T) {
 	}
 	slices.Sort(onSandbox)
 	slices.Sort(wakes)
-	if diff := cmp.Diff([]string{OpAck, OpAttach, OpCloseInput, OpDelete, OpHibernate, OpInspect, OpSignal, OpWake, OpWrite}, onSandbox); diff != "" {
+	if diff := cmp.Diff([]string{OpAck, OpAttach, OpCloseInput, OpDelete, OpGitImport, OpHibernate, OpInspect, OpSignal, OpWake, OpWrite}, onSandbox); diff != "" {
 		t.Errorf("ops on a sandbox (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]string{OpAttach, OpCloseInput, OpWake, OpWrite}, wakes); diff != "" {
@@ -56,7 +56,7 @@ func TestOpTable(t *testing.T) {
 	if diff := cmp.Diff(map[string]int{OpWrite: MaxWriteFrame}, opFrames()); diff != "" {
 		t.Errorf("large frames (-want +got):\n%s", diff)
 	}
-	if len(ops) != 11 {
-		t.Errorf("%d ops, want the protocol's 11", len(ops))
+	if len(ops) != 12 {
+		t.Errorf("%d ops, want the protocol's 12", len(ops))
 	}
 }

@@ -96,6 +96,7 @@ func (s *Server) delete(b *box) error {
 		}
 	}
 	_ = os.RemoveAll(s.bundleDir(b.id))
+	_ = os.Remove(s.gitRecordPath(b.id))
 	_ = launcher.RemoveHibernation(s.cfg.StateRoot, b.id) // the holder's stop removed it, unless the holder was gone
 	_ = os.Remove(holder.Log(s.cfg.StateRoot, b.id))
 	_ = os.Remove(holderSocket(s.cfg.StateRoot, b.id))

@@ -110,6 +110,7 @@ type box struct {
 	sock string
 
 	hmu    sync.Mutex // serializes hibernate and wake (hibernate.go)
+	gmu    sync.Mutex // serializes gitImport (gitimport.go)
 	mu     sync.Mutex
 	st     state              // only move() changes it
 	detach context.CancelFunc // the current attachment's streamer

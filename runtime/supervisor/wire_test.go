@@ -121,6 +121,8 @@ func TestWireBytes(t *testing.T) {
 		{`{"v":1,"id":"i","op":"inspect","sandbox":"` + id + `"}`, `{"v":1,"id":"i","ok":true,"result":` + running + `}`},
 		{`{"v":1,"id":"l1","op":"list"}`, `{"v":1,"id":"l1","ok":true,"result":[` + running + `]}`},
 		{`{"v":1,"id":"s0","op":"signal","sandbox":"` + id + `","signal":"USR1"}`, `{"v":1,"id":"s0","ok":false,"error":{"code":"malformed","message":"signal must be TERM, INT, HUP or KILL"}}`},
+		{`{"v":1,"id":"g","op":"gitImport","sandbox":"` + id + `"}`, `{"v":1,"id":"g","ok":false,"error":{"code":"state","message":"sandbox pp-ID: the sandbox was created by a root peer: the import runs as the connecting daemon's uid, and root is no daemon"}}`},
+		{`{"v":1,"id":"gn","op":"gitImport","sandbox":"pp-0000000000000000"}`, `{"v":1,"id":"gn","ok":false,"error":{"code":"not-found","message":"no sandbox \"pp-0000000000000000\" for this peer"}}`},
 		{`{"v":1,"id":"a","op":"attach","sandbox":"` + id + `"}`, `{"v":1,"id":"a","ok":true,"result":{"cursor":0,"epoch":1}}`},
 		{`{"v":1,"id":"w1","op":"write","sandbox":"` + id + `","epoch":1,"inputId":"i1","data":"eyJ0eXBlIjoiZ2V0X3N0YXRlIn0K"}`, `{"v":1,"id":"w1","ok":true,"result":{"applied":true}}`},
 		{`{"v":1,"id":"w2","op":"write","sandbox":"` + id + `","epoch":1,"inputId":"i1","data":"eyJ0eXBlIjoiZ2V0X3N0YXRlIn0K"}`, `{"v":1,"id":"w2","ok":true,"result":{"applied":false}}`},

@@ -56,6 +56,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,9 +71,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"paseo.dev/paseo-policy/internal/childproc"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
+	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/policy/profiles"
 	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 )
 
 // toolsCommand is one timed command of a round.
@@ -359,9 +363,19 @@ func startToolsSandbox(tb testing.TB, im imageInfo, host string, r *toolsRepo, n
 		}
 		server = fmt.Sprintf("export GIT_CONFIG_COUNT=%d\n%s\n%s", len(kv), strings.Join(exports, "\n"), server)
 	}
+	// The monitor is served on the sandbox network's gateway: with it the
+	// deployment's network mode is sandbox, in a test world of its own
+	// (nothing in the benchmark's commands uses the network).
+	network, uplink, resolve := "", "", sandboxnet.Resolver(nil)
+	if fsmon {
+		world := testnet.New(tb)
+		model := world.Host("model")
+		network, uplink = `,"network":{"mode":"sandbox"}`, world.Uplink
+		resolve = func(context.Context, string) ([]netip.Addr, error) { return []netip.Addr{model.Addr}, nil }
+	}
 	sc := testbundle.New(tb, testbundle.Options{Host: host, Rootfs: im.Rootfs,
 		Argv:          []string{"/bin/sh", "-c", toolsStartScript(tb), "bench-tools", server},
-		RegistryPatch: fmt.Sprintf(`{"image":{"version":%q,"digest":%q,"erofs":%s}}`, im.Version, im.Digest, erofs)})
+		RegistryPatch: fmt.Sprintf(`{"image":{"version":%q,"digest":%q,"erofs":%s}%s}`, im.Version, im.Digest, erofs, network)})
 	// The scene's tree rewrote the repository's config and the worktree's
 	// pointers with the same content; the owner is the sandbox user again.
 	// The agent's Git store (testdata/base: state.gitStore) is the daemon's
@@ -383,7 +397,7 @@ func startToolsSandbox(tb testing.TB, im imageInfo, host string, r *toolsRepo, n
 	go func() {
 		defer close(done)
 		res, lerr = launcher.Launch(lctx, launcher.Options{BundleDir: sc.Bundle, StateRoot: sc.State, RunscPath: sc.Runsc, ID: id,
-			Secrets: secrets, Stdin: inR, Stdout: outW, Stderr: s.stderr, FSMonitor: fsmon})
+			Secrets: secrets, Stdin: inR, Stdout: outW, Stderr: s.stderr, FSMonitor: fsmon, Uplink: uplink, Resolve: resolve})
 		outW.Close()
 	}()
 	s.finish = sync.OnceValue(func() launcher.Result {
@@ -455,12 +469,16 @@ func startToolsHost(tb testing.TB, im imageInfo, base string, r *toolsRepo) *too
 	if err := os.WriteFile(filepath.Join(root, "tmp/bench-index"), idx, 0o644); err != nil {
 		tb.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	// From a thread that outlives it: its parent-death signal is the
+	// forking thread's, and the monitor side's network setup ends threads
+	// (internal/childproc).
+	waited, err := childproc.Start(cmd)
+	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
 		s.in.Close()
-		if err := cmd.Wait(); err != nil {
+		if err := <-waited; err != nil {
 			tb.Errorf("the host server: %v; stderr: %s", err, s.stderr)
 		}
 	})

@@ -26,6 +26,9 @@ func TestPiDemo(t *testing.T) {
 	demo := testbundle.BuildStatic(t, "./test/cmd/paseo-demo")
 	dir := t.TempDir()
 	out, work := filepath.Join(dir, "demo.json"), filepath.Join(dir, "work")
+	// The daemon user's host git reaches the demo's repository, as it
+	// does beneath the checkout's .demo.
+	searchable(t, work)
 	cmd := exec.Command(demo, "--repo", testbundle.Repo(t, ""), "--runsc", runsc,
 		"--image", testbundle.Repo(t, ".image"), "--work", work, "--out", out)
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -49,6 +52,10 @@ func TestPiDemo(t *testing.T) {
 		Packets map[string]uint64
 		Left    []string                `json:"leftBehind"`
 		Steps   []struct{ Step string } `json:"timings"`
+		Git     *struct {
+			Updated []struct{ Ref, Old, New string }
+			Log     []string
+		} `json:"gitImport"`
 	}
 	if err := json.Unmarshal(data, &rep); err != nil {
 		t.Fatal(err)
@@ -62,6 +69,9 @@ func TestPiDemo(t *testing.T) {
 	}
 	if len(rep.Blocked) != 6 || len(rep.Used) != 3 || rep.Packets["drop-egress"] == 0 || len(rep.Steps) == 0 {
 		t.Errorf("report: %d attempts, %d grants used, drop-egress %d, %d steps", len(rep.Blocked), len(rep.Used), rep.Packets["drop-egress"], len(rep.Steps))
+	}
+	if g := rep.Git; g == nil || len(g.Updated) != 1 || g.Updated[0].Ref != "refs/heads/feature" || len(g.Log) != 2 || !strings.HasSuffix(g.Log[0], "DEMO.md, committed inside gVisor") {
+		t.Errorf("the agent's commit did not reach refs/heads/feature through the import: %+v", g)
 	}
 	for _, a := range rep.Blocked {
 		if !a.Contained {

@@ -250,21 +250,28 @@ func piRouteSession(t *testing.T, api, path string, wants ...string) {
 			t.Fatal(err)
 		}
 		for i, b := range bodies {
-			var v any
-			if err := json.Unmarshal(b, &v); err != nil {
-				t.Fatal(err)
-			}
-			// The session id Pi sends as its cache key is new at every run.
-			if m, ok := v.(map[string]any); ok && m["prompt_cache_key"] != nil {
-				m["prompt_cache_key"] = "pi-session-id"
-			}
-			out, _ := json.MarshalIndent(v, "", " ")
-			// The host paths Pi saw (its cwd, in the system prompt) as the
-			// daemon names them, so a re-recording differs only where Pi does.
-			out = bytes.ReplaceAll(out, []byte(e.host), nil)
-			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("turn-%d.json", i+1)), append(out, '\n'), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("turn-%d.json", i+1)), corpusBody(t, e, b), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
+}
+
+// corpusBody is a request body Pi sent as routeproxy's corpus keeps it:
+// indented, with what changes from run to run made fixed, so a
+// re-recording differs only where Pi does.
+func corpusBody(t *testing.T, e *env, b []byte) []byte {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	// The session id Pi sends as its cache key is new at every run.
+	if m, ok := v.(map[string]any); ok && m["prompt_cache_key"] != nil {
+		m["prompt_cache_key"] = "pi-session-id"
+	}
+	out, _ := json.MarshalIndent(v, "", " ")
+	// The host paths Pi saw (its cwd, in the system prompt) as the daemon
+	// names them.
+	return append(bytes.ReplaceAll(out, []byte(e.host), nil), '\n')
 }

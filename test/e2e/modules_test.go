@@ -96,8 +96,10 @@ func TestPiExtensionSharesPiModules(t *testing.T) {
 	if !ofBundle(r.Anchor) {
 		t.Errorf("Pi's SessionManager comes from %s, not the bundle %s or its chunks", r.Anchor, bundle)
 	}
-	if len(r.Links) < 8 {
-		t.Errorf("the probe checked %d links, want at least 8", len(r.Links))
+	// Eight links for Pi 0.x; seven for 1.x, whose pi-agent-core re-exports
+	// nothing of pi-ai (the probe checks where its functions come from).
+	if len(r.Links) < 7 {
+		t.Errorf("the probe checked %d links, want at least 7", len(r.Links))
 	}
 	for name, ok := range r.Links {
 		if !ok {

@@ -104,6 +104,7 @@ type step struct {
 	Next     int      `json:"next"`
 	Before   int      `json:"before"`
 	Provider string   `json:"provider"`
+	N        int      `json:"n"`
 	Exit     struct {
 		Code   *int    `json:"code"`
 		Signal *string `json:"signal"`
@@ -463,25 +464,37 @@ func rawStrings(r []json.RawMessage) []string {
 // Git in Paseo's linked worktree through the command: a configuration with
 // state.gitStoresDir makes the command claim the worktree's Git facts and
 // the agent's store; the agent commits in the sandbox (into its store, the
-// repository read-only), and `paseo-policy git import`, run by the daemon
-// user after the turn, brings the commit onto the worktree's branch.
+// repository read-only), and the command imports the commit onto the
+// worktree's branch at the turn's end, before Paseo sees agent_end: no
+// manual import. A second turn's commit arrives too (the base carried).
+// The host then moves the branch: the third turn's import is refused with
+// PP-GIT-IMPORT-MOVED on stderr, the branch stays the host's, and the
+// fourth turn still runs. Control: with gitImport off in the operator's
+// configuration the same commit does not arrive.
 func TestPaseoPiCommandGitWorktree(t *testing.T) {
 	e := newEnv(t)
+	commit := func(msg string) []fakemodel.Turn {
+		return []fakemodel.Turn{fakemodel.Bash(`export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@example.test GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@example.test; ` +
+			`echo ` + msg + ` >> agent.txt && git add agent.txt && git commit -q -m ` + msg + ` && echo commit-ok || echo commit-failed`),
+			fakemodel.Text("committed")}
+	}
 	e.mu.Lock()
 	e.fm = fakemodel.New(fakemodel.Options{APIKey: apiKey, Scripts: map[string][]fakemodel.Turn{
-		"git:": {fakemodel.Bash(`export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@example.test GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@example.test; ` +
-			`echo agent > agent.txt && git add agent.txt && git commit -q -m by-agent-through-paseo && echo commit-ok || echo commit-failed`),
-			fakemodel.Text("committed")},
+		"git1:": commit("by-agent-turn-1"), "git2:": commit("by-agent-turn-2"), "git3:": commit("by-agent-turn-3"),
+		"gitoff:": commit("by-agent-import-off"), "hello:": {fakemodel.Text("still here")},
 	}})
 	e.mu.Unlock()
 	w := newPaseoWorld(t, e)
 	repo := filepath.Join(w.sc.Host, "srv/paseo/repos/paseo-proj")
 	ws := filepath.Join(w.sc.Host, "srv/paseo/workspace/paseo-proj-agent")
+	wsOff := filepath.Join(w.sc.Host, "srv/paseo/workspace/paseo-proj-off")
 	common := filepath.Join(repo, ".git")
 	initRepo(t, repo)
 	hostSetupGit(t, "-C", repo, "worktree", "add", "-q", "-b", "agent-work", ws)
+	hostSetupGit(t, "-C", repo, "worktree", "add", "-q", "-b", "agent-off", wsOff)
 	chownTree(t, repo, daemonUID, daemonUID)
 	chownTree(t, ws, daemonUID, daemonUID)
+	chownTree(t, wsOff, daemonUID, daemonUID)
 	stores := filepath.Join(w.sc.Host, "srv/paseo/state/pi-git")
 	if err := os.MkdirAll(stores, 0o755); err != nil {
 		t.Fatal(err)
@@ -489,43 +502,124 @@ func TestPaseoPiCommandGitWorktree(t *testing.T) {
 	if err := os.Chown(stores, daemonUID, daemonUID); err != nil {
 		t.Fatal(err)
 	}
-	var cfg map[string]any
-	if err := json.Unmarshal(readFileBytes(t, w.config), &cfg); err != nil {
-		t.Fatal(err)
+	writeConfig := func(name, gitImport string) string {
+		var cfg map[string]any
+		if err := json.Unmarshal(readFileBytes(t, w.config), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		cfg["state"].(map[string]any)["gitStoresDir"] = stores
+		if gitImport != "" {
+			cfg["gitImport"] = gitImport
+		}
+		data, _ := json.Marshal(cfg)
+		p := filepath.Join(filepath.Dir(w.config), name)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
 	}
-	cfg["state"].(map[string]any)["gitStoresDir"] = stores
-	data, _ := json.Marshal(cfg)
-	gitConfig := filepath.Join(filepath.Dir(w.config), "pi-git.json")
-	if err := os.WriteFile(gitConfig, data, 0o644); err != nil {
-		t.Fatal(err)
+	gitConfig := writeConfig("pi-git.json", "")
+	offConfig := writeConfig("pi-git-off.json", "off")
+	mcpServers := func(agent string) map[string]any {
+		return map[string]any{"paseo": map[string]any{
+			"url":     w.agentURL + "?callerAgentId=" + agent,
+			"headers": map[string]string{"Authorization": "Bearer " + mcpToken}}}
+	}
+	branchLog := func(ref string) string {
+		got, err := deployGit(t, repo, "log", "--format=%s", ref)
+		if err != nil {
+			t.Fatalf("git log %s: %v %s", ref, err, got)
+		}
+		return got
 	}
 	base := hostRev(t, common, "refs/heads/agent-work")
-	before := repoBytes(t, common)
-	mcpServers := map[string]any{"paseo": map[string]any{
-		"url":     w.agentURL + "?callerAgentId=agent-paseo-git",
-		"headers": map[string]string{"Authorization": "Bearer " + mcpToken}}}
-	s := w.run(t, "turn", map[string]any{"command": []string{w.bin, "pi", "--config", gitConfig}, "cwd": ws, "model": "fake/fake-1",
-		"prompt": "git: commit", "mcpServers": mcpServers})
-	all := strings.Join(rawStrings(s.Events), "\n")
-	if !strings.Contains(all, "commit-ok") {
+	gate := filepath.Join(filepath.Dir(w.config), "gate")
+	open := func(n int) {
+		if err := os.WriteFile(fmt.Sprintf("%s.%d", gate, n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd, r := w.harness(t, "turns", map[string]any{"command": []string{w.bin, "pi", "--config", gitConfig}, "cwd": ws, "model": "fake/fake-1",
+		"prompts": []string{"git1: commit", "git2: commit", "git3: commit", "hello: after the refusal"}, "gate": gate, "mcpServers": mcpServers("agent-paseo-git")})
+
+	// Turn 1: the commit is on the branch when Paseo has the turn's end.
+	s := readStep(t, r, "settled")
+	if all := strings.Join(rawStrings(s.Events), "\n"); !strings.Contains(all, "commit-ok") {
 		t.Fatalf("the agent's commit in the linked worktree did not succeed; stderr %s\n%s", s.Stderr, tailOf(all, 2000))
 	}
+	if got := branchLog("refs/heads/agent-work"); !strings.HasPrefix(got, "by-agent-turn-1\n") {
+		t.Fatalf("turn 1's commit is not on the worktree's branch at agent_settled: %q; stderr %s", got, s.Stderr)
+	}
+	if !strings.Contains(s.Stderr, "git import at turn-end: imported refs/heads/agent-work "+base+" -> ") {
+		t.Errorf("no import line on stderr: %s", s.Stderr)
+	}
+	if got := hostRev(t, common, "refs/heads/main"); got != base {
+		t.Errorf("main moved: %s", got)
+	}
+	if out, err := deployGit(t, repo, "fsck", "--strict", "--no-dangling"); err != nil {
+		t.Errorf("fsck after the import: %v %s", err, out)
+	}
+	open(0)
+
+	// Turn 2: its commit arrives on top (the base was carried).
+	s = readStep(t, r, "settled")
+	if got := branchLog("refs/heads/agent-work"); !strings.HasPrefix(got, "by-agent-turn-2\nby-agent-turn-1\n") {
+		t.Fatalf("turn 2's commit did not arrive: %q; stderr %s", got, s.Stderr)
+	}
+	// The host moves the branch between turns (a person's commit in the
+	// worktree).
+	if out, err := deployGit(t, ws, "-c", "user.name=h", "-c", "user.email=h@example.test", "commit", "-q", "--allow-empty", "-m", "by-the-host"); err != nil {
+		t.Fatalf("host commit: %v %s", err, out)
+	}
+	hostHead := hostRev(t, common, "refs/heads/agent-work")
+	open(1)
+
+	// Turn 3: committed in the sandbox, refused at the import, the
+	// branch untouched.
+	s = readStep(t, r, "settled")
+	if all := strings.Join(rawStrings(s.Events), "\n"); !strings.Contains(all, "commit-ok") {
+		t.Fatalf("turn 3's commit did not succeed in the sandbox; stderr %s", s.Stderr)
+	}
+	if got := hostRev(t, common, "refs/heads/agent-work"); got != hostHead {
+		t.Errorf("a refused import moved the branch: %s, the host had %s", got, hostHead)
+	}
+	if !regexp.MustCompile(`(?m)^PP-GIT-IMPORT-MOVED refs/heads/agent-work: .*\(git import at turn-end: no ref was written\)$`).MatchString(s.Stderr) {
+		t.Errorf("no PP-GIT-IMPORT-MOVED line on stderr: %s", s.Stderr)
+	}
+	open(2)
+
+	// Turn 4: the session goes on.
+	s = readStep(t, r, "settled")
+	if !strings.Contains(s.Text, "still here") {
+		t.Errorf("the turn after the refusal: %q; stderr %s", s.Text, s.Stderr)
+	}
+	open(3)
+	s = readStep(t, r, "done")
+	_ = cmd.Wait()
+	if got := hostRev(t, common, "refs/heads/agent-work"); got != hostHead {
+		t.Errorf("the branch moved at the sandbox's end: %s, the host had %s", got, hostHead)
+	}
+	if l := w.list(t); len(l) != 0 {
+		t.Errorf("sandboxes after the close: %+v", l)
+	}
+
+	// Control: gitImport off. The commit is made in the store and does not
+	// arrive; the command says nothing of an import.
+	offBase := hostRev(t, common, "refs/heads/agent-off")
+	before := repoBytes(t, common)
+	off := w.run(t, "turn", map[string]any{"command": []string{w.bin, "pi", "--config", offConfig}, "cwd": wsOff, "model": "fake/fake-1",
+		"prompt": "gitoff: commit", "mcpServers": mcpServers("agent-paseo-git-off")})
+	if all := strings.Join(rawStrings(off.Events), "\n"); !strings.Contains(all, "commit-ok") {
+		t.Fatalf("control: the agent's commit did not succeed; stderr %s", off.Stderr)
+	}
+	if got := hostRev(t, common, "refs/heads/agent-off"); got != offBase {
+		t.Errorf("control: with gitImport off the branch moved to %s", got)
+	}
 	if after := repoBytes(t, common); after != before {
-		t.Errorf("the agent's commit wrote the repository (it goes to the agent's store)")
+		t.Errorf("control: with gitImport off the repository was written")
 	}
-	store := filepath.Join(stores, "agent-paseo-git")
-	searchable(t, store)
-	cmd := exec.Command(w.bin, "-o", "json", "git", "import", "--home", "/nonexistent", "--repo", common,
-		"--state-root", filepath.Join(w.sc.Host, "srv/paseo/state"), "--store", store, "--agent", "agent-paseo-git",
-		"--branch", "refs/heads/agent-work", "--base", base)
-	cmd.Env = gitEnv()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: daemonUID, Gid: daemonUID, Groups: []uint32{}}}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git import: %v\n%s", err, out)
-	}
-	if got, err := deployGit(t, repo, "log", "--format=%s", "refs/heads/agent-work"); err != nil || !strings.Contains(got, "by-agent-through-paseo") {
-		t.Errorf("the agent's commit is not on the worktree's branch after the import: %v %q (import: %s)", err, got, out)
+	if strings.Contains(off.Stderr, "git import") {
+		t.Errorf("control: an import ran with gitImport off: %s", off.Stderr)
 	}
 	if l := w.list(t); len(l) != 0 {
 		t.Errorf("sandboxes after the close: %+v", l)

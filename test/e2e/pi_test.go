@@ -122,6 +122,9 @@ type env struct {
 	// baseURL, when set, is the facts' model.baseURL in place of modelURL
 	// (Anthropic's clients add /v1 themselves).
 	baseURL string
+	// upstream, when set, answers the model host's requests in place of
+	// the fake model (a provider API the fake model does not speak).
+	upstream http.Handler
 }
 
 func newEnv(t testing.TB, script ...fakemodel.Turn) *env {
@@ -141,8 +144,12 @@ func newEnv(t testing.TB, script ...fakemodel.Turn) *env {
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.mu.Lock()
-		fm := e.fm
+		fm, up := e.fm, e.upstream
 		e.mu.Unlock()
+		if up != nil {
+			up.ServeHTTP(w, r)
+			return
+		}
 		fm.Handler().ServeHTTP(w, r)
 	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{e.ca.Cert}}, ErrorLog: log.New(io.Discard, "", 0)}
 	go srv.ServeTLS(l, "", "")

@@ -1,14 +1,24 @@
 package e2e
 
 import (
+	"encoding/json"
+	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	rspec "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/runtime/launcher/fsmonitor"
+	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
 )
 
 // Pi's tools: the sandbox's git, with the settings the pi-session profile ships
@@ -97,7 +107,7 @@ func piToolsGitSeesHostEdits(t *testing.T, fsmon bool) (*toolsSide, *toolsRepo) 
 	status("after the agent's changes", " M "+edit, " D "+gone, " D "+moved, "?? "+moved+".moved", "?? "+filepath.Dir(edit)+"/host-new.txt",
 		" M "+files[3], "?? agent.txt")
 	if fsmon {
-		fsmonitorSteps(t, sbx, r)
+		fsmonitorSteps(t, im, sbx, r)
 	}
 	return sbx, r
 }
@@ -107,7 +117,7 @@ func piToolsGitSeesHostEdits(t *testing.T, fsmon bool) (*toolsSide, *toolsRepo) 
 // plants out of the workspace is a name and never a place, and a flood
 // past the reply's limit still gives git the right answer (everything
 // changed: a full scan).
-func fsmonitorSteps(t *testing.T, sbx *toolsSide, r *toolsRepo) {
+func fsmonitorSteps(t *testing.T, im imageInfo, sbx *toolsSide, r *toolsRepo) {
 	t.Helper()
 	full := func() string {
 		return sbx.output(t, "git -c core.fsmonitor=false --no-optional-locks status --porcelain")
@@ -168,6 +178,18 @@ func fsmonitorSteps(t *testing.T, sbx *toolsSide, r *toolsRepo) {
 		t.Errorf("a nested repository's status after a host edit: %q, want \" M a.txt\"", got)
 	}
 
+	// A host tool's Unix socket in the workspace: the sandbox, with the
+	// monitor on, cannot connect to it (runsc runs without --host-uds;
+	// threat 87). The control connects to the same socket from a sandbox
+	// runsc runs with --host-uds=open, set by the test, never the product.
+	sock := hostSocket(t, r.ws, "h.sock")
+	if got := sbx.output(t, connectUnix); !strings.HasPrefix(got, "refused:") || sock.conns.Load() != 0 {
+		t.Errorf("the sandbox with the monitor on connected to a host socket in the workspace: %q, %d connections", got, sock.conns.Load())
+	}
+	if got := hostUDSControl(t, im, r.ws); !strings.HasPrefix(got, "connected") || sock.conns.Load() == 0 {
+		t.Errorf("control: under runsc --host-uds=open the same connect gave %q, %d connections; want it connected", got, sock.conns.Load())
+	}
+
 	res := sbx.finish()
 	if st := res.FSMonitor; st == nil || st.Lists == 0 || st.Everything == 0 || st.Degraded {
 		t.Errorf("the monitor's counters: %+v, want lists and everything answered, not degraded", st)
@@ -179,3 +201,85 @@ func fsmonitorSteps(t *testing.T, sbx *toolsSide, r *toolsRepo) {
 // fsmonitorTokenCmd prints the token the index stores (test-tool is not in
 // the image: the FSMN extension read with od).
 const fsmonitorTokenCmd = `git rev-parse --git-path index | xargs cat | tr '\0' '\n' | grep -a -o 'pp1:[0-9a-f]*:[0-9]*' | tail -n 1`
+
+// connectUnix connects to h.sock in the working directory with the image's
+// Perl (perl-base's Socket) and says what happened; it always exits 0.
+const connectUnix = `perl -MSocket -e 'socket(my $s, AF_UNIX, SOCK_STREAM, 0) or die; ` +
+	`if (connect($s, pack_sockaddr_un("h.sock"))) { print "connected\n" } else { print "refused: $!\n" }'`
+
+type unixListener struct{ conns atomic.Int32 }
+
+// hostSocket listens on a Unix socket named name in dir, as a host tool
+// would leave one in the workspace (mode 0777: only the sandbox's reach
+// decides), counting connections. Bound through the directory's
+// descriptor: the test's path is longer than a socket address holds.
+func hostSocket(t *testing.T, dir, name string) *unixListener {
+	t.Helper()
+	d, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	p := fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), name)
+	ln, err := net.Listen("unix", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(dir, name), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	u := &unixListener{}
+	t.Cleanup(func() { ln.Close(); os.Remove(filepath.Join(dir, name)) })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u.conns.Add(1)
+			c.Close()
+		}
+	}()
+	return u
+}
+
+// hostUDSControl runs connectUnix in a sandbox of the test's own: the
+// image's rootfs, ws bound at /ws (its cwd), the sandbox user, runsc with
+// the launcher's fixed flags (launchplan.RunscFlags) plus --host-uds=open.
+// It returns what the connect said.
+func hostUDSControl(t *testing.T, im imageInfo, ws string) string {
+	t.Helper()
+	runsc := testbundle.Prerequisites(t)
+	dir := t.TempDir()
+	// runsc wants the rootfs's own path (the checkout's .image may be a link).
+	rootfs, err := filepath.EvalSymlinks(im.Rootfs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := rspec.Spec{Version: rspec.Version, Root: &rspec.Root{Path: rootfs, Readonly: true},
+		Process: &rspec.Process{User: rspec.User{UID: 1000, GID: 1000}, Cwd: "/ws", Env: []string{"PATH=/usr/bin:/bin"},
+			Args: []string{"/bin/sh", "-c", connectUnix}},
+		Mounts: []rspec.Mount{{Destination: "/proc", Type: "proc", Source: "proc"},
+			{Destination: "/ws", Type: "bind", Source: ws, Options: []string{"rbind", "rw"}}},
+		Linux: &rspec.Linux{Namespaces: []rspec.LinuxNamespace{{Type: rspec.PIDNamespace}, {Type: rspec.IPCNamespace},
+			{Type: rspec.UTSNamespace}, {Type: rspec.MountNamespace}, {Type: rspec.NetworkNamespace}}}}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(dir, "runsc-root")
+	id := fmt.Sprintf("pp-hostuds-control-%d", os.Getpid())
+	args := append(launchplan.RunscFlags(root, "none"), "--host-uds=open", "run", "--bundle", dir, id)
+	out, err := exec.Command(runsc, args...).CombinedOutput()
+	exec.Command(runsc, "--root", root, "delete", "--force", id).Run()
+	// runsc leaves an nsfs mount under its root (as the launcher's
+	// teardown knows).
+	unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH)
+	if err != nil {
+		t.Fatalf("control: runsc %q: %v: %s", args, err, out)
+	}
+	return string(out)
+}

@@ -12,7 +12,7 @@
 // Usage: node harness.mjs <scenario> <json options>. It prints one JSON
 // line per step on stdout ({"step":...}) for the Go test to read.
 import { spawn } from "node:child_process";
-import { mkdtempSync, writeFileSync, rmSync } from "node:fs";
+import { mkdtempSync, writeFileSync, rmSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -159,6 +159,25 @@ async function main() {
       const exit = await s.close();
       mcp?.cleanup();
       report("done", { events: s.events, text: text(s.events), sessionFile: after.sessionFile, exit, stderr: s.stderr, ms: startMs });
+      break;
+    }
+    case "turns": {
+      // One session, several turns: after each turn's agent_settled it
+      // reports "settled" (the turn's events, stderr so far) and, with
+      // opts.gate, waits for the file <gate>.<n> before the next prompt,
+      // so the test can look at the host (and change it) between turns.
+      const { s, mcp } = launch();
+      await s.request({ type: "get_state" }, 60_000);
+      for (const [n, prompt] of opts.prompts.entries()) {
+        const start = s.events.length;
+        await s.request({ type: "prompt", message: prompt });
+        await s.waitEvent((e) => e.type === "agent_settled" && s.events.indexOf(e) >= start);
+        report("settled", { n, events: s.events.slice(start), text: text(s.events.slice(start)), stderr: s.stderr });
+        if (opts.gate) while (!existsSync(`${opts.gate}.${n}`)) await new Promise((res) => setTimeout(res, 100));
+      }
+      const exit = await s.close();
+      mcp?.cleanup();
+      report("done", { exit, stderr: s.stderr });
       break;
     }
     case "bash-env": {

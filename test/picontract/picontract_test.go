@@ -116,6 +116,10 @@ type record struct {
 	// order, and the header's keys.
 	SessionHeader  []string `json:"sessionHeader"`
 	SessionEntries []string `json:"sessionEntries"`
+	// Messages are the roles get_messages lists after one prompt's turn,
+	// and MessageCount get_state's count then (clients count turns by it).
+	Messages     []string `json:"messages"`
+	MessageCount int      `json:"messageCount"`
 	// ExtensionCommands are the commands get_commands lists from the
 	// extension --extension loaded, as name:source.
 	ExtensionCommands []string `json:"extensionCommands"`
@@ -500,7 +504,22 @@ func rpcContract(t *testing.T, im piImage, rec *record) {
 		}
 	}
 
-	need(call(map[string]any{"type": "get_messages"}), "messages")
+	msgs := call(map[string]any{"type": "get_messages"})
+	need(msgs, "messages")
+	var got struct {
+		Messages []struct {
+			Role string `json:"role"`
+		} `json:"messages"`
+	}
+	_ = json.Unmarshal(msgs.Data, &got)
+	for _, m := range got.Messages {
+		rec.Messages = append(rec.Messages, m.Role)
+	}
+	var st struct {
+		MessageCount int `json:"messageCount"`
+	}
+	_ = json.Unmarshal(call(map[string]any{"type": "get_state"}).Data, &st)
+	rec.MessageCount = st.MessageCount
 	need(call(map[string]any{"type": "get_session_stats"}))
 	// Idle: abort answers at once, steer and follow_up queue nothing to run.
 	need(call(map[string]any{"type": "abort"}))

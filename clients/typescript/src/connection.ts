@@ -13,6 +13,7 @@ import {
   type CloseInputResult,
   type DeleteResult,
   type Event,
+  type GitImportResult,
   type Request,
   type Response,
   type SandboxInfo,
@@ -243,6 +244,11 @@ export class SupervisorConnection {
 
   wake(sandbox: string): Promise<SandboxInfo> {
     return this.call({ op: "wake", sandbox });
+  }
+
+  /** Imports the sandbox's Git work onto the worktree's branch (the supervisor runs it as this daemon). */
+  gitImport(sandbox: string): Promise<GitImportResult> {
+    return this.call({ op: "gitImport", sandbox });
   }
 }
 

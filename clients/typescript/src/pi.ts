@@ -14,7 +14,7 @@ import { StringDecoder } from "node:string_decoder";
 
 import { DEFAULT_MAX_LINE_BYTES, LineSplitter, LineTooLongError } from "./lines.js";
 import { PiDataError, isThinkingLevel, parseState, type PiState, type ThinkingLevel } from "./pistate.js";
-import type { SandboxExit, SandboxInfo } from "./protocol.js";
+import type { GitImportResult, SandboxExit, SandboxInfo } from "./protocol.js";
 import { AsyncQueue } from "./queue.js";
 import { SandboxStream, createAndAttach, type OutputRecord, type StreamOptions } from "./sandbox.js";
 
@@ -146,6 +146,8 @@ export interface PiTransport {
   closeInput(): Promise<void>;
   close(): void;
   delete(): Promise<void>;
+  /** The supervisor's gitImport for this sandbox (SandboxStream has it). */
+  gitImport?(): Promise<GitImportResult>;
 }
 
 export interface PiOptions {
@@ -420,6 +422,17 @@ export class PiSession<S extends PiTransport = SandboxStream> {
   close(): void {
     clearTimeout(this.ackTimer);
     this.stream.close();
+  }
+
+  /**
+   * Brings the agent's Git commits from its private store onto the worktree's branch (and
+   * refs/heads/<agent>/*, its stash as refs/paseo/<agent>/stash), verified, through the
+   * supervisor's gitImport. Call it after a turn (prompt() resolved). A refusal is a result
+   * with `diagnostics` (no ref written), not a rejection; the session goes on either way.
+   */
+  importGit(): Promise<GitImportResult> {
+    if (!this.stream.gitImport) return Promise.reject(new Error("this session's transport has no gitImport"));
+    return this.stream.gitImport();
   }
 
   /** Deletes the sandbox. */

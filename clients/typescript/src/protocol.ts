@@ -2,7 +2,7 @@
 // runtime/supervisor/protocol.go). Sequence numbers, cursors and epochs are uint64 on the
 // wire and numbers here: exact up to 2^53, which no sandbox's output reaches.
 
-import type { WireError } from "./errors.js";
+import type { Diagnostic, WireError } from "./errors.js";
 
 export const PROTOCOL_VERSION = 1;
 
@@ -17,7 +17,8 @@ export type Op =
   | "list"
   | "delete"
   | "hibernate"
-  | "wake";
+  | "wake"
+  | "gitImport";
 
 /** A request frame; `v` and `id` are filled in by the connection. */
 export interface Request {
@@ -100,6 +101,28 @@ export interface SignalResult {
 
 export interface DeleteResult {
   deleted: string;
+}
+
+/** One ref a Git import moved; `old` is absent for a ref it created. */
+export interface RefUpdate {
+  ref: string;
+  old?: string;
+  new: string;
+}
+
+/**
+ * What gitImport answers (docs/supervisor.md, "gitImport"): the agent's Git work brought from
+ * its store onto the worktree's branch and its own namespace, run by the supervisor as this
+ * daemon's uid. `diagnostics` non-empty: refused (PP-GIT-IMPORT-*), no ref written. `ignored`:
+ * refs of the store outside the grant, never written. `base` is the branch's value the next
+ * import moves it from.
+ */
+export interface GitImportResult {
+  branch: string;
+  base: string;
+  updated: RefUpdate[];
+  ignored?: Diagnostic[];
+  diagnostics?: Diagnostic[];
 }
 
 export type Stream = "stdout" | "stderr";

@@ -7,7 +7,7 @@ import { randomUUID } from "node:crypto";
 import { MAX_WRITE_BYTES, SupervisorConnection, type ConnectOptions } from "./connection.js";
 import { ConnectionError, ProtocolError, SupersededError, SupervisorError } from "./errors.js";
 import { AsyncQueue } from "./queue.js";
-import { exitOf, type Event, type SandboxExit, type SandboxInfo, type Signal, type Stream, type WriteResult } from "./protocol.js";
+import { exitOf, type Event, type GitImportResult, type SandboxExit, type SandboxInfo, type Signal, type Stream, type WriteResult } from "./protocol.js";
 
 export interface OutputRecord {
   seq: number;
@@ -155,6 +155,11 @@ export class SandboxStream {
 
   wake(): Promise<SandboxInfo> {
     return this.control((c) => c.wake(this.sandbox));
+  }
+
+  /** Imports the agent's Git work from its store onto the worktree's branch (gitImport). */
+  gitImport(): Promise<GitImportResult> {
+    return this.control((c) => c.gitImport(this.sandbox));
   }
 
   signal(sig: Signal): Promise<unknown> {

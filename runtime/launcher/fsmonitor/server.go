@@ -4,13 +4,13 @@ import (
 	"bufio"
 	"errors"
 	"net"
-	"os"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
 )
 
-// The socket's protocol: one request per connection, a line
+// The protocol (TCP): one request per connection, a line
 //
 //	since TOKEN\n
 //
@@ -26,10 +26,11 @@ const (
 	maxConns     = 8
 )
 
-// Server answers the socket's requests from a Watcher.
+// Server answers the monitor's requests from a Watcher.
 type Server struct {
 	w    *Watcher
-	ln   *net.UnixListener
+	ln   net.Listener
+	peer netip.Addr
 	wg   sync.WaitGroup
 	sem  chan struct{}
 	once sync.Once
@@ -38,22 +39,16 @@ type Server struct {
 	refused uint64
 }
 
-// Serve listens on the Unix socket at sock (which must not exist) with
-// mode 0600 and owner uid:gid, and answers requests until Close.
-func Serve(w *Watcher, sock string, uid, gid int) (*Server, error) {
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	ln.SetUnlinkOnClose(true)
-	if err := errors.Join(os.Chmod(sock, 0o600), os.Lchown(sock, uid, gid)); err != nil {
-		ln.Close()
-		return nil, err
-	}
-	s := &Server{w: w, ln: ln, sem: make(chan struct{}, maxConns)}
+// Serve answers requests on ln, a TCP listener (the launcher's is on the
+// sandbox network's gateway, which nftables opens to this sandbox's
+// address only), until Close. A connection from any address but peer is
+// closed unanswered: the check holds even where a rule would not (a
+// process on the uplink host connecting to the gateway).
+func Serve(w *Watcher, ln net.Listener, peer netip.Addr) *Server {
+	s := &Server{w: w, ln: ln, peer: peer.Unmap(), sem: make(chan struct{}, maxConns)}
 	s.wg.Add(1)
 	go s.accept()
-	return s, nil
+	return s
 }
 
 // Refused is how many connections were closed without an answer.
@@ -76,12 +71,16 @@ func (s *Server) Close() error {
 func (s *Server) accept() {
 	defer s.wg.Done()
 	for {
-		c, err := s.ln.AcceptUnix()
+		c, err := s.ln.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
 			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if !s.from(c) {
+			s.refuse(c)
 			continue
 		}
 		select {
@@ -99,6 +98,16 @@ func (s *Server) accept() {
 	}
 }
 
+// from reports whether c comes from the peer's address.
+func (s *Server) from(c net.Conn) bool {
+	a, ok := c.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	ap := a.AddrPort()
+	return ap.Addr().Unmap() == s.peer
+}
+
 func (s *Server) refuse(c net.Conn) {
 	s.mu.Lock()
 	s.refused++
@@ -106,7 +115,7 @@ func (s *Server) refuse(c net.Conn) {
 	c.Close()
 }
 
-func (s *Server) answer(c *net.UnixConn) {
+func (s *Server) answer(c net.Conn) {
 	c.SetDeadline(time.Now().Add(connDeadline))
 	tok, ok := readRequest(c)
 	if !ok {
@@ -126,7 +135,7 @@ func (s *Server) answer(c *net.UnixConn) {
 }
 
 // readRequest reads the one request line and checks it is all there is.
-func readRequest(c *net.UnixConn) (string, bool) {
+func readRequest(c net.Conn) (string, bool) {
 	r := bufio.NewReaderSize(c, maxLine+1)
 	line, err := r.ReadSlice('\n')
 	if err != nil || len(line) > maxLine {

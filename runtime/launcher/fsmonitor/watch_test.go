@@ -2,6 +2,7 @@ package fsmonitor
 
 import (
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -244,31 +245,8 @@ func TestSwappedDirectoryIsNotFollowed(t *testing.T) {
 func TestServerProtocol(t *testing.T) {
 	ws := t.TempDir()
 	w := watch(t, ws, DefaultLimits)
-	sock := filepath.Join(t.TempDir(), "sock")
-	s, err := Serve(w, sock, os.Getuid(), os.Getgid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	ask := func(req string) string {
-		c, err := net.Dial("unix", sock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		c.Write([]byte(req))
-		c.(*net.UnixConn).CloseWrite()
-		c.SetDeadline(time.Now().Add(10 * time.Second))
-		var b []byte
-		buf := make([]byte, 4096)
-		for {
-			n, err := c.Read(buf)
-			b = append(b, buf[:n]...)
-			if err != nil {
-				return string(b)
-			}
-		}
-	}
+	s, addr := serveLoopback(t, w)
+	ask := func(req string) string { return askFrom(t, addr, netip.MustParseAddr("127.0.0.1"), req) }
 	ans := ask("since 123\n")
 	tok, rest, ok := strings.Cut(ans, "\x00")
 	if !ok || rest != "/\x00" || !strings.HasPrefix(tok, "pp1:") {
@@ -287,9 +265,50 @@ func TestServerProtocol(t *testing.T) {
 	if s.Refused() == 0 {
 		t.Error("no refusal counted")
 	}
-	st, err := os.Stat(sock)
-	if err != nil || st.Mode().Perm() != 0o600 {
-		t.Fatalf("socket mode: %v %v", st, err)
+	// Another address than the sandbox's: closed unanswered, however
+	// well formed the request.
+	refused := s.Refused()
+	if ans := askFrom(t, addr, netip.MustParseAddr("127.0.0.2"), "since 123\n"); ans != "" {
+		t.Errorf("a connection from another address was answered %q", ans)
+	}
+	if s.Refused() != refused+1 {
+		t.Errorf("refused %d, want %d", s.Refused(), refused+1)
+	}
+}
+
+// serveLoopback serves w on an ephemeral loopback port for 127.0.0.1.
+func serveLoopback(t *testing.T, w *Watcher) (*Server, netip.AddrPort) {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Serve(w, ln, netip.MustParseAddr("127.0.0.1"))
+	t.Cleanup(func() { s.Close() })
+	return s, ln.Addr().(*net.TCPAddr).AddrPort()
+}
+
+// askFrom sends req from the address from, half-closes and reads the
+// whole answer.
+func askFrom(t *testing.T, addr netip.AddrPort, from netip.Addr, req string) string {
+	t.Helper()
+	d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(from, 0))}
+	c, err := d.Dial("tcp4", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte(req))
+	c.(*net.TCPConn).CloseWrite()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	var b []byte
+	buf := make([]byte, 4096)
+	for {
+		n, err := c.Read(buf)
+		b = append(b, buf[:n]...)
+		if err != nil {
+			return string(b)
+		}
 	}
 }
 
@@ -323,13 +342,9 @@ func TestGitStatusWithHook(t *testing.T) {
 
 	w := watch(t, ws, Limits{Paths: 40, Bytes: 1 << 20, Journal: 1 << 16, Watches: 100})
 	dir := t.TempDir()
-	sock, hook := dir+"/sock", dir+"/hook"
-	s, err := Serve(w, sock, os.Getuid(), os.Getgid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	mustWrite(t, hook, HookFor(sock, ws))
+	hook := dir + "/hook"
+	_, addr := serveLoopback(t, w)
+	mustWrite(t, hook, HookFor(addr, ws))
 	os.Chmod(hook, 0o755)
 	mon := []string{"GIT_CONFIG_COUNT=3", "GIT_CONFIG_KEY_0=core.fsmonitor", "GIT_CONFIG_VALUE_0=" + hook,
 		"GIT_CONFIG_KEY_1=core.untrackedCache", "GIT_CONFIG_VALUE_1=true", "GIT_CONFIG_KEY_2=core.checkStat", "GIT_CONFIG_VALUE_2=minimal"}

@@ -61,6 +61,11 @@ type Config struct {
 	// Caps bounds the connections the sandbox may open; zero fields take
 	// DefaultCaps.
 	Caps Caps
+	// GatewayPorts are TCP ports on the gateway the launcher serves itself
+	// beside the routes (the workspace monitor): admitted from this
+	// sandbox's address only, as the routes' ports are. A port a route
+	// already has, or out of range, fails Setup.
+	GatewayPorts []int
 }
 
 // Caps bounds what one sandbox can take of the host's connection tracking
@@ -225,6 +230,12 @@ func Setup(ctx context.Context, cfg Config) (n *Network, err error) {
 			return n, fmt.Errorf("route %s listens on %q; only the gateway is supported", r.Purpose, r.Listen)
 		}
 		rs.gatewayPorts = append(rs.gatewayPorts, r.Port)
+	}
+	for _, p := range cfg.GatewayPorts {
+		if p < 1 || p > 65535 || slices.Contains(rs.gatewayPorts, p) {
+			return n, fmt.Errorf("gateway port %d: out of range or already a route's", p)
+		}
+		rs.gatewayPorts = append(rs.gatewayPorts, p)
 	}
 	if tables, err := nft.ListTablesOfFamily(nftables.TableFamilyINet); err != nil {
 		return n, fmt.Errorf("listing nftables tables: %w", err)

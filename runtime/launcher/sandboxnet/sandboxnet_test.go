@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/internal/nsutil"
@@ -316,5 +317,93 @@ func TestHostsPinsExactlyTheResolvedNames(t *testing.T) {
 	}
 	if _, err := n.Hosts([]byte("127.0.0.1 localhost\n")); err == nil {
 		t.Error("a resolved name without a marker was accepted")
+	}
+}
+
+// A port the launcher serves on the gateway beside the routes (the
+// workspace monitor's, Config.GatewayPorts) is admitted from its own
+// sandbox only. Two sandboxes each serve the same port number on their
+// own gateway: each reaches its own, and B does not reach A's. The
+// control deletes B's table (B's own rules are what stop it: A's are keyed
+// on A's interface) and B then reaches A's port.
+func TestGatewayPortsAdmitTheirSandboxOnly(t *testing.T) {
+	f := newFixture(t)
+	const port = 18090
+	cfg := func(id string) Config {
+		c := f.config(id, nil, nil)
+		c.GatewayPorts = []int{port}
+		return c
+	}
+	a, err := Setup(context.Background(), cfg("sbx-gwport-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Teardown()
+	b, err := Setup(context.Background(), cfg("sbx-gwport-b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Teardown()
+	for _, n := range []*Network{a, b} {
+		ln, err := n.ListenGateway(port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		banner := n.Inner
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				fmt.Fprintln(c, banner)
+				c.Close()
+			}
+		}()
+	}
+	if got, err := reach(t, a, netip.AddrPortFrom(a.Gateway, port)); err != nil || got != a.Inner {
+		t.Errorf("A to its own gateway port: %q, %v", got, err)
+	}
+	if got, err := reach(t, b, netip.AddrPortFrom(b.Gateway, port)); err != nil || got != b.Inner {
+		t.Errorf("B to its own gateway port: %q, %v", got, err)
+	}
+	if got, err := dial(t, b, netip.AddrPortFrom(a.Gateway, port)); err == nil {
+		t.Errorf("B reached A's gateway port: %q", got)
+	}
+	if counts, err := b.Counters(); err != nil || counts[TagGatewayDrop] == 0 || counts[fmt.Sprintf("%s%d", TagRoutePrefix, port)] == 0 {
+		t.Errorf("B's counters: %v, %v", counts, err)
+	}
+
+	// Control: without B's table nothing stops it.
+	fd, err := nsutil.Open(f.world.Uplink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	c, err := nftables.New(nftables.WithNetNSFd(fd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := deleteTable(c, b.Table); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := reach(t, b, netip.AddrPortFrom(a.Gateway, port)); err != nil || got != a.Inner {
+		t.Errorf("control: without B's table, B to A's gateway port: %q, %v; want A's banner", got, err)
+	}
+}
+
+// A gateway port a route already has, or out of range, fails Setup and
+// leaves nothing behind.
+func TestGatewayPortsRefused(t *testing.T) {
+	f := newFixture(t)
+	for i, ports := range [][]int{{6767}, {0}, {70000}} {
+		id := fmt.Sprintf("sbx-gwport-bad-%d", i)
+		c := f.config(id, nil, []bundle.Route{{Purpose: "mcp", Listen: "gateway", Port: 6767}})
+		c.GatewayPorts = ports
+		if _, err := Setup(context.Background(), c); err == nil || !strings.Contains(err.Error(), "gateway port") {
+			t.Errorf("ports %v: %v, want a refusal", ports, err)
+		}
+		f.assertGone(t, id)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/schema"
+	"paseo.dev/paseo-policy/runtime/gitimport"
 	"paseo.dev/paseo-policy/runtime/launcher"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 	"paseo.dev/paseo-policy/runtime/supervisor"
@@ -56,6 +57,9 @@ type imageInfo struct {
 // the kernel who it is; then a closing text.
 func script(sc *scene, w *world) []fakemodel.Turn {
 	bash := strings.Join([]string{
+		// Git in the sandbox: the commit goes to the agent's store; the
+		// import after the turn brings it onto the branch.
+		"git add " + demoFile + " && git " + gitIdentity + " commit -q -m '" + demoCommit + "' && echo \"git commit: $(git log -1 --format=%h)\" || echo 'git commit: failed'",
 		"echo \"read outside: $(cat " + sc.canary + " 2>&1)\"",
 		// The provider key: the sandbox's variable and every process's
 		// environment hold only the model route's stand-in.
@@ -108,7 +112,10 @@ func runDemo(ctx context.Context, t *demoT, o options, rep *report) {
 		rep.Runsc = runscDigest(t, o.runsc)
 	})
 	rep.step("old run", func() { t.check(removeOldRun(o), "the old "+o.work) })
-	t.check(os.MkdirAll(o.work, 0o700), "work dir")
+	// Searchable, not listable, by others: the daemon user's host git
+	// reaches the repository beneath host/ as on a real host (git.go).
+	t.check(os.MkdirAll(o.work, 0o711), "work dir")
+	t.check(os.Chmod(o.work, 0o711), "work dir")
 	t.check(os.WriteFile(filepath.Join(o.work, workMarker), nil, 0o600), "work dir")
 	t.Cleanup(func() { os.RemoveAll(o.work) })
 	apiKey, marker := "sk-demo-"+randomHex(12), "canary-"+randomHex(8)
@@ -133,6 +140,16 @@ func runDemo(ctx context.Context, t *demoT, o options, rep *report) {
 	var s *session
 	rep.step("supervisor", func() { s = supervise(t, sc, w, stateRoot, o.runsc, secrets) })
 	rep.sockDir = s.dir
+	// The branch's value before the agent runs: the import's base.
+	var base string
+	rep.step("git base", func() {
+		branch, value, err := gitimport.Head(ctx, sc.gitdir(), sc.repo(), "", sc.cred())
+		t.check(err, "the worktree's branch")
+		if branch != demoBranch || value == "" {
+			t.fail("the worktree's branch is %q at %q, want %s", branch, value, demoBranch)
+		}
+		base = value
+	})
 	rep.step("create sandbox", func() { s.create(ctx, sc.facts, w.mcp.token) })
 	rep.Sandbox = s.id
 	// What the turn did is reported even when a later step fails.
@@ -151,6 +168,11 @@ func runDemo(ctx context.Context, t *demoT, o options, rep *report) {
 	rep.step("turn", func() {
 		s.send(ctx, map[string]any{"id": "p1", "type": "prompt", "message": prompt})
 		s.until(ctx, `"type":"agent_settled"`)
+	})
+	rep.step("git import", func() {
+		g, err := importGit(ctx, sc, base)
+		t.check(err, "git import")
+		rep.Git = g
 	})
 	rep.step("exit", func() {
 		in := s.finish(ctx)

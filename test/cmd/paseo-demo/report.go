@@ -28,6 +28,7 @@ type report struct {
 	Blocked    []attempt                      `json:"attemptsBlocked"`
 	Packets    map[string]uint64              `json:"packets"`
 	Routes     map[string]launcher.RouteStats `json:"routes"`
+	Git        *gitReport                     `json:"gitImport"`
 	Exit       *int                           `json:"exitCode"`
 	Transcript []string                       `json:"transcript"`
 	Steps      []timing                       `json:"timings"`
@@ -189,6 +190,9 @@ func (r *report) verdict() []string {
 	if r.Exit == nil || *r.Exit != 0 {
 		fails = append(fails, fmt.Sprintf("Pi's exit %v", r.Exit))
 	}
+	if !r.Git.ok() {
+		fails = append(fails, fmt.Sprintf("the agent's commit did not reach %s through the import: %+v", demoBranch, r.Git))
+	}
 	data, _ := json.Marshal(r)
 	for _, secret := range []string{r.apiKey, r.marker} {
 		if secret != "" && (strings.Contains(string(data), secret) || strings.Contains(r.explain, secret)) {
@@ -220,6 +224,23 @@ func (r *report) print(w io.Writer) {
 	}
 	section("the file on the host (removed with the demo's tree at the end)")
 	fmt.Fprintf(w, "  %s (owner %s):\n    %s", r.Workspace.Path, r.Workspace.Owner, r.Workspace.Content)
+	if g := r.Git; g != nil {
+		who := "as the daemon user"
+		if g.AsRoot {
+			who = "as root: the daemon user cannot reach this checkout"
+		}
+		section("the agent's commit, imported onto " + demoBranch + " (runtime/gitimport, " + who + ")")
+		for _, u := range g.Updated {
+			fmt.Fprintf(w, "  imported %s %s -> %s\n", u.Ref, short(u.Old, 12), short(u.New, 12))
+		}
+		for _, e := range g.Refused {
+			fmt.Fprint(w, wrap("REFUSED "+e, "  ", "    "))
+		}
+		fmt.Fprintf(w, "  host git log --oneline %s:\n", demoBranch)
+		for _, l := range g.Log {
+			fmt.Fprintln(w, "    "+l)
+		}
+	}
 	if r.explain != "" {
 		section("what was granted (paseo-policy explain)")
 		fmt.Fprint(w, r.explain)

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"paseo.dev/paseo-policy/runtime/gitimport"
 	"paseo.dev/paseo-policy/runtime/launcher"
 )
 
@@ -19,6 +20,8 @@ func TestVerdictFailsClosed(t *testing.T) {
 			Packets:   map[string]uint64{"drop-egress": 4},
 			Routes:    map[string]launcher.RouteStats{"mcp": {Forwarded: 3}, "model": {Forwarded: 2}},
 			Exit:      &exit, apiKey: "sk-demo-1", marker: "canary-1",
+			Git: &gitReport{Base: "b0", Updated: []gitimport.RefUpdate{{Ref: demoBranch, Old: "b0", New: "c1"}},
+				Log: []string{"c1 " + demoCommit, "b0 the repository before the agent"}},
 		}
 	}
 	if fails := good().verdict(); len(fails) != 0 {
@@ -36,6 +39,9 @@ func TestVerdictFailsClosed(t *testing.T) {
 		"no exit":         func(r *report) { r.Exit = nil },
 		"secret in json":  func(r *report) { r.Transcript = []string{"key sk-demo-1"} },
 		"canary in json":  func(r *report) { r.Blocked[0].Evidence = "read canary-1" },
+		"no import":       func(r *report) { r.Git = nil },
+		"import refused":  func(r *report) { r.Git.Refused = []string{"PP-GIT-IMPORT-MOVED"} },
+		"commit missing":  func(r *report) { r.Git.Log = r.Git.Log[1:] },
 	}
 	for name, edit := range cases {
 		r := good()

@@ -22,6 +22,8 @@ type scene struct {
 	// daemon user's SSH key); outside a path beside the workspace it must
 	// not write.
 	canary, outside string
+	// gitAsRoot: the daemon user cannot reach the checkout (git.go).
+	gitAsRoot bool
 }
 
 func (s *scene) workspace() string { return filepath.Join(s.host, "srv/paseo/workspace/proj-feature") }
@@ -123,7 +125,7 @@ func (s *scene) daemonState(modelURL, marker string) error {
 			return err
 		}
 	}
-	return nil
+	return s.seedRepo()
 }
 
 func chownTree(root string, uid, gid int) error {

@@ -109,7 +109,9 @@ export default function (pi) {
 			report.links["sessionManager instanceof pi-coding-agent SessionManager"] = sm instanceof codingAgent.SessionManager;
 			report.links["modelRegistry instanceof pi-coding-agent ModelRegistry"] = ctx.modelRegistry instanceof codingAgent.ModelRegistry;
 			report.links["pi-coding-agent BorderedLoader extends pi-tui Container"] = protoChain(codingAgent.BorderedLoader).includes(tui.Container);
-			report.links["pi-agent-core uuidv7 is pi-ai's"] = agentCore.uuidv7 === ai.uuidv7;
+			// Pi 0.x's pi-agent-core re-exports pi-ai's uuidv7; 1.x's re-exports
+			// nothing of pi-ai (its functions' scripts are checked below).
+			if ("uuidv7" in agentCore) report.links["pi-agent-core uuidv7 is pi-ai's"] = agentCore.uuidv7 === ai.uuidv7;
 			report.links["pi-ai Type is typebox's"] = ai.Type === typebox.Type;
 			report.links["pi-ai getApiProvider is pi-ai/compat's"] = ai.getApiProvider === aiCompat.getApiProvider;
 			report.links["@mariozechner/pi-ai is @earendil-works/pi-ai"] = legacyAi.getApiProvider === ai.getApiProvider;

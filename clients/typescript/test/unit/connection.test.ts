@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 
-import { ProtocolError, SupervisorConnection, TimeoutError } from "../../src/index.js";
+import { ProtocolError, SupervisorConnection, SupervisorError, TimeoutError, type GitImportResult } from "../../src/index.js";
 
 const dir = mkdtempSync(join(tmpdir(), "ts-conn-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -88,6 +88,41 @@ test("a frame that is not a JSON object ends the connection with a ProtocolError
     const c = await SupervisorConnection.connect(s.path);
     await assert.rejects(c.list(), (e: unknown) => e instanceof ProtocolError);
     assert.ok((await c.closed) instanceof ProtocolError, line);
+    s.close();
+  }
+});
+
+test("gitImport asks for the sandbox's import and answers the typed result; a refusal is data, a state error a SupervisorError", async () => {
+  const seen: Array<Record<string, unknown>> = [];
+  const s = await server((req, answer) => {
+    seen.push(req);
+    if (req.sandbox === "pp-none") {
+      answer({ v: 1, id: req.id, ok: false, error: { code: "state", message: "sandbox pp-none has no Git store to import from" } });
+      return;
+    }
+    const moved = req.sandbox === "pp-moved";
+    answer({
+      v: 1, id: req.id, ok: true,
+      result: moved
+        ? { branch: "refs/heads/agent", base: "b1", updated: [], diagnostics: [{ code: "PP-GIT-IMPORT-MOVED", path: "refs/heads/agent", message: "moved since" }] }
+        : { branch: "refs/heads/agent", base: "b2", updated: [{ ref: "refs/heads/agent", old: "b1", new: "b2" }],
+          ignored: [{ code: "PP-GIT-IMPORT-REF", path: "store/\"refs/heads/main\"", message: "outside the grant" }] },
+    });
+  });
+  const c = await SupervisorConnection.connect(s.path, { callTimeoutMs: 5_000 });
+  try {
+    const r: GitImportResult = await c.gitImport("pp-1");
+    assert.deepEqual(seen[0], { v: 1, id: seen[0]!.id, op: "gitImport", sandbox: "pp-1" });
+    assert.equal(r.base, "b2");
+    assert.deepEqual(r.updated, [{ ref: "refs/heads/agent", old: "b1", new: "b2" }]);
+    assert.equal(r.ignored?.[0]?.code, "PP-GIT-IMPORT-REF");
+    assert.equal(r.diagnostics, undefined);
+    const m = await c.gitImport("pp-moved");
+    assert.deepEqual(m.updated, []);
+    assert.equal(m.diagnostics?.[0]?.code, "PP-GIT-IMPORT-MOVED");
+    await assert.rejects(c.gitImport("pp-none"), (e: unknown) => e instanceof SupervisorError && e.code === "state");
+  } finally {
+    c.close();
     s.close();
   }
 });
