@@ -63,6 +63,7 @@ const (
 	CredentialExposed Code = "PP-CRED-AUTHFILE-PRESENT" // an auth.json would be visible in a mode that must not see it
 	ModelRoute        Code = "PP-MODEL-ROUTE"           // the model route cannot be built as the facts and the daemon's models.json say (no TLS, an API the profile does not route, models.json headers or another base URL)
 	ModelHostedTool   Code = "PP-MODEL-HOSTED-TOOL"     // the registry grants a provider-side tool the model route does not know, twice, or an MCP connector (never grantable)
+	ModelSigned       Code = "PP-MODEL-SIGNED"          // api-key mode for an API whose requests are signed or carry a minted token (Bedrock SigV4, Vertex ADC): no static key the route could add
 
 	// Renderings of a compiled bundle for another engine.
 	KubeRender Code = "PP-KUBE-RENDER" // the plan (or the cluster options) cannot be rendered for Kubernetes as it is: an image not by digest, routes without a gateway address, a bind without a pin, a writable bundle file

@@ -84,6 +84,10 @@ func (c *compilation) modelRoute(p *grant.Plan) {
 		c.diags.Addf(diag.ModelRoute, "model.api", "profile %s routes no request of API %s; an api-key launch of it is refused", c.prof.Name, c.modelAPI)
 		return
 	}
+	if slices.ContainsFunc(reqs, func(r string) bool { return strings.Contains(r, grant.ModelInPath) }) && !grant.PathSafeModel(c.facts.Model.ID) {
+		c.diags.Addf(diag.ModelRoute, "model.id", "API %s names the model in the request path, where the route admits the model id as one plain path segment (letters, digits, . _ -) only", c.modelAPI)
+		return
+	}
 	f := c.facts
 	p.Add(grant.Route{Purpose: "model", Proto: "tcp", Port: c.modelPort(), Path: prefix, Upstream: upstream,
 		TokenRef: f.Credential.SecretRef, API: c.modelAPI, Credential: grant.ModelCredentials[c.modelAPI], Requests: slices.Clone(reqs),
@@ -145,6 +149,15 @@ func (c *compilation) modelPort() int {
 	return modelRoutePort
 }
 
+// signedAPIs are Pi's provider APIs whose requests carry no static key:
+// each is signed per request, or carries a token minted from a service
+// account, on the client. The route would have to hold the signing
+// secret and sign the body it re-encodes; it does not.
+var signedAPIs = map[string]string{
+	"bedrock-converse-stream": "signs each request with AWS Signature Version 4 (the AWS SDK, from the account's access key and secret)",
+	"google-vertex":           "authenticates with Google Application Default Credentials (an OAuth access token minted from a service account or user login by the Google auth library)",
+}
+
 // modelProviderKeys are the provider keys of Pi 0.84.2's models.json the
 // generated file carries over for the selected provider; the others are
 // refused (headers and oauth would carry credentials into the bundle or
@@ -203,8 +216,12 @@ func (c *compilation) modelsDoc(daemon []byte, port int) []byte {
 		c.diags.Addf(diag.ModelRoute, "model.api", "api-key mode routes the model by its provider API: Pi's built-in catalogue has no model %s of provider %s, so name the API in model.api or in the provider's models.json entry", f.Model.ID, f.Model.Provider)
 		return nil
 	}
+	if why, ok := signedAPIs[api]; ok {
+		c.diags.Addf(diag.ModelSigned, "model.api", "API %s %s: there is no static key the model route could add outside the sandbox, so an api-key launch of it is refused", api, why)
+		return nil
+	}
 	if grant.ModelCredentials[api] == "" {
-		c.diags.Addf(diag.ModelRoute, "model.api", "the model route knows no credential header for this API")
+		c.diags.Addf(diag.ModelRoute, "model.api", "the model route knows no credential header for API %s", api)
 		return nil
 	}
 	if raw, ok := entry["baseUrl"]; ok {

@@ -141,6 +141,14 @@ var ModelCredentials = map[string]string{
 	"openai-completions": "authorization-bearer",
 	"openai-responses":   "authorization-bearer",
 	"anthropic-messages": "x-api-key",
+	// @google/genai (Pi's google-generative-ai client) sends the key in
+	// x-goog-api-key, never as a ?key= query.
+	"google-generative-ai": "x-goog-api-key",
+	// The openai SDK's AzureOpenAI client (Pi's azure-openai-responses)
+	// sends the key in api-key.
+	"azure-openai-responses": "api-key",
+	// Pi's own Mistral client sends the key as a bearer.
+	"mistral-conversations": "authorization-bearer",
 }
 
 func (Route) Kind() Kind              { return KindRoute }
@@ -219,9 +227,50 @@ func (g Route) validateModel() error {
 		if _, _, _, ok := ModelRequest(r); !ok {
 			return errors.New("a model route's request is \"GET|POST /path\", with at most one fixed name=value query")
 		}
+		if _, p, _, _ := ModelRequest(r); strings.Contains(p, ModelInPath) && !PathSafeModel(g.Model) {
+			return errors.New("a model route whose request names the model in its path serves a model id that is one plain path segment")
+		}
 	}
 	return nil
 }
+
+// ModelInPath stands for the route's model in a request's path: an API
+// that names the model in the URL, not the body (Google's
+// /models/{model}:streamGenerateContent), lists it so, and the route
+// matches the path with the route's model there and no other.
+const ModelInPath = "{model}"
+
+// modelPathSegment is one path segment that may hold ModelInPath: the
+// placeholder alone, or followed by a method (":streamGenerateContent").
+func modelPathSegment(seg string) bool {
+	rest, ok := strings.CutPrefix(seg, ModelInPath)
+	if !ok {
+		return !strings.ContainsAny(seg, "{}:")
+	}
+	if rest == "" {
+		return true
+	}
+	m, ok := strings.CutPrefix(rest, ":")
+	return ok && m != "" && strings.Trim(m, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") == ""
+}
+
+// PathSafeModel reports whether a model id can stand in a path segment as
+// it is: letters, digits and . _ - only, not . or .. (Google's ids).
+func PathSafeModel(m string) bool {
+	if m == "" || m == "." || m == ".." {
+		return false
+	}
+	for _, c := range m {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// ModelPath is a request path with the route's model put in for
+// ModelInPath.
+func ModelPath(path, model string) string { return strings.ReplaceAll(path, ModelInPath, model) }
 
 // ModelRequest splits one of a model route's requests, "GET|POST /path"
 // or "GET|POST /path?name=value": a provider client that always sends one
@@ -233,10 +282,21 @@ func ModelRequest(r string) (method, path, query string, ok bool) {
 	switch {
 	case !ok || (method != "GET" && method != "POST") || !absolute(path) || strings.ContainsAny(path, "?#% "):
 		return "", "", "", false
+	case !allSegments(path, modelPathSegment):
+		return "", "", "", false
 	case hasQuery && !fixedQuery(query):
 		return "", "", "", false
 	}
 	return method, path, query, true
+}
+
+func allSegments(path string, ok func(string) bool) bool {
+	for seg := range strings.SplitSeq(path, "/") {
+		if !ok(seg) {
+			return false
+		}
+	}
+	return true
 }
 
 // fixedQuery reports whether q is one name=value pair of lower-case

@@ -94,6 +94,29 @@ func TestPiModelRouteAnthropic(t *testing.T) {
 		`"thinking":{`, `"tools":[`, `"type":"image"`, `"media_type":"image/png"`)
 }
 
+// Google's stream: the key in x-goog-api-key, the model in the path
+// (the route's {model}), thinking parts with their signature sent back.
+func TestPiModelRouteGoogle(t *testing.T) {
+	piRouteSession(t, "google-generative-ai", "/models/fake-1:streamGenerateContent",
+		`"thought":true`, `"thoughtSignature":"c2lnLWZha2U="`, `"functionCall":`, `"functionResponse":`,
+		`"thinkingConfig":`, `"functionDeclarations":`, `"inlineData":`, `"mimeType":"image/png"`)
+}
+
+// Azure OpenAI's Responses: the key in api-key, ?api-version=v1, the
+// deployment name (model.id) in the body.
+func TestPiModelRouteAzure(t *testing.T) {
+	piRouteSession(t, "azure-openai-responses", "/responses",
+		`"type":"reasoning"`, `"encrypted_content":"enc-fake-`, `"type":"function_call"`, `"type":"function_call_output"`,
+		`"reasoning":{"effort":"high"`, `"tools":[`, `"type":"input_image"`, `"image_url":"data:image/png;base64,`)
+}
+
+// Pi's own Mistral client: a bearer key, /v1/chat/completions, thinking
+// sent back as Mistral's thinking chunks.
+func TestPiModelRouteMistral(t *testing.T) {
+	piRouteSession(t, "mistral-conversations", "/chat/completions",
+		`"tool_calls":[`, `"role":"tool"`, `"tools":[`, `"type":"image_url"`, `"image_url":"data:image/png;base64,`)
+}
+
 // pngPixel is a 1x1 PNG, as a client's paste.
 const pngPixel = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 
@@ -122,8 +145,8 @@ func piRouteSession(t *testing.T, api, path string, wants ...string) {
 	})
 	e.mu.Unlock()
 	base := modelURL
-	if api == "anthropic-messages" {
-		// Anthropic's clients call <baseUrl>/v1/messages.
+	if api == "anthropic-messages" || api == "mistral-conversations" {
+		// Anthropic's and Mistral's clients call <baseUrl>/v1/....
 		base = strings.TrimSuffix(modelURL, "/v1")
 		e.baseURL = base
 	}
@@ -215,8 +238,13 @@ func piRouteSession(t *testing.T, api, path string, wants ...string) {
 			t.Fatal("the image names no Pi version")
 		}
 		dir := testbundle.Repo(t, "runtime/launcher/routeproxy/testdata/pi-"+e.image.Pi+"/"+api)
-		if err := os.RemoveAll(dir); err != nil {
-			t.Fatal(err)
+		// This run's turns only: bodies recorded otherwise (Google's, from
+		// pi-ai's client, testdata/record-google.mjs) stay.
+		old, _ := filepath.Glob(filepath.Join(dir, "turn-*.json"))
+		for _, f := range old {
+			if err := os.Remove(f); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)

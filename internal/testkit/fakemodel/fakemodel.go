@@ -339,6 +339,15 @@ func (s *Server) authorized(r *http.Request) (ok, present bool) {
 	if want == "" {
 		return true, true
 	}
+	if _, google := s.googleModel(r.URL.Path); google {
+		// Google's credential header, on Google's path only.
+		k := r.Header.Get("X-Goog-Api-Key")
+		return k != "" && subtle.ConstantTimeCompare([]byte(k), []byte(want)) == 1, k != ""
+	}
+	if k := r.Header.Get("Api-Key"); k != "" && r.URL.Path == s.base+"/responses" {
+		// Azure OpenAI's credential header, on the Responses path only.
+		return subtle.ConstantTimeCompare([]byte(k), []byte(want)) == 1, true
+	}
 	if k := r.Header.Get("X-Api-Key"); k != "" && r.URL.Path == s.base+"/messages" {
 		// Anthropic's credential header, on Anthropic's path only.
 		return subtle.ConstantTimeCompare([]byte(k), []byte(want)) == 1, true
@@ -402,8 +411,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	responsesPath := s.base + "/responses"
 	messagesPath := s.base + "/messages"
 
+	googleModel, google := s.googleModel(r.URL.Path)
+
 	var body []byte
-	if (r.URL.Path == chatPath || r.URL.Path == responsesPath || r.URL.Path == messagesPath) && r.Method == http.MethodPost {
+	if (r.URL.Path == chatPath || r.URL.Path == responsesPath || r.URL.Path == messagesPath || google) && r.Method == http.MethodPost {
 		b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 		if err == nil && len(b) <= maxBody {
 			body = b
@@ -426,6 +437,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	switch {
+	case google:
+		s.googleStream(w, r, rec, body, googleModel)
 	case r.URL.Path == chatPath:
 		if r.Method != http.MethodPost {
 			rec.Status = http.StatusMethodNotAllowed

@@ -295,3 +295,121 @@ var anthropicBody = obj(fields{
 	"fallbacks":    refused(ReasonForeignModel, "fallback models are other models than the route's"),
 	"service_tier": refused(ReasonShape, "Pi sends no service tier"),
 })
+
+// ---- google-generative-ai ----
+//
+// What @google/genai puts on the wire for Pi's client (pi-ai 1.6.0
+// api/google-generative-ai.js buildParams, api/google-shared.js
+// convertMessages and convertTools; 0.84.2 builds the same members): the
+// model is not in the body but in the path (/models/{model}:
+// streamGenerateContent), which the route matches with its own model.
+// A part is told by the member it holds, not by a tag.
+
+// gInline is an inline image (a user's, or a tool result's).
+var gInline = obj(fields{"mimeType": imageType, "data": str})
+
+// imageType admits an image media type: Pi inlines images only.
+func imageType(_ *checkCtx, n *node, path string) *Refusal {
+	if n.kind != kindString || !strings.HasPrefix(n.str, "image/") {
+		return refuseAt(ReasonShape, path, "Pi inlines images only (image/...)")
+	}
+	return nil
+}
+
+var gPart = obj(fields{
+	"text":             str,
+	"thought":          boolean,
+	"thoughtSignature": str,
+	"inlineData":       gInline,
+	"functionCall":     obj(fields{"name": str, "args": freeObject, "id": str}),
+	"functionResponse": obj(fields{"name": str, "id": str, "response": obj(fields{"output": str, "error": str}),
+		"parts": arr(obj(fields{"inlineData": gInline}))}),
+	// Named so their refusal says why.
+	"fileData":            refused(ReasonRemoteContent, "a file by URI is fetched or looked up by the provider; Pi inlines its images"),
+	"executableCode":      refused(ReasonHostedTool, "code the provider runs (code execution) is not Pi's"),
+	"codeExecutionResult": refused(ReasonHostedTool, "code the provider runs (code execution) is not Pi's"),
+	"toolCall":            refused(ReasonHostedTool, "a server-side tool call is not Pi's"),
+	"toolResponse":        refused(ReasonHostedTool, "a server-side tool result is not Pi's"),
+})
+
+var gContent = obj(fields{"role": enum("user", "model"), "parts": arr(gPart)})
+
+// gGoogleSearch is Google's search tool ({"googleSearch": {}}), granted
+// as web_search.
+var gGoogleSearch = obj(fields{"excludeDomains": arr(str), "timeRangeFilter": obj(fields{"startTime": str, "endTime": str})})
+
+var gTool = obj(fields{
+	"functionDeclarations": arr(obj(fields{"name": str, "description": str, "parametersJsonSchema": freeObject,
+		"parameters": freeObject})),
+	"googleSearch": granted("web_search", gGoogleSearch, refused(ReasonHostedTool, "the provider's web search is not granted to this deployment (registry model.hostedTools)")),
+	// Named so their refusal says why.
+	"googleSearchRetrieval": refused(ReasonHostedTool, "the provider's search retrieval is not Pi's"),
+	"codeExecution":         refused(ReasonHostedTool, "the provider would run code (code execution is not Pi's)"),
+	"urlContext":            refused(ReasonHostedTool, "the provider would fetch the URLs the prompt names (url context is not Pi's)"),
+	"googleMaps":            refused(ReasonHostedTool, "the provider's maps grounding is not Pi's"),
+	"fileSearch":            refused(ReasonProviderState, "a file search store is provider-side state"),
+	"retrieval":             refused(ReasonRemoteContent, "retrieval from a store the provider reaches is not Pi's"),
+	"enterpriseWebSearch":   refused(ReasonHostedTool, "the provider's web search is not Pi's"),
+	"computerUse":           refused(ReasonHostedTool, "computer use is run by the provider"),
+	"mcpServers":            refused(ReasonConnector, "the provider would connect to the MCP servers named here"),
+})
+
+var googleBody = obj(fields{
+	"contents":          arr(gContent),
+	"systemInstruction": byKind(map[kind]check{kindString: str, kindObject: obj(fields{"role": enum("user"), "parts": arr(obj(fields{"text": str}))})}),
+	"tools":             arr(gTool),
+	"toolConfig": obj(fields{"functionCallingConfig": obj(fields{"mode": enum("AUTO", "ANY", "NONE", "VALIDATED"),
+		"allowedFunctionNames": arr(str)}),
+		"retrievalConfig": refused(ReasonHostedTool, "a location for the provider's maps grounding is not Pi's")}),
+	"generationConfig": obj(fields{"temperature": num, "maxOutputTokens": num,
+		"thinkingConfig": obj(fields{"includeThoughts": boolean, "thinkingBudget": num, "thinkingLevel": str})}),
+	// Named so their refusal says why.
+	"model":         refused(ReasonForeignModel, "the model is the one in the route's path, never named in the body"),
+	"cachedContent": refused(ReasonProviderState, "cached content is provider-side state"),
+})
+
+// ---- mistral-conversations ----
+//
+// Pi's own Mistral client (pi-ai api/mistral-conversations.js
+// buildChatPayload, toChatMessages, toMistralWirePayload; the same wire
+// form in 0.84.2 and 1.6.0): a chat completion at /v1/chat/completions,
+// with Mistral's thinking chunks on the assistant and an image as a data
+// URL string.
+
+var mText = fields{"text": str}
+
+var mUserParts = arr(tagged("type", map[string]fields{"text": mText, "image_url": {"image_url": dataURL}}, partKind))
+
+var mMessage = tagged("role", map[string]fields{
+	"system": {"content": byKind(map[kind]check{kindString: str, kindArray: arr(tagged("type", map[string]fields{"text": mText}, partKind))})},
+	"user":   {"content": byKind(map[kind]check{kindString: str, kindArray: mUserParts})},
+	"assistant": {"prefix": only(false, ReasonShape),
+		"content": byKind(map[kind]check{kindNull: free, kindString: str, kindArray: arr(tagged("type", map[string]fields{
+			"text":     mText,
+			"thinking": {"thinking": arr(tagged("type", map[string]fields{"text": mText}, partKind))},
+		}, partKind))}),
+		"tool_calls": arr(tagged("type", map[string]fields{
+			"function": {"id": str, "index": num, "function": obj(fields{"name": str, "arguments": str})},
+		}, toolKind))},
+	"tool": {"name": str, "tool_call_id": str, "content": byKind(map[kind]check{kindString: str, kindArray: mUserParts})},
+}, shapeOf)
+
+var mistralBody = obj(fields{
+	"model":    theModel,
+	"stream":   boolean,
+	"messages": arr(mMessage),
+	"tools": arr(tagged("type", map[string]fields{
+		"function": {"function": obj(fields{"name": str, "description": str, "parameters": freeObject, "strict": boolean})},
+	}, toolKind)),
+	"temperature": num,
+	"max_tokens":  num,
+	"tool_choice": byKind(map[kind]check{kindString: enum("auto", "none", "any", "required"),
+		kindObject: tagged("type", map[string]fields{"function": {"function": obj(fields{"name": str})}}, toolKind)}),
+	"prompt_mode":      enum("reasoning"),
+	"reasoning_effort": str,
+	"prompt_cache_key": str,
+	// Named so their refusal says why.
+	"agent_id":        refused(ReasonProviderState, "an agent stored at the provider is provider-side state"),
+	"conversation_id": refused(ReasonProviderState, "a stored conversation is provider-side state"),
+	"document_url":    refused(ReasonRemoteContent, "a document by URL is fetched by the provider"),
+})

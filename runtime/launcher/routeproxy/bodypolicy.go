@@ -331,4 +331,12 @@ var BodyPolicies = map[string]*BodyPolicy{
 	"openai-completions": {API: "openai-completions", body: withModel(completionsBody)},
 	"openai-responses":   {API: "openai-responses", body: withModel(responsesBody)},
 	"anthropic-messages": {API: "anthropic-messages", body: withModel(anthropicBody)},
+	// The model is in the path (grant.ModelInPath), which match pins.
+	"google-generative-ai": {API: "google-generative-ai", body: googleBody},
+	// Azure OpenAI's Responses (pi-ai api/azure-openai-responses.js
+	// buildParams: a subset of openai-responses' members; the model is the
+	// deployment name, which Pi takes from model.id unless the sandbox's
+	// AZURE_OPENAI_DEPLOYMENT_NAME_MAP says otherwise).
+	"azure-openai-responses": {API: "azure-openai-responses", body: withModel(responsesBody)},
+	"mistral-conversations":  {API: "mistral-conversations", body: withModel(mistralBody)},
 }

@@ -98,7 +98,7 @@ func NewModel(r bundle.Route, o ModelOptions) (*Proxy, error) {
 		return nil, fmt.Errorf("route %s: a model route serves the upstream's own path prefix", r.Purpose)
 	case o.Key == nil || o.Dial == nil:
 		return nil, fmt.Errorf("route %s: no key source or dialer", r.Purpose)
-	case BodyPolicies[r.API] == nil || (r.Credential != "authorization-bearer" && r.Credential != "x-api-key"):
+	case BodyPolicies[r.API] == nil || !slices.Contains([]string{"authorization-bearer", "x-api-key", "x-goog-api-key", "api-key"}, r.Credential) || grant.ModelCredentials[r.API] != r.Credential:
 		return nil, fmt.Errorf("route %s: provider API %q or credential header %q is not one this proxy speaks", r.Purpose, r.API, r.Credential)
 	case len(r.Requests) == 0:
 		return nil, fmt.Errorf("route %s: forwards no request", r.Purpose)
@@ -119,8 +119,12 @@ func NewModel(r bundle.Route, o ModelOptions) (*Proxy, error) {
 		allowed[http.CanonicalHeaderKey(name)] = append(allowed[http.CanonicalHeaderKey(name)], v)
 	}
 	for _, rq := range r.Requests {
-		if _, _, _, ok := grant.ModelRequest(rq); !ok {
+		_, path, _, ok := grant.ModelRequest(rq)
+		if !ok {
 			return nil, fmt.Errorf("route %s: request %q is not \"GET|POST /path\" with at most one fixed name=value query", r.Purpose, rq)
+		}
+		if strings.Contains(path, grant.ModelInPath) && !grant.PathSafeModel(r.Model) {
+			return nil, fmt.Errorf("route %s: request %q names the model in its path, and model %q is not one plain path segment", r.Purpose, rq, r.Model)
 		}
 	}
 	lim := defaults(o.Limits, ModelLimits)
@@ -158,6 +162,10 @@ func NewModel(r bundle.Route, o ModelOptions) (*Proxy, error) {
 				pr.Out.Header.Set("Authorization", "Bearer "+string(d.key))
 			case "x-api-key":
 				pr.Out.Header.Set("X-Api-Key", string(d.key))
+			case "x-goog-api-key":
+				pr.Out.Header.Set("X-Goog-Api-Key", string(d.key))
+			case "api-key":
+				pr.Out.Header.Set("Api-Key", string(d.key))
 			}
 		},
 		Transport: tr,
@@ -207,6 +215,7 @@ func (p *Proxy) match(req *http.Request) (string, string, int) {
 	methodOK := false
 	for _, rq := range p.route.Requests {
 		m, path, query, _ := grant.ModelRequest(rq)
+		path = grant.ModelPath(path, p.route.Model)
 		if path != rest || query != req.URL.RawQuery {
 			continue
 		}
@@ -221,6 +230,26 @@ func (p *Proxy) match(req *http.Request) (string, string, int) {
 	return "", "", http.StatusNotFound
 }
 
+// otherModelInPath reports whether the request's path is one of the
+// route's with another model where the route's stands (ModelInPath).
+func (p *Proxy) otherModelInPath(req *http.Request) bool {
+	rest, ok := strings.CutPrefix(req.URL.Path, p.route.Path)
+	if !ok || req.URL.RawPath != "" {
+		return false
+	}
+	for _, rq := range p.route.Requests {
+		m, path, query, _ := grant.ModelRequest(rq)
+		pre, post, has := strings.Cut(path, grant.ModelInPath)
+		if !has || m != req.Method || query != req.URL.RawQuery || len(rest) <= len(pre)+len(post) {
+			continue
+		}
+		if mid, ok := strings.CutPrefix(rest, pre); ok && strings.HasSuffix(mid, post) && !strings.Contains(strings.TrimSuffix(mid, post), "/") {
+			return true
+		}
+	}
+	return false
+}
+
 // ownCredential reports whether the request carries a credential other
 // than the placeholder in the API's own header.
 func (p *Proxy) ownCredential(h http.Header) bool {
@@ -232,6 +261,8 @@ func (p *Proxy) ownCredential(h http.Header) bool {
 		switch {
 		case len(v) == 1 && name == "Authorization" && p.route.Credential == "authorization-bearer" && v[0] == "Bearer "+bundle.ModelRoutePlaceholder:
 		case len(v) == 1 && name == "X-Api-Key" && p.route.Credential == "x-api-key" && v[0] == bundle.ModelRoutePlaceholder:
+		case len(v) == 1 && name == "X-Goog-Api-Key" && p.route.Credential == "x-goog-api-key" && v[0] == bundle.ModelRoutePlaceholder:
+		case len(v) == 1 && name == "Api-Key" && p.route.Credential == "api-key" && v[0] == bundle.ModelRoutePlaceholder:
 		default:
 			return true
 		}
@@ -253,6 +284,9 @@ func (p *Proxy) modelGuard(next http.Handler, key func() ([]byte, error)) http.H
 		}
 		path, query, status := p.match(req)
 		switch {
+		case status == http.StatusNotFound && p.otherModelInPath(req):
+			p.refuseModel(w, refuseAt(ReasonForeignModel, "path", "this route serves the model %q only", p.route.Model))
+			return
 		case status == http.StatusNotFound:
 			refuse(status, "not a request this model route forwards", true)
 			return
@@ -368,9 +402,18 @@ func (p *Proxy) refuseModel(w http.ResponseWriter, rf *Refusal) {
 		status, typ = http.StatusBadRequest, "invalid_request_error"
 	}
 	var doc any
-	if p.route.API == "anthropic-messages" {
+	switch p.route.API {
+	case "anthropic-messages":
 		doc = map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": rf.Error()}}
-	} else {
+	case "google-generative-ai":
+		// Google's error shape (google.rpc.Status), which @google/genai
+		// reads into the message Pi shows.
+		gs := "PERMISSION_DENIED"
+		if status == http.StatusBadRequest {
+			gs = "INVALID_ARGUMENT"
+		}
+		doc = map[string]any{"error": map[string]any{"code": status, "message": rf.Error(), "status": gs}}
+	default:
 		doc = map[string]any{"error": map[string]any{"message": rf.Error(), "type": typ, "param": rf.Path,
 			"code": "paseo_route_" + strings.ReplaceAll(rf.Reason.String(), "-", "_")}}
 	}
