@@ -78,7 +78,13 @@ func (w *paseoWorld) harnessAs(t *testing.T, uid uint32, scenario string, opts m
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("the harness's stderr (%s): %s", cmd.ProcessState, tailOf(stderr.String(), 4000))
+		}
+	})
 	return cmd, bufio.NewReader(out)
 }
 

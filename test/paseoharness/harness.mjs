@@ -87,6 +87,10 @@ class Session {
     });
     this.child.stderr.on("data", (c) => { this.stderr += c.toString(); });
     this.child.on("error", () => {});
+    // A write after the command exited fails with EPIPE: the exit handler
+    // above rejects what waits, so the scenario reports an error instead of
+    // the harness dying on an unhandled stream error.
+    this.child.stdin.on("error", () => {});
   }
   line(line) {
     let m;
@@ -257,7 +261,15 @@ async function main() {
     default:
       throw new Error(`unknown scenario ${scenario}`);
   }
-  process.exit(0);
+  await exitAfterFlush(0);
 }
 
-main().catch((e) => { report("error", { message: String(e?.stack ?? e) }); process.exit(1); });
+// exitAfterFlush exits once stdout has taken every report: a pipe the
+// reader drains slowly takes a large report (a turn's events) in parts,
+// and process.exit would drop the rest (the test then saw the "done"
+// line cut off and the harness gone, exit 0).
+function exitAfterFlush(code) {
+  return new Promise(() => process.stdout.write("", () => process.exit(code)));
+}
+
+main().catch((e) => { report("error", { message: String(e?.stack ?? e) }); return exitAfterFlush(1); });
