@@ -1,13 +1,9 @@
 package routeproxy
 
 import (
-	"bytes"
 	"encoding/base64"
-	"encoding/json"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -39,56 +35,28 @@ func azureWorld(t *testing.T, rt bundle.Route, rec http.Handler) *modelWorld {
 }
 
 func TestModelRouteAzure(t *testing.T) {
-	files, err := filepath.Glob("testdata/pi-*/azure-openai-responses/*.json")
-	if err != nil || len(files) < 6 {
-		t.Fatalf("recorded azure bodies: %d (%v)", len(files), err)
-	}
-	for _, f := range files {
-		body, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// pi-ai's client's bodies and the real Pi's (e2e
-		// TestPiModelRouteAzure, model fake-1), each with its model.
-		var m struct{ Model string }
-		if err := json.Unmarshal(body, &m); err != nil {
-			t.Fatal(err)
-		}
+	// pi-ai's client's bodies and the real Pi's (e2e
+	// TestPiModelRouteAzure, model fake-1), each with its model.
+	for _, pb := range apiBodies(t, "azure-openai-responses", 6) {
 		rt := azureRoute
-		rt.Model = m.Model
+		rt.Model = pb.model
 		rec := &googleRecorder{}
 		w := azureWorld(t, rt, rec)
-		if resp, out := w.do(t, "POST", azurePath, string(body), azureHeaders); resp.StatusCode != 200 {
-			t.Fatalf("Pi's %s refused: %d %s", f, resp.StatusCode, out)
+		if resp, out := w.do(t, "POST", azurePath, string(pb.body), azureHeaders); resp.StatusCode != 200 {
+			t.Fatalf("Pi's %s refused: %d %s", pb.name, resp.StatusCode, out)
 		}
-		sent := 0
-		for _, inj := range injections["openai-responses"] {
-			var doc map[string]any
-			dec := json.NewDecoder(bytes.NewReader(body))
-			dec.UseNumber()
-			if err := dec.Decode(&doc); err != nil {
-				t.Fatal(err)
-			}
-			inj.inject(doc, rt.Model)
-			plain, _ := json.Marshal(doc)
-			for sp, b := range respellings(plain, inj.token) {
-				if resp, out := w.do(t, "POST", azurePath, string(b), azureHeaders); resp.StatusCode != http.StatusBadRequest && resp.StatusCode != http.StatusForbidden {
-					t.Errorf("%s + %s (%s): %d %s", f, inj.name, sp, resp.StatusCode, out)
-				}
-				sent++
-			}
-		}
+		sent := sendInjected(t, w, pb, injections["openai-responses"], azurePath, azureHeaders, nil)
 		got := rec.all()
 		if len(got) != 1 {
-			t.Fatalf("%s: the provider saw %d requests of %d sent, want only Pi's own", f, len(got), sent+1)
+			t.Fatalf("%s: the provider saw %d requests of %d sent, want only Pi's own", pb.name, len(got), sent+1)
 		}
 		g := got[0]
 		if g.path != "/openai/v1"+azurePath || g.header.Get("Api-Key") != testModelKey || len(g.header.Values("Api-Key")) != 1 || g.header.Get("Authorization") != "" {
-			t.Errorf("%s: provider got %s with %v", f, g.path, g.header)
+			t.Errorf("%s: provider got %s with %v", pb.name, g.path, g.header)
 		}
 		for _, inj := range injections["openai-responses"] {
 			if strings.Contains(g.body, inj.token) {
-				t.Errorf("%s: %q reached the provider", f, inj.token)
+				t.Errorf("%s: %q reached the provider", pb.name, inj.token)
 			}
 		}
 	}

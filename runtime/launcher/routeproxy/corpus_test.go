@@ -171,6 +171,62 @@ func respellings(body []byte, tok string) map[string][]byte {
 	return out
 }
 
+// sendInjected sends Pi's body pb with each injection, in every
+// respelling, to path with Pi's headers, and wants each refused (400 or
+// 403); check, when set, looks at each refusal's answer too. It returns
+// how many it sent.
+func sendInjected(t *testing.T, w *modelWorld, pb piBody, injs []injection, path string, headers func(*http.Request), check func(inj injection, resp *http.Response, out string)) int {
+	t.Helper()
+	sent := 0
+	for _, inj := range injs {
+		var doc map[string]any
+		dec := json.NewDecoder(bytes.NewReader(pb.body))
+		dec.UseNumber()
+		if err := dec.Decode(&doc); err != nil {
+			t.Fatal(err)
+		}
+		inj.inject(doc, pb.model)
+		plain, _ := json.Marshal(doc)
+		if !bytes.Contains(plain, []byte(inj.token)) {
+			t.Fatalf("%s %s: the injected body lacks its token %q", pb.name, inj.name, inj.token)
+		}
+		for sp, b := range respellings(plain, inj.token) {
+			resp, out := w.do(t, "POST", path, string(b), headers)
+			if resp.StatusCode != http.StatusBadRequest && resp.StatusCode != http.StatusForbidden {
+				t.Errorf("%s + %s (%s): %d %s", pb.name, inj.name, sp, resp.StatusCode, out)
+			}
+			if check != nil {
+				check(inj, resp, out)
+			}
+			sent++
+		}
+	}
+	return sent
+}
+
+// apiBodies are the recorded bodies of one API (testdata/pi-*/<api>),
+// each with the model it names; fewer than min fails the test.
+func apiBodies(t *testing.T, api string, min int) []piBody {
+	t.Helper()
+	files, err := filepath.Glob("testdata/pi-*/" + api + "/*.json")
+	if err != nil || len(files) < min {
+		t.Fatalf("recorded %s bodies: %d (%v)", api, len(files), err)
+	}
+	var out []piBody
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m struct{ Model string }
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, piBody{f, m.Model, b})
+	}
+	return out
+}
+
 func TestModelRouteCorpus(t *testing.T) {
 	corpus := piCorpus(t)
 	for api, route := range apiRoutes {
@@ -188,27 +244,7 @@ func TestModelRouteCorpus(t *testing.T) {
 				if resp, out := w.do(t, "POST", apiPaths[api], string(pb.body), piHeaders(api)); resp.StatusCode != 200 {
 					t.Fatalf("Pi's %s refused: %d %s", pb.name, resp.StatusCode, out)
 				}
-				sent := 0
-				for _, inj := range injections[api] {
-					var doc map[string]any
-					dec := json.NewDecoder(bytes.NewReader(pb.body))
-					dec.UseNumber()
-					if err := dec.Decode(&doc); err != nil {
-						t.Fatal(err)
-					}
-					inj.inject(doc, pb.model)
-					plain, _ := json.Marshal(doc)
-					if !bytes.Contains(plain, []byte(inj.token)) {
-						t.Fatalf("%s %s: the injected body lacks its token %q", pb.name, inj.name, inj.token)
-					}
-					for sp, b := range respellings(plain, inj.token) {
-						resp, out := w.do(t, "POST", apiPaths[api], string(b), piHeaders(api))
-						if resp.StatusCode != http.StatusBadRequest && resp.StatusCode != http.StatusForbidden {
-							t.Errorf("%s + %s (%s): %d %s", pb.name, inj.name, sp, resp.StatusCode, out)
-						}
-						sent++
-					}
-				}
+				sent := sendInjected(t, w, pb, injections[api], apiPaths[api], piHeaders(api), nil)
 				got := rec.all()
 				if len(got) != 1 {
 					t.Fatalf("%s: the provider saw %d requests of %d sent, want only Pi's own", pb.name, len(got), sent+1)

@@ -1,7 +1,6 @@
 package routeproxy
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"io"
@@ -127,34 +126,18 @@ func TestModelRouteGoogle(t *testing.T) {
 		if resp.StatusCode != 200 || !strings.Contains(out, `"finishReason":"STOP"`) {
 			t.Fatalf("Pi's %s refused: %d %s", pb.name, resp.StatusCode, out)
 		}
-		sent := 0
-		for _, inj := range googleInjections {
-			var doc map[string]any
-			dec := json.NewDecoder(bytes.NewReader(pb.body))
-			dec.UseNumber()
-			if err := dec.Decode(&doc); err != nil {
-				t.Fatal(err)
+		sent := sendInjected(t, w, pb, googleInjections, googlePath(pb.model), googleHeaders, func(inj injection, resp *http.Response, out string) {
+			var e struct {
+				Error struct {
+					Code    int
+					Message string
+					Status  string
+				}
 			}
-			inj.inject(doc, pb.model)
-			plain, _ := json.Marshal(doc)
-			for sp, b := range respellings(plain, inj.token) {
-				resp, out := w.do(t, "POST", googlePath(pb.model), string(b), googleHeaders)
-				if resp.StatusCode != http.StatusBadRequest && resp.StatusCode != http.StatusForbidden {
-					t.Errorf("%s + %s (%s): %d %s", pb.name, inj.name, sp, resp.StatusCode, out)
-				}
-				var e struct {
-					Error struct {
-						Code    int
-						Message string
-						Status  string
-					}
-				}
-				if json.Unmarshal([]byte(out), &e) != nil || e.Error.Code != resp.StatusCode || e.Error.Status == "" || !strings.Contains(e.Error.Message, "model route refused") {
-					t.Errorf("%s + %s: not a Google error: %s", pb.name, inj.name, out)
-				}
-				sent++
+			if json.Unmarshal([]byte(out), &e) != nil || e.Error.Code != resp.StatusCode || e.Error.Status == "" || !strings.Contains(e.Error.Message, "model route refused") {
+				t.Errorf("%s + %s: not a Google error: %s", pb.name, inj.name, out)
 			}
-		}
+		})
 		got := rec.all()
 		if len(got) != 1 {
 			t.Fatalf("%s: the provider saw %d requests of %d sent, want only Pi's own", pb.name, len(got), sent+1)

@@ -1,7 +1,6 @@
 package routeproxy
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -33,46 +32,19 @@ var mistralInjections = []injection{
 }
 
 func TestModelRouteMistral(t *testing.T) {
-	files, err := filepath.Glob("testdata/pi-*/mistral-conversations/*.json")
-	if err != nil || len(files) < 6 {
-		t.Fatalf("recorded mistral bodies: %d (%v)", len(files), err)
-	}
-	for _, f := range files {
-		body, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// pi-ai's client's bodies and the real Pi's (e2e
-		// TestPiModelRouteMistral, model fake-1), each with its model.
-		var m struct{ Model string }
-		if err := json.Unmarshal(body, &m); err != nil {
-			t.Fatal(err)
-		}
+	// pi-ai's client's bodies and the real Pi's (e2e
+	// TestPiModelRouteMistral, model fake-1), each with its model.
+	for _, pb := range apiBodies(t, "mistral-conversations", 6) {
+		f, body := pb.name, pb.body
 		rt := mistralRoute
-		rt.Model = m.Model
+		rt.Model = pb.model
 		rec := &googleRecorder{}
 		w := newModelWorldFor(t, rt, rec, nil)
 		w.url = strings.TrimSuffix(w.url, "/v1")
 		if resp, out := w.do(t, "POST", "/v1/chat/completions", string(body), nil); resp.StatusCode != 200 {
 			t.Fatalf("Pi's %s refused: %d %s", f, resp.StatusCode, out)
 		}
-		sent := 0
-		for _, inj := range mistralInjections {
-			var doc map[string]any
-			dec := json.NewDecoder(bytes.NewReader(body))
-			dec.UseNumber()
-			if err := dec.Decode(&doc); err != nil {
-				t.Fatal(err)
-			}
-			inj.inject(doc, rt.Model)
-			plain, _ := json.Marshal(doc)
-			for sp, b := range respellings(plain, inj.token) {
-				if resp, out := w.do(t, "POST", "/v1/chat/completions", string(b), nil); resp.StatusCode != http.StatusBadRequest && resp.StatusCode != http.StatusForbidden {
-					t.Errorf("%s + %s (%s): %d %s", f, inj.name, sp, resp.StatusCode, out)
-				}
-				sent++
-			}
-		}
+		sent := sendInjected(t, w, pb, mistralInjections, "/v1/chat/completions", nil, nil)
 		// An assistant prefix (a continuation Pi never asks for) is refused.
 		if strings.Contains(string(body), `"prefix": false`) {
 			if resp, _ := w.do(t, "POST", "/v1/chat/completions", strings.Replace(string(body), `"prefix": false`, `"prefix": true`, 1), nil); resp.StatusCode != http.StatusBadRequest {
