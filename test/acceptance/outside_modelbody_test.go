@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
-	"log"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -89,15 +87,7 @@ type bodyProvider struct {
 
 func newBodyProvider(t *testing.T, w *testnet.World, key string) *bodyProvider {
 	p := &bodyProvider{host: w.Host("body-provider"), key: key}
-	var err error
-	if p.ca, err = fakemodel.NewTestCA("llm.example.test"); err != nil {
-		t.Fatal(err)
-	}
-	l, err := p.host.Listen("tcp4", netip.AddrPortFrom(p.host.Addr, 8443).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+	p.ca = serveProvider(t, p.host, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		if r.Header.Get("Authorization") == "Bearer "+p.key {
 			p.mu.Lock()
@@ -106,9 +96,7 @@ func newBodyProvider(t *testing.T, w *testnet.World, key string) *bodyProvider {
 		}
 		rw.Header().Set("Content-Type", "application/json")
 		fmt.Fprintln(rw, `{"object":"chat.completion","choices":[]}`)
-	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{p.ca.Cert}}, ErrorLog: log.New(io.Discard, "", 0)}
-	go func() { _ = srv.Serve(&eitherListener{Listener: l, tls: srv.TLSConfig}) }()
-	t.Cleanup(func() { srv.Close() })
+	}), nil)
 	return p
 }
 
@@ -172,15 +160,7 @@ func modelBodyAttacks(t *testing.T, s *scene) []OutsideAttack {
 
 // modelBodyScene is modelKeyScene's launch for modelBodyScript.
 func modelBodyScene(t *testing.T, control bool) *testbundle.Scene {
-	o := testbundle.Options{Argv: append(testbundle.Script(modelBodyScript), "agent", "x"), RegistryPatch: `{"network":{"mode":"sandbox"}}`}
-	if control {
-		o.FactsPatch = `{"credential":{"mode":"none","env":null,"secretRef":null}}`
-	}
-	sc := testbundle.New(t, o)
-	if control {
-		testbundle.KeyInEnv(t, sc.Bundle, "FAKE_LLM_KEY", "alice/fake-llm")
-	}
-	return sc
+	return modelAgentScene(t, modelBodyScript, control)
 }
 
 // runModelBodyAgent launches the agent with target as its argument,

@@ -67,15 +67,7 @@ type provider struct {
 
 func newProvider(t *testing.T, w *testnet.World, key string) *provider {
 	p := &provider{host: w.Host("provider"), key: key, keyed: map[string]int{}}
-	var err error
-	if p.ca, err = fakemodel.NewTestCA("llm.example.test"); err != nil {
-		t.Fatal(err)
-	}
-	l, err := p.host.Listen("tcp4", netip.AddrPortFrom(p.host.Addr, 8443).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+	p.ca = serveProvider(t, p.host, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		p.mu.Lock()
 		if r.Header.Get("Authorization") == "Bearer "+p.key || r.Header.Get("X-Api-Key") == p.key {
@@ -84,17 +76,35 @@ func newProvider(t *testing.T, w *testnet.World, key string) *provider {
 		p.mu.Unlock()
 		rw.Header().Set("Content-Type", "application/json")
 		fmt.Fprintln(rw, `{"object":"list","data":[]}`)
-	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{p.ca.Cert}},
-		ConnState: func(_ net.Conn, st http.ConnState) {
-			if st == http.StateNew {
-				p.mu.Lock()
-				p.conns++
-				p.mu.Unlock()
-			}
-		}, ErrorLog: log.New(io.Discard, "", 0)}
+	}), func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			p.mu.Lock()
+			p.conns++
+			p.mu.Unlock()
+		}
+	})
+	return p
+}
+
+// serveProvider serves h as the model host llm.example.test on host's
+// port 8443, over TLS with a CA of its own (returned, for the route to
+// trust) and, for a control whose agent speaks plain HTTP, without it.
+// connState, when set, sees each connection's states.
+func serveProvider(t *testing.T, host *testnet.Host, h http.Handler, connState func(net.Conn, http.ConnState)) *fakemodel.TestCA {
+	t.Helper()
+	ca, err := fakemodel.NewTestCA("llm.example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := host.Listen("tcp4", netip.AddrPortFrom(host.Addr, 8443).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h, TLSConfig: &tls.Config{Certificates: []tls.Certificate{ca.Cert}},
+		ConnState: connState, ErrorLog: log.New(io.Discard, "", 0)}
 	go func() { _ = srv.Serve(&eitherListener{Listener: l, tls: srv.TLSConfig}) }()
 	t.Cleanup(func() { srv.Close() })
-	return p
+	return ca
 }
 
 // elsewhere counts the requests that carried the key on a path the launch
@@ -192,7 +202,15 @@ func add(dst *Tally, src Tally) {
 // the model host is an egress destination, then the key put in the
 // environment as the launcher filled it before the route).
 func modelKeyScene(t *testing.T, control bool) *testbundle.Scene {
-	o := testbundle.Options{Argv: append(testbundle.Script(modelKeyScript), "agent", "x"), RegistryPatch: `{"network":{"mode":"sandbox"}}`}
+	return modelAgentScene(t, modelKeyScript, control)
+}
+
+// modelAgentScene is script as the agent of an api-key launch on the
+// sandbox network: the product's (the key with the model route) or, as
+// control, the launch before the route (testbundle.KeyInEnv: the key in
+// the sandbox's environment, the model host a plain egress destination).
+func modelAgentScene(t *testing.T, script string, control bool) *testbundle.Scene {
+	o := testbundle.Options{Argv: append(testbundle.Script(script), "agent", "x"), RegistryPatch: `{"network":{"mode":"sandbox"}}`}
 	if control {
 		o.FactsPatch = `{"credential":{"mode":"none","env":null,"secretRef":null}}`
 	}
