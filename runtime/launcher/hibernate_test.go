@@ -304,6 +304,17 @@ func TestWakeKeepsWallTime(t *testing.T) {
 	if first.Ran < time.Second {
 		t.Fatalf("the first run ran %v, recorded %v", time.Second, first.Ran)
 	}
+	// An image as the launcher wrote it while it filled secret slots (the
+	// digest of no secret, as every launch without a slot recorded) still
+	// decodes and wakes: the field is read and ignored.
+	first.LegacySecretsDigest = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+	old, _ := json.Marshal(first)
+	if !strings.Contains(string(old), `"secretsDigest":"e3b0`) {
+		t.Fatalf("the old image form: %s", old)
+	}
+	if err := os.WriteFile(filepath.Join(HibernateDir(s.state, id), ImageFile), old, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	r = s.startRun(t, id, key, true)
 	if got := r.line(t, "two"); got != "got two" {
 		t.Fatalf("woken: %q", got)
