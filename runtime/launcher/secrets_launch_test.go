@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 
@@ -34,7 +35,10 @@ func TestLaunchSecretsDirScoped(t *testing.T) {
 	t.Run("another deployment's ref", func(t *testing.T) {
 		s, _ := modelRouteSandbox(t, askModels, `{"credential":{"secretRef":"bob/fake-llm"}}`, "bob-key")
 		_, _, _, err := s.launch(t, SecretsDir(dir))
-		wantUnavailable(t, err, "no such secret in this deployment")
+		wantUnavailable(t, err, "")
+		if !errors.Is(err, ErrSecretUnknown) {
+			t.Errorf("refused for %v, want ErrSecretUnknown", err)
+		}
 		if strings.Contains(err.Error(), "bob-key") {
 			t.Error("the refusal carries B's value")
 		}
