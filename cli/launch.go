@@ -32,12 +32,14 @@ func newLaunch(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "launch DIR",
 		Short: "Run a compiled bundle under the pinned runsc (root)",
-		Long: `Launch runs preflight checks, copies the bundle into a private run dir with
-its credential slot filled from --secrets-dir, <dir>/<deployment>/<secretRef>
-with the deployment from the verified manifest (the MCP config carries no
-bearer: the route proxy adds the daemon's, read once from the same directory
-under the route's tokenRef and kept out of the sandbox), runs it under runsc with fixed flags while owning its
-stdio, enforces wall time and output limits, and tears everything down.
+		Long: `Launch runs preflight checks, copies the bundle into a private run dir (no
+secret enters it: a bundle holding a secret placeholder is refused), hands
+the model route's proxy the provider key from --secrets-dir,
+<dir>/<deployment>/<secretRef> with the deployment from the verified
+manifest (the MCP config carries no bearer: the route proxy adds the
+daemon's, read once from the same directory under the route's tokenRef and
+kept out of the sandbox), runs it under runsc with fixed flags while owning
+its stdio, enforces wall time and output limits, and tears everything down.
 When the sandbox cannot be enforced it exits 4 (sandbox-unavailable) and
 nothing runs. When the agent exits non-zero, launch exits 7 and says the
 agent's code on stderr ("the agent exited N"); with -o json it also writes

@@ -14,7 +14,8 @@ const (
 	SchemaInvalid     Code = "PP-SCHEMA-INVALID"       // a value of the wrong type or outside its constraint
 	SchemaIncomplete  Code = "PP-SCHEMA-INCOMPLETE"    // a required field is missing
 	SecretInFacts     Code = "PP-SECRET-IN-FACTS"      // something that looks like a secret value, not a reference
-	SecretMarker      Code = "PP-SECRET-MARKER"        // an input string holds the secret placeholder marker @@paseo-secret:
+	SecretMarker      Code = "PP-SECRET-MARKER"        // an input string, or a bundle at launch, holds the secret placeholder marker @@paseo-secret:
+	SecretSlot        Code = "PP-SECRET-SLOT"          // a bundle at launch carries a secret slot (the credential's env entry as a placeholder), which compilers wrote before the model route and no launcher fills now
 	ProfileUnknown    Code = "PP-PROFILE-UNKNOWN"      // facts name a profile that is not embedded
 	ProfileInvalid    Code = "PP-PROFILE-INVALID"      // an embedded profile breaks the profile schema
 	DeploymentUnknown Code = "PP-DEPLOYMENT-UNKNOWN"   // deployment.id is not in the registry

@@ -89,7 +89,7 @@ func bareRunscErr(t *testing.T, s *sandbox, edit func(*rspec.Spec), swap func())
 		t.Fatal(err)
 	}
 	defer run.remove()
-	spec, err := run.materialize(plan, staticSecret("v"))
+	spec, err := run.materialize(plan)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,7 @@ func (s *sandbox) launch(t *testing.T, secrets SecretSource) (Result, string, st
 	res, err := Launch(context.Background(), Options{
 		BundleDir: s.bundle, StateRoot: s.state, RunscPath: s.runsc,
 		Secrets: secrets, Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Log: &log,
-		Uplink: s.uplink, Resolve: s.resolve, OnNetwork: s.onNetwork, FSMonitor: s.fsmonitor,
+		Uplink: s.uplink, Resolve: s.resolve, ModelRoots: s.modelRoots, OnNetwork: s.onNetwork, FSMonitor: s.fsmonitor,
 	})
 	// Every launch's teardown must be whole, whatever the launch did.
 	if len(res.Teardown) > 0 || log.Len() > 0 {

@@ -56,7 +56,8 @@ func (h *holder) hibernate() (any, *Error) {
 }
 
 // wake restores the sandbox with the secrets the supervisor resolved now;
-// the holder's copy is cleared once the run dir holds them.
+// the holder's copy is cleared once the wake has used them (the model
+// key is kept in modelKey).
 func (h *holder) wake(secrets map[string][]byte) (any, *Error) {
 	defer func() {
 		for k := range secrets {

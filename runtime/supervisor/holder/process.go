@@ -258,7 +258,8 @@ func (h *holder) run(readyF *os.File) int {
 		_ = os.RemoveAll(h.spec.BundleDir)
 	}()
 	tell(readyF, ready{OK: true})
-	// The secrets are in the sandbox's private run dir now; drop this copy.
+	// The launch has used the secrets (the model key is kept in modelKey);
+	// drop this copy.
 	for k := range secrets {
 		clear(secrets[k])
 	}
