@@ -30,6 +30,7 @@ const (
 	PathMissing      Code = "PP-PATH-MISSING"      // the source does not exist
 	PathType         Code = "PP-PATH-TYPE"         // a file where a directory is needed, or the reverse
 	PathCrossMount   Code = "PP-PATH-XDEV"         // resolution crosses a mount point beneath the root
+	PathReplaced     Code = "PP-PATH-REPLACED"     // launch and doctor: a pinned source is now another object (device, inode or kind) than at compile time
 	PathUnmapped     Code = "PP-PATH-UNMAPPED"     // docker topology: no mapping covers the container path
 	PathLayout       Code = "PP-PATH-LAYOUT"       // paths that must nest (session in sessionDir) do not
 	// State a sandbox writes and a later Pi reads.
@@ -86,3 +87,4 @@ const (
 	GrantUnknownKind Code = "PP-GRANT-UNKNOWN-KIND" // a grant's kind (or kind and subject) that no grant type decodes
 	GrantInvalid     Code = "PP-GRANT-INVALID"      // a grant with fields of another kind, a wrong type, a non-canonical number, a derived access that disagrees, or a payload its type refuses
 )
+

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,6 +20,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/pathsafe"
 	"paseo.dev/paseo-policy/internal/testkit/skip"
 	"paseo.dev/paseo-policy/policy/bundle"
@@ -116,6 +118,14 @@ func wantErr(t *testing.T, err error, substr string) {
 	}
 	if !strings.Contains(err.Error(), substr) {
 		t.Fatalf("error %q does not contain %q", err, substr)
+	}
+}
+
+// wantCode requires err to carry code (errors.Is through the chain).
+func wantCode(t *testing.T, err error, code diag.Code) {
+	t.Helper()
+	if !errors.Is(err, code) {
+		t.Fatalf("want an error with code %s, got %v", code, err)
 	}
 }
 
@@ -651,8 +661,7 @@ func TestSwappedPinFails(t *testing.T) {
 	}
 	r := checkBundle(dir)
 	wantNoErr(t, r.digests) // pins.json is host state, not covered by digests
-	wantErr(t, r.pins, "pin /workspace (source "+src+"): now dev")
-	wantErr(t, r.pins, "the path was replaced")
+	wantCode(t, r.pins, diag.PathReplaced)
 
 	// A symlink to the original directory is refused, not followed.
 	if err := os.Remove(src); err != nil {
@@ -661,29 +670,33 @@ func TestSwappedPinFails(t *testing.T) {
 	if err := os.Symlink(src+".old", src); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, checkBundle(dir).pins, "symlink")
+	wantCode(t, checkBundle(dir).pins, diag.PathSymlink)
 
-	// So is a symlink in a parent component.
+	// So is a symlink in a parent component, or as the root.
 	link := filepath.Join(host, "link")
 	if err := os.Symlink(host, link); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, checkPin(bundle.Pin{Destination: "/w", Source: filepath.Join(link, "workspace.old"), Kind: "dir"}), "symlink")
+	wantCode(t, checkPin(bundle.Pin{Destination: "/w", Root: link, Source: filepath.Join(link, "workspace.old"), Kind: "dir"}), diag.PathSymlink)
+	wantCode(t, checkPin(bundle.Pin{Destination: "/w", Root: host, Source: filepath.Join(link, "workspace.old"), Kind: "dir"}), diag.PathSymlink)
 
 	// Gone entirely.
 	if err := os.Remove(src); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, checkBundle(dir).pins, "no longer exists")
+	wantCode(t, checkBundle(dir).pins, diag.PathMissing)
 
 	// A directory replaced by a file with the same inode number is impossible
 	// to arrange, but the kind is compared too.
 	old := pinOf(t, "/workspace", src+".old")
+	wantNoErr(t, checkPin(old))
 	old.Kind = "file"
-	wantErr(t, checkPin(old), "kind dir, compiled as dev")
+	wantCode(t, checkPin(old), diag.PathReplaced)
 
-	wantErr(t, checkPin(bundle.Pin{Destination: "/w", Source: "relative/path", Kind: "dir"}), "not an absolute clean path")
-	wantErr(t, checkPin(bundle.Pin{Destination: "/w", Source: host + "/../x", Kind: "dir"}), "not an absolute clean path")
+	wantCode(t, checkPin(bundle.Pin{Destination: "/w", Root: host, Source: "relative/path", Kind: "dir"}), diag.PathRelative)
+	wantCode(t, checkPin(bundle.Pin{Destination: "/w", Root: host, Source: host + "/../x", Kind: "dir"}), diag.PathDotDot)
+	wantCode(t, checkPin(bundle.Pin{Destination: "/w", Root: host, Source: host + "//x", Kind: "dir"}), diag.PathNonCanonical)
+	wantCode(t, checkPin(bundle.Pin{Destination: "/w", Root: "", Source: host, Kind: "dir"}), diag.PathRelative)
 }
 
 func TestMalformedPinsFails(t *testing.T) {
