@@ -72,7 +72,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	code := exitCode(err)
 	if err != nil {
 		var ee *exitError
-		if !(errors.As(err, &ee) && ee.err == nil) {
+		var pe printedError
+		if !(errors.As(err, &ee) && ee.err == nil) && !errors.As(err, &pe) {
 			fmt.Fprintln(stderr, "paseo-policy:", err)
 		}
 	}

@@ -40,15 +40,16 @@ func TestDoctorAndLaunchOpenPinsAlike(t *testing.T) {
 	if pin.Source == "" || pin.Root == ws {
 		t.Fatalf("no workspace pin beneath a root of its own in %+v", pins.Pins)
 	}
-	doctor := func() preflight.Check {
+	doctor := func() (preflight.Check, error) {
 		t.Helper()
-		c, ok := preflight.Run(preflight.Options{RunscPath: s.runsc, BundleDir: s.bundle, SkipNftablesProbe: true}).Get(preflight.CheckBundlePins)
+		r := preflight.Run(preflight.Options{RunscPath: s.runsc, BundleDir: s.bundle, SkipNftablesProbe: true})
+		c, ok := r.Get(preflight.CheckBundlePins)
 		if !ok {
 			t.Fatal("doctor's report has no pins check")
 		}
-		return c
+		return c, r.Err()
 	}
-	if c := doctor(); !c.OK {
+	if c, _ := doctor(); !c.OK {
 		t.Fatalf("before the mount, doctor refuses the pins: %s", c.Detail)
 	}
 
@@ -82,8 +83,9 @@ func TestDoctorAndLaunchOpenPinsAlike(t *testing.T) {
 	}
 	s.assertNotStarted(t)
 
-	// doctor agrees.
-	if c := doctor(); c.OK {
-		t.Fatalf("doctor passes the pins the launch refuses: %s", c.Detail)
+	// doctor agrees, with the same code under its pins check's.
+	c, err := doctor()
+	if c.OK || c.Code != diag.PreflightBundlePins || !errors.Is(err, diag.PreflightBundlePins) || !errors.Is(err, diag.PathCrossMount) {
+		t.Fatalf("doctor on the pins the launch refuses: %+v (%v), want %s with %s", c, err, diag.PreflightBundlePins, diag.PathCrossMount)
 	}
 }

@@ -33,7 +33,7 @@ type bundleResult struct {
 // to belong to the manifest with one pin per host bind.
 func checkBundlePlan(plan *launchplan.Plan, readErr error, dir string, resolvePins bool) bundleResult {
 	if readErr != nil {
-		skipped := errors.New("not checked: the bundle could not be read")
+		skipped := because(ErrNotChecked, "not checked: the bundle could not be read")
 		return bundleResult{digests: readErr, hooks: skipped, pins: skipped}
 	}
 	v := plan.Verdict
