@@ -190,6 +190,13 @@ func SetMCPToken(ctx context.Context, sock, token string) error {
 	return call(ctx, sock, Request{Op: OpMCPToken, MCPToken: token}, nil)
 }
 
+// Signal has the holder signal its sandbox (name: one of Signals).
+func Signal(ctx context.Context, sock, name string) (SignalResult, error) {
+	var r SignalResult
+	err := call(ctx, sock, Request{Op: OpSignal, Signal: name}, &r)
+	return r, err
+}
+
 // Stop stops the sandbox (the launcher tears everything down) and waits
 // for it to end.
 func Stop(ctx context.Context, sock string) (State, error) {
