@@ -108,3 +108,54 @@ func TestPreflightRefusalCodesAsData(t *testing.T) {
 		}
 	}
 }
+
+// A wake the launcher's preflight refuses answers sandbox-unavailable with
+// startFresh and each failed check as data, as a create does: here runsc's
+// digest file was changed while the sandbox was hibernated.
+func TestWakePreflightRefusalCodesAsData(t *testing.T) {
+	f := newFixture(t, 200)
+	f.stop()
+	dir := t.TempDir()
+	runsc := filepath.Join(dir, "runsc")
+	if err := os.Symlink(f.sc.Runsc, runsc); err != nil {
+		t.Fatal(err)
+	}
+	digests := mustReadFile(t, f.sc.Runsc+".sha256")
+	if err := os.WriteFile(runsc+".sha256", digests, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.cfg.RunscPath = runsc
+	f.start(t)
+	c := f.dial(t)
+	in := f.create(t, c)
+	h := &hibernateSession{t: t, id: in.Sandbox, tr: &transcript{}}
+	if err := h.attach(c); err != nil {
+		t.Fatal(err)
+	}
+	h.turn()
+	h.hibernate()
+	if err := os.WriteFile(runsc+".sha256", []byte(strings.Repeat("0", 64)+"  runsc\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := c.Call(tctx(t), Request{Op: "wake", Sandbox: in.Sandbox}, nil)
+	var e *Error
+	if !asError(err, &e) || e.Code != rpcerr.SandboxUnavailable || !e.StartFresh {
+		t.Fatalf("wake: %v, want sandbox-unavailable with startFresh", err)
+	}
+	if len(e.Diagnostics) != 1 || e.Diagnostics[0].Code != diag.PreflightRunscDigest || e.Diagnostics[0].Path != "preflight.runsc-digest" {
+		t.Errorf("diagnostics %+v, want one %s at preflight.runsc-digest", e.Diagnostics, diag.PreflightRunscDigest)
+	}
+	if err := c.Call(tctx(t), Request{Op: "delete", Sandbox: in.Sandbox}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.assertNothingLeft(t)
+}
+
+func mustReadFile(t *testing.T, p string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
