@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -74,12 +73,8 @@ is the agent's). docs/launcher.md, "Exit codes", has the table.`,
 // and its code is said on stderr, never passed on as launch's own: an
 // agent exiting 4 is not "sandbox unavailable".
 func (g *globals) launchEnd(res launcher.Result, err error) error {
-	var ue *launcher.UnavailableError
-	switch {
-	case errors.As(err, &ue):
-		return exitWith(ExitUnavailable, err)
-	case err != nil:
-		return exitWith(ExitInternal, err)
+	if err != nil {
+		return err // exitCode: the launcher's refusal 4, anything else 6
 	}
 	if res.Reason != "" {
 		fmt.Fprintf(g.stderr, "paseo-policy: sandbox %s ended: %s\n", res.ID, res.Reason)
@@ -112,15 +107,15 @@ func newDoctor(g *globals) *cobra.Command {
 				}
 			} else {
 				for _, c := range r.Checks {
-					mark := "ok  "
-					if !c.OK {
-						mark = "FAIL"
+					if c.OK {
+						fmt.Fprintf(g.stdout, "ok   %-16s %s\n", c.Name, c.Detail)
+					} else {
+						fmt.Fprintf(g.stdout, "FAIL %-16s %s: %s\n", c.Name, c.Code, c.Detail)
 					}
-					fmt.Fprintf(g.stdout, "%s %-16s %s\n", mark, c.Name, c.Detail)
 				}
 			}
-			if !r.OK() {
-				return exitWith(ExitUnavailable, nil)
+			if err := r.Err(); err != nil {
+				return printedError{err} // exitCode: unavailable
 			}
 			return nil
 		},

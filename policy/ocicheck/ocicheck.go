@@ -19,15 +19,15 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/opencontainers/runtime-tools/validate"
 
-	"github.com/sirupsen/logrus"
-
 	"paseo.dev/paseo-policy/internal/netdest"
 	"paseo.dev/paseo-policy/policy/bundle"
 )
 
-// runtime-tools logs warnings through logrus (for example that mount types
-// are only checked host-specifically); findings are returned, not logged.
-func init() { logrus.SetLevel(logrus.ErrorLevel) }
+// runtime-tools logs warnings through logrus's standard logger (for
+// example that mount types are only checked host-specifically) and takes
+// no logger value. ocicheck returns findings and leaves that logger alone:
+// importing it changes nobody's log level. The program decides
+// (cmd/paseo-policy keeps logrus to errors).
 
 // Finding is one failed check.
 type Finding struct {

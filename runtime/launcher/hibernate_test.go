@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/testkit/fakemodel"
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/policy/bundle"
@@ -239,13 +240,22 @@ func TestWakeFailsClosed(t *testing.T) {
 	}
 	r.ended(t)
 
-	wantRefused := func(what string, src SecretSource, reason string) {
+	// reason is a code or sentinel in the refusal's chain (an error), or,
+	// where the refusal has none, text its reason holds (a string).
+	wantRefused := func(what string, src SecretSource, reason any) {
 		t.Helper()
 		r := s.startRun(t, id, src, true)
 		r.ended(t)
 		var ue *UnavailableError
-		if !errors.As(r.err, &ue) || !strings.Contains(ue.Reason, reason) || !strings.Contains(ue.Reason, "start the agent fresh") {
-			t.Fatalf("%s: wake returned %v, want sandbox-unavailable with %q", what, r.err, reason)
+		ok := errors.As(r.err, &ue) && strings.Contains(ue.Reason, "start the agent fresh")
+		switch reason := reason.(type) {
+		case error:
+			ok = ok && errors.Is(r.err, reason)
+		case string:
+			ok = ok && strings.Contains(ue.Reason, reason)
+		}
+		if !ok {
+			t.Fatalf("%s: wake returned %v, want sandbox-unavailable with %v", what, r.err, reason)
 		}
 		if ents, _ := os.ReadDir(filepath.Join(s.state, "run")); len(ents) > 0 {
 			t.Errorf("%s: run dirs left: %v", what, ents)
@@ -255,7 +265,7 @@ func TestWakeFailsClosed(t *testing.T) {
 	// checked again, as at launch.
 	ws := filepath.Join(s.host, "srv/paseo/workspace/proj-feature")
 	restore := swapForSymlink(t, ws, t.TempDir())
-	wantRefused("workspace swapped for a symlink", key, "symlink")
+	wantRefused("workspace swapped for a symlink", key, diag.PathSymlink)
 	restore()
 
 	ents, err := os.ReadDir(imageDir(s.state, id))

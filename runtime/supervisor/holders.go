@@ -139,7 +139,9 @@ func (s *Server) spawn(spec holder.Spec) *Error {
 	case err == nil:
 		return nil
 	case errors.As(err, &le) && le.Unavailable:
-		return fail(rpcerr.Unavailable, "%s", le.Message)
+		// The preflight's codes pass through as they are (rpcerr's
+		// Diagnostics), never remapped.
+		return &Error{Code: rpcerr.Unavailable, Message: le.Message, Diagnostics: le.Diagnostics}
 	default:
 		return fail(rpcerr.Internal, "%v", err)
 	}

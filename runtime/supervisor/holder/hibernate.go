@@ -90,7 +90,7 @@ func (h *holder) wake(secrets map[string][]byte) (any, *Error) {
 		case errors.Is(err, execution.ErrNotRunning):
 			return nil, fail(rpcerr.State, "sandbox %s is not hibernated", h.spec.ID)
 		case errors.As(err, &ue):
-			return nil, &rpcerr.Error{Code: rpcerr.SandboxUnavailable, Message: err.Error(), StartFresh: true}
+			return nil, &rpcerr.Error{Code: rpcerr.SandboxUnavailable, Message: err.Error(), Diagnostics: launchDiagnostics(err), StartFresh: true}
 		}
 		return nil, fail(rpcerr.Internal, "wake: %v", err)
 	}
