@@ -27,7 +27,10 @@ const (
 // and exits with rg's code. Anything else, and any failure or "fallback"
 // answer, execs the sandbox's own rg with the same argv: the same output,
 // only slower.
-func Client(addr netip.AddrPort, ws string) string {
+func Client(addr netip.AddrPort, ws string) string { return client(addr, ws, RealRg) }
+
+// client is Client with the rg it falls back to (tests run it on the host).
+func client(addr netip.AddrPort, ws, realRg string) string {
 	var flags, valued []string
 	for k := range Flags {
 		flags = append(flags, perlQuote(k))
@@ -43,7 +46,7 @@ use Socket;
 use Cwd ();
 my $ws = ` + perlQuote(ws) + `;
 my @argv = @ARGV;
-sub real { exec {` + perlQuote(RealRg) + `} 'rg', @argv; exit 2 }
+sub real { exec {` + perlQuote(realRg) + `} 'rg', @argv; exit 2 }
 my %flag = map { $_ => 1 } (` + strings.Join(flags, ", ") + `);
 my %valued = map { $_ => 1 } (` + strings.Join(valued, ", ") + `);
 my %short = ('i','ignore-case','s','case-sensitive','S','smart-case','F','fixed-strings','w','word-regexp',

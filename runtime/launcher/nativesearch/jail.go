@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/internal/childproc"
 	"paseo.dev/paseo-policy/internal/pathform"
 )
 
@@ -168,7 +169,13 @@ func (j Jail) run(ctx context.Context, cwd string, rgArgv []string) (Result, err
 		AmbientCaps:                []uintptr{unix.CAP_SYS_ADMIN},
 		Pdeathsig:                  syscall.SIGKILL,
 	}
-	err = cmd.Run()
+	// From a thread that lives until the jail is reaped, so its
+	// parent-death signal means the server is gone (internal/childproc).
+	waited, err := childproc.Start(cmd)
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: %v", ErrFallback, err)
+	}
+	err = <-waited
 	res := Result{Stdout: out.b.Bytes(), Stderr: errb.b.Bytes()}
 	if out.overflow() {
 		return Result{}, fmt.Errorf("%w: output over %d bytes", ErrFallback, lim.Stdout)
