@@ -113,9 +113,17 @@ my ($exit, $no, $ne) = $r =~ /\Apaseo-search 1 ok (\d) (\d+) (\d+)\n/ or real();
 my $h = $+[0];
 real() unless length($r) == $h + $no + $ne;
 binmode STDOUT; binmode STDERR;
-print STDOUT substr($r, $h, $no);
+# rg ends quietly with 0 when its reader goes away (head): so does this.
+$SIG{PIPE} = 'IGNORE';
+my $out = substr($r, $h, $no);
+$off = 0;
+while ($off < length $out) {
+  my $n = syswrite(STDOUT, $out, 1 << 16, $off);
+  exit 0 if !defined $n && $!{EPIPE};
+  exit 2 unless defined $n;
+  $off += $n;
+}
 print STDERR substr($r, $h + $no, $ne);
-close STDOUT or exit 2;
 exit $exit;
 `
 }
