@@ -33,7 +33,9 @@ func TestPiToolsNativeSearch(t *testing.T) {
 	}
 	// stdin is /dev/null, as for Pi's tools: the server's stdin is the
 	// test's command pipe, which rg without a path would read.
-	sorted := func(c string) string { return "{ " + c + "; } </dev/null 2>&1 | LC_ALL=C sort; echo rc=${PIPESTATUS[0]}" }
+	sorted := func(c string) string {
+		return "{ " + c + "; } </dev/null 2>&1 | LC_ALL=C sort; echo rc=${PIPESTATUS[0]}"
+	}
 	searches := []string{
 		`rg -c 'func ' .`,
 		`rg -c 'func '`,
