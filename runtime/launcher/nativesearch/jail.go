@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -84,6 +85,11 @@ func (e *ErrJail) Code() diag.Code { return diag.SearchJail }
 // later) and user namespaces. The option refuses the launch without them;
 // the design never runs a search with less.
 func Probe() error {
+	if runtime.GOARCH != "amd64" {
+		// The seccomp filter admits x86-64's calls only (confine.go), and
+		// Landlock executes its loader by name.
+		return &ErrJail{Msg: "the search jail is built for amd64 only, this is " + runtime.GOARCH}
+	}
 	abi, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
 	if e != 0 || int(abi) < 1 {
 		return &ErrJail{Msg: fmt.Sprintf("Landlock is not available (%v)", e)}
