@@ -29,8 +29,8 @@ import (
 // namespace only, for its mounts. Its init (jailMain, run from this
 // package's init before main) mounts a tmpfs root holding the image's
 // /usr (read-only, nosuid, nodev) and the workspace at its sandbox path
-// (read-only, nosuid, nodev, noexec), both bound from descriptors the
-// server opened; pivots into it and detaches the host's tree; opens the
+// (read-only, nosuid, nodev, noexec), both detached copies of the
+// server's mounts (detachedTree) that it attaches; pivots into it and detaches the host's tree; opens the
 // request's cwd beneath the workspace without following a link; sets the
 // rlimits; restricts itself with Landlock (read the image and the
 // workspace, execute rg and its loader only); drops every capability
