@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -134,6 +136,44 @@ func (j Jail) Run(ctx context.Context, r Request) (Result, error) {
 		return Result{}, err
 	}
 	return j.run(ctx, r.Cwd, r.Argv())
+}
+
+// PlainPaths reports whether r's cwd and every path it names are, now,
+// names beneath the workspace with no link on the way (or missing). rg
+// follows a link it is given as a path, and the jail holds nothing a link
+// out of the workspace could lead to: the sandbox's rg would read there
+// what the jail cannot, so such a request is answered "fallback". A
+// matter of the same answer, not of safety: a link made after this check
+// meets the jail.
+func (j Jail) PlainPaths(r Request) bool {
+	ws, err := unix.Open(j.Workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(ws)
+	plain := func(rel string, missingOK bool) bool {
+		// Not O_NOFOLLOW: with it, O_PATH opens a trailing link itself.
+		fd, err := unix.Openat2(ws, rel, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV})
+		if err != nil {
+			return missingOK && err == unix.ENOENT
+		}
+		unix.Close(fd)
+		return true
+	}
+	if !plain(r.Cwd, false) {
+		return false
+	}
+	for _, p := range r.Paths {
+		rel := path.Join(r.Cwd, p)
+		if strings.HasPrefix(p, "/") {
+			rel = pathform.Rel(j.Dest, p)
+		}
+		if !plain(rel, true) {
+			return false
+		}
+	}
+	return true
 }
 
 // run runs rg with argv in cwd (relative to the workspace) in a new jail.

@@ -150,6 +150,9 @@ func (s *Server) search(b []byte) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	if !s.j.PlainPaths(r) {
+		return Result{}, fmt.Errorf("%w: a path or the cwd is a link (the sandbox's rg follows it)", ErrFallback)
+	}
 	t := time.NewTimer(queueWait)
 	defer t.Stop()
 	select {

@@ -87,6 +87,14 @@ func runClient(t *testing.T, f jailFixture, addr netip.AddrPort, dir string, std
 func TestClientSameAsRg(t *testing.T) {
 	f := newJail(t)
 	s, addr := serveJail(t, &f, netip.MustParseAddr("127.0.0.1"))
+	// A link given as a path: the sandbox's rg follows it wherever it
+	// leads, so the sandbox's rg answers (the jail would find nothing).
+	if err := os.Symlink(f.secret, filepath.Join(f.ws, "outlink")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("sub", filepath.Join(f.ws, "sublink")); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args    []string
 		dir     string
@@ -105,6 +113,9 @@ func TestClientSameAsRg(t *testing.T) {
 		{[]string{"--follow", "-c", "func"}, "", false},
 		{[]string{"-c", "func", "../ws"}, "sub", false},
 		{[]string{"--version"}, "", false},
+		{[]string{"-c", "func", "outlink"}, "", false},
+		{[]string{"-c", "func", "sublink/b.go"}, "", false},
+		{[]string{"-c", "func"}, "sublink", true}, // the client's cwd is the physical one
 		{[]string{"-z", "func"}, "", false},
 	} {
 		before := s.Stats().Answered
