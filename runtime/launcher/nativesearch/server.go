@@ -44,8 +44,6 @@ type Server struct {
 
 	mu    sync.Mutex
 	stats Stats
-	// Log, if set, gets a line for each search not answered (why).
-	Log func(string)
 }
 
 // Stats count a server's connections.
@@ -133,9 +131,6 @@ func (s *Server) answer(c net.Conn) {
 	c.SetWriteDeadline(time.Now().Add(readDeadline + s.j.Limits.Wall))
 	if err != nil {
 		s.count(func(st *Stats) { st.Fallback++ })
-		if s.Log != nil {
-			s.Log(err.Error())
-		}
 		io.WriteString(c, magic+" fallback\n")
 		return
 	}
