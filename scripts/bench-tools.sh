@@ -19,8 +19,10 @@
 # ..." Git settings for the sandbox's git only: an A/B against a run
 # without), ONLY (a regular expression of the commands to run), FSMONITOR
 # (0 leaves out the third side, a sandbox whose git the launcher's
-# workspace monitor answers: launcher.Options.FSMonitor), GO (default go).
-# With the third side, each sandbox's table and summary are printed.
+# workspace monitor answers: launcher.Options.FSMonitor), SEARCH (1 adds a
+# side: a sandbox whose rg the launcher's native search answers from the
+# host, launcher.Options.NativeSearch; default 0), GO (default go).
+# With more sides, each sandbox's table and summary are printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 verdict() { awk -v v="$1" -v l="$2" 'BEGIN { print (v <= l ? "MET" : "MISSED") }'; }
@@ -37,7 +39,7 @@ fi
 echo "   files ${FILES:-20000}, rounds ${ROUNDS:-5}, sandbox git settings: ${GITCONFIG:-as the profile sets them}"
 
 "$go" test -c -o "$tmp/e2e.test" ./test/e2e
-if ! (cd ./test/e2e && TOOLS_BENCH_FILES=${FILES:-20000} TOOLS_BENCH_ROUNDS=${ROUNDS:-5} TOOLS_BENCH_GITCONFIG=${GITCONFIG:-} TOOLS_BENCH_ONLY=${ONLY:-} TOOLS_BENCH_FSMONITOR=${FSMONITOR:-1} \
+if ! (cd ./test/e2e && TOOLS_BENCH_FILES=${FILES:-20000} TOOLS_BENCH_ROUNDS=${ROUNDS:-5} TOOLS_BENCH_GITCONFIG=${GITCONFIG:-} TOOLS_BENCH_ONLY=${ONLY:-} TOOLS_BENCH_FSMONITOR=${FSMONITOR:-1} TOOLS_BENCH_SEARCH=${SEARCH:-0} \
   "$tmp/e2e.test" -test.run '^$' -test.bench '^BenchmarkTools$' -test.benchtime 1x -test.timeout 60m) >"$tmp/out.txt" 2>&1; then
   echo "   the benchmark failed; its output:" >&2
   tail -n 30 "$tmp/out.txt" >&2

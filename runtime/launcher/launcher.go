@@ -32,6 +32,7 @@ import (
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/runtime/execution"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
+	"paseo.dev/paseo-policy/runtime/launcher/nativesearch"
 	"paseo.dev/paseo-policy/runtime/launcher/preflight"
 	"paseo.dev/paseo-policy/runtime/launcher/routeproxy"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
@@ -118,6 +119,13 @@ type Options struct {
 	// (ErrFSMonitorNoGateway).
 	FSMonitor bool
 
+	// NativeSearch answers the sandbox's rg from the host, in a jail of
+	// its own (nativesearch.go): an operator's opt-in that widens the
+	// trusted boundary. Off unless set; a bundle without a gateway is
+	// refused with it (ErrNativeSearchNoGateway), and so is a kernel
+	// without Landlock or user namespaces (PP-SEARCH-JAIL).
+	NativeSearch bool
+
 	// OutputBefore is what the sandbox wrote (stdout and stderr) before
 	// this launch, for a wake (hibernate.go): outputBytes counts it all.
 	OutputBefore int64
@@ -148,6 +156,8 @@ type Result struct {
 	Routes map[string]RouteStats `json:"routes,omitempty"`
 	// FSMonitor is the workspace monitor's counters (Options.FSMonitor).
 	FSMonitor *FSMonitorStats `json:"fsmonitor,omitempty"`
+	// NativeSearch is the search server's counters (Options.NativeSearch).
+	NativeSearch *nativesearch.Stats `json:"nativeSearch,omitempty"`
 	// Teardown lists the teardown steps that failed, in the order they
 	// ran; every other step still ran. What a failed step left is
 	// garbage: the record, kept with these failures, lets ps show it and
@@ -385,6 +395,9 @@ func (l *launch) prepare() error {
 	if l.opts.FSMonitor && plan.Network != "sandbox" {
 		return fmt.Errorf("%w (this bundle's is %q)", ErrFSMonitorNoGateway, plan.Network)
 	}
+	if l.opts.NativeSearch && plan.Network != "sandbox" {
+		return fmt.Errorf("%w (this bundle's is %q)", ErrNativeSearchNoGateway, plan.Network)
+	}
 	l.limits = plan.Limits
 	l.rs = &runsc{path: l.opts.RunscPath, root: filepath.Join(l.opts.StateRoot, "runsc"), network: plan.Network}
 	if err := os.MkdirAll(l.rs.root, 0o700); err != nil {
@@ -410,6 +423,11 @@ func (l *launch) prepare() error {
 	}
 	if l.opts.FSMonitor {
 		if err := l.startFSMonitor(); err != nil {
+			return err
+		}
+	}
+	if l.opts.NativeSearch {
+		if err := l.startNativeSearch(); err != nil {
 			return err
 		}
 	}
@@ -468,6 +486,9 @@ func (l *launch) network(ctx context.Context) error {
 	if l.state.fsmonitor != nil {
 		gatewayPorts = []int{l.state.fsmonitor.port}
 	}
+	if l.state.search != nil {
+		gatewayPorts = append(gatewayPorts, l.state.search.port)
+	}
 	net, err := sandboxnet.Setup(ctx, sandboxnet.Config{ID: l.opts.ID, Egress: *l.plan.Egress, StateDir: filepath.Join(l.opts.StateRoot, "net"),
 		Uplink: l.opts.Uplink, Pool: l.opts.Pool, Link: l.wakeLink(), Resolve: l.opts.Resolve, Caps: l.opts.NetCaps, GatewayPorts: gatewayPorts})
 	if err != nil {
@@ -509,6 +530,11 @@ func (l *launch) network(ctx context.Context) error {
 	}
 	if l.state.fsmonitor != nil {
 		if err := l.serveFSMonitor(net); err != nil {
+			return err
+		}
+	}
+	if l.state.search != nil {
+		if err := l.serveNativeSearch(net); err != nil {
 			return err
 		}
 	}

@@ -40,6 +40,9 @@ type runtimeState struct {
 	// fsmonitor, when the launch serves one, adds its bind and Git
 	// setting (fsmonitor.go).
 	fsmonitor *fsmonitorState
+	// search, when the launch answers rg from the host, adds the client's
+	// bind and PATH entry (nativesearch.go).
+	search *nativeSearchState
 }
 
 // runSpec copies the parts of the plan's verified spec a launch changes
@@ -84,6 +87,11 @@ func (r *runDir) writeSpec(spec *rspec.Spec, st runtimeState) error {
 	}
 	if st.fsmonitor != nil {
 		if err := withFSMonitor(spec, st.fsmonitor); err != nil {
+			return err
+		}
+	}
+	if st.search != nil {
+		if err := withNativeSearch(spec, st.search); err != nil {
 			return err
 		}
 	}

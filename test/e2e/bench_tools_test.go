@@ -49,6 +49,10 @@ package e2e
 //	                       second sandbox, the same but for the launcher's
 //	                       workspace monitor (launcher.Options.FSMonitor)
 //	                       answering its git, on a third copy of the tree
+//	TOOLS_BENCH_SEARCH     "1" adds a side (default off): a sandbox, the same
+//	                       but for the launcher's native search
+//	                       (launcher.Options.NativeSearch) answering its rg,
+//	                       on a copy of the tree of its own
 
 import (
 	"bufio"
@@ -242,6 +246,11 @@ func BenchmarkTools(b *testing.B) {
 		fr := genToolsRepo(b, fsmHost, files)
 		sides = append(sides, startToolsSandbox(b, im, fsmHost, fr, "fsmonitor", true))
 	}
+	if os.Getenv("TOOLS_BENCH_SEARCH") == "1" {
+		nsHost := filepath.Join(tmp, "nshost")
+		nr := genToolsRepo(b, nsHost, files)
+		sides = append(sides, startToolsSandboxWith(b, im, nsHost, nr, "search", toolsSandboxOpts{search: true}))
+	}
 	// Untimed setup on both: the lists of files to read and to edit.
 	for _, s := range sides {
 		s.run(b, `git ls-files >/tmp/bench-all && k=$(( $(wc -l </tmp/bench-all) / 3000 )) && awk -v k=$(( k > 0 ? k : 1 )) 'NR % k == 0' /tmp/bench-all | head -n 3000 >/tmp/bench-cat-list && `+
@@ -347,6 +356,17 @@ func toolsStartScript(tb testing.TB) string {
 // (launcher.Options.FSMonitor).
 func startToolsSandbox(tb testing.TB, im imageInfo, host string, r *toolsRepo, name string, fsmon bool) *toolsSide {
 	tb.Helper()
+	return startToolsSandboxWith(tb, im, host, r, name, toolsSandboxOpts{fsmon: fsmon})
+}
+
+// toolsSandboxOpts are the launcher's options a tools sandbox runs with:
+// the workspace monitor (launcher.Options.FSMonitor) and the native
+// search (launcher.Options.NativeSearch); either puts the sandbox in
+// network mode sandbox, in a test world of its own.
+type toolsSandboxOpts struct{ fsmon, search bool }
+
+func startToolsSandboxWith(tb testing.TB, im imageInfo, host string, r *toolsRepo, name string, o toolsSandboxOpts) *toolsSide {
+	tb.Helper()
 	erofs, err := json.Marshal(im.Erofs)
 	if err != nil {
 		tb.Fatal(err)
@@ -367,7 +387,7 @@ func startToolsSandbox(tb testing.TB, im imageInfo, host string, r *toolsRepo, n
 	// deployment's network mode is sandbox, in a test world of its own
 	// (nothing in the benchmark's commands uses the network).
 	network, uplink, resolve := "", "", sandboxnet.Resolver(nil)
-	if fsmon {
+	if o.fsmon || o.search {
 		world := testnet.New(tb)
 		model := world.Host("model")
 		network, uplink = `,"network":{"mode":"sandbox"}`, world.Uplink
@@ -397,7 +417,7 @@ func startToolsSandbox(tb testing.TB, im imageInfo, host string, r *toolsRepo, n
 	go func() {
 		defer close(done)
 		res, lerr = launcher.Launch(lctx, launcher.Options{BundleDir: sc.Bundle, StateRoot: sc.State, RunscPath: sc.Runsc, ID: id,
-			Secrets: secrets, Stdin: inR, Stdout: outW, Stderr: s.stderr, FSMonitor: fsmon, Uplink: uplink, Resolve: resolve})
+			Secrets: secrets, Stdin: inR, Stdout: outW, Stderr: s.stderr, FSMonitor: o.fsmon, NativeSearch: o.search, Uplink: uplink, Resolve: resolve})
 		outW.Close()
 	}()
 	s.finish = sync.OnceValue(func() launcher.Result {

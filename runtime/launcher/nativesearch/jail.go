@@ -1,0 +1,304 @@
+package nativesearch
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/internal/childproc"
+	"paseo.dev/paseo-policy/internal/pathform"
+)
+
+// The jail
+//
+// Each search is one process: this binary re-executed (/proc/self/exe,
+// argv[0] jailArg0) into new user, mount, network, pid, ipc and uts
+// namespaces, as the agent's uid and gid inside and out (a one-id map;
+// no supplementary groups), holding CAP_SYS_ADMIN in its own user
+// namespace only, for its mounts. Its init (jailMain, run from this
+// package's init before main) mounts a tmpfs root holding the image's
+// /usr (read-only, nosuid, nodev) and the workspace at its sandbox path
+// (read-only, nosuid, nodev, noexec), both detached copies of the
+// server's mounts (detachedTree) that it attaches; pivots into it and detaches the host's tree; opens the
+// request's cwd beneath the workspace without following a link; sets the
+// rlimits; restricts itself with Landlock (read the image and the
+// workspace, execute rg and its loader only); drops every capability
+// and sets no_new_privs; installs a seccomp filter; and execs the image's
+// rg with an empty environment. Nothing the agent wrote is executable,
+// and a link it planted can lead only to the workspace or the image,
+// which its sandbox sees anyway.
+
+const jailArg0 = "paseo-search-jail"
+
+// Limits bound one search.
+type Limits struct {
+	CPU     time.Duration // RLIMIT_CPU (whole seconds, at least 1)
+	Memory  uint64        // RLIMIT_AS, bytes
+	Wall    time.Duration // killed after
+	Stdout  int           // bytes; past it the search is killed and answered "fallback"
+	Stderr  int           // bytes kept (the rest dropped)
+	Threads int           // rg --threads
+}
+
+// DefaultLimits are the server's.
+var DefaultLimits = Limits{CPU: 60 * time.Second, Memory: 2 << 30, Wall: 60 * time.Second, Stdout: 16 << 20, Stderr: 64 << 10, Threads: 2}
+
+// Jail is what a search runs against.
+type Jail struct {
+	Workspace string // host path of the workspace (the staged bind the gofer serves)
+	Dest      string // the workspace's path in the sandbox, and in the jail
+	Usr       string // host path of the image's /usr
+	UID, GID  uint32 // the agent's, from the bundle's process
+	Limits    Limits
+}
+
+// Result is a search's answer.
+type Result struct {
+	Stdout, Stderr []byte
+	Exit           int // rg's: 0 matched, 1 none, 2 an error
+}
+
+// ErrFallback means the search was not answered (a limit, the jail
+// failed): the client runs the sandbox's own rg.
+var ErrFallback = errors.New("nativesearch: not answered")
+
+// ErrJail refuses the option: the jail cannot be built as designed.
+type ErrJail struct{ Msg string }
+
+func (e *ErrJail) Error() string { return string(diag.SearchJail) + ": " + e.Msg }
+
+// Code is the refusal's stable code.
+func (e *ErrJail) Code() diag.Code { return diag.SearchJail }
+
+// Probe checks what the jail needs of this kernel: Landlock (ABI 1 or
+// later) and user namespaces. The option refuses the launch without them;
+// the design never runs a search with less.
+func Probe() error {
+	if runtime.GOARCH != "amd64" {
+		// The seccomp filter admits x86-64's calls only (confine.go), and
+		// Landlock executes its loader by name.
+		return &ErrJail{Msg: "the search jail is built for amd64 only, this is " + runtime.GOARCH}
+	}
+	abi, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
+	if e != 0 || int(abi) < 1 {
+		return &ErrJail{Msg: fmt.Sprintf("Landlock is not available (%v)", e)}
+	}
+	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && string(bytes.TrimSpace(b)) == "0" {
+		return &ErrJail{Msg: "user namespaces are disabled (user.max_user_namespaces = 0)"}
+	}
+	return nil
+}
+
+// Check checks j's form.
+func (j Jail) Check() error {
+	for _, p := range []string{j.Workspace, j.Dest, j.Usr} {
+		if code, msg := pathform.Check(p); code != "" {
+			return &ErrJail{Msg: fmt.Sprintf("%s: %s", p, msg)}
+		}
+	}
+	if j.Dest == "/" || j.Dest == "/usr" || pathform.Beneath("/usr", j.Dest) {
+		return &ErrJail{Msg: "the workspace cannot be mounted at " + j.Dest}
+	}
+	if j.UID == 0 || j.GID == 0 {
+		return &ErrJail{Msg: "the search never runs as uid or gid 0"}
+	}
+	return nil
+}
+
+// jailConfig is what the init reads from its argv.
+type jailConfig struct {
+	Dest   string   `json:"dest"`
+	Cwd    string   `json:"cwd"`
+	Argv   []string `json:"argv"`
+	CPU    uint64   `json:"cpu"`
+	Memory uint64   `json:"memory"`
+}
+
+// Run runs r (already checked against j.Dest) in a new jail.
+func (j Jail) Run(ctx context.Context, r Request) (Result, error) {
+	if err := j.Check(); err != nil {
+		return Result{}, err
+	}
+	if err := r.Check(j.Dest); err != nil {
+		return Result{}, err
+	}
+	return j.run(ctx, r.Cwd, r.Argv())
+}
+
+// PlainPaths reports whether r's cwd and every path it names are, now,
+// names beneath the workspace with no link on the way (or missing). rg
+// follows a link it is given as a path, and the jail holds nothing a link
+// out of the workspace could lead to: the sandbox's rg would read there
+// what the jail cannot, so such a request is answered "fallback". A
+// matter of the same answer, not of safety: a link made after this check
+// meets the jail.
+func (j Jail) PlainPaths(r Request) bool {
+	ws, err := unix.Open(j.Workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(ws)
+	plain := func(rel string, missingOK bool) bool {
+		// Not O_NOFOLLOW: with it, O_PATH opens a trailing link itself.
+		fd, err := unix.Openat2(ws, rel, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV})
+		if err != nil {
+			return missingOK && err == unix.ENOENT
+		}
+		unix.Close(fd)
+		return true
+	}
+	if !plain(r.Cwd, false) {
+		return false
+	}
+	for _, p := range r.Paths {
+		rel := path.Join(r.Cwd, p)
+		if strings.HasPrefix(p, "/") {
+			rel = pathform.Rel(j.Dest, p)
+		}
+		if !plain(rel, true) {
+			return false
+		}
+	}
+	return true
+}
+
+// run runs rg with argv in cwd (relative to the workspace) in a new jail.
+func (j Jail) run(ctx context.Context, cwd string, rgArgv []string) (Result, error) {
+	ws, err := detachedTree(j.Workspace, true)
+	if err != nil {
+		return Result{}, err
+	}
+	defer ws.Close()
+	usr, err := detachedTree(j.Usr, false)
+	if err != nil {
+		return Result{}, err
+	}
+	defer usr.Close()
+	lim := j.Limits
+	argv := append([]string{fmt.Sprintf("--threads=%d", max(lim.Threads, 1))}, rgArgv...)
+	cfg, err := json.Marshal(jailConfig{Dest: j.Dest, Cwd: cwd, Argv: argv,
+		CPU: uint64(max(lim.CPU/time.Second, 1)), Memory: lim.Memory})
+	if err != nil {
+		return Result{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, lim.Wall)
+	defer cancel()
+	out := &capped{max: lim.Stdout, over: cancel}
+	errb := &capped{max: lim.Stderr}
+	cmd := exec.CommandContext(ctx, "/proc/self/exe")
+	cmd.Args = []string{jailArg0, string(cfg)}
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = out, errb
+	cmd.ExtraFiles = []*os.File{ws, usr}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWNET | syscall.CLONE_NEWPID |
+			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: int(j.UID), HostID: int(j.UID), Size: 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: int(j.GID), HostID: int(j.GID), Size: 1}},
+		GidMappingsEnableSetgroups: true,
+		Credential:                 &syscall.Credential{Uid: j.UID, Gid: j.GID, Groups: []uint32{}},
+		AmbientCaps:                []uintptr{unix.CAP_SYS_ADMIN},
+		Pdeathsig:                  syscall.SIGKILL,
+	}
+	// From a thread that lives until the jail is reaped, so its
+	// parent-death signal means the server is gone (internal/childproc).
+	waited, err := childproc.Start(cmd)
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: %v", ErrFallback, err)
+	}
+	err = <-waited
+	res := Result{Stdout: out.b.Bytes(), Stderr: errb.b.Bytes()}
+	if out.overflow() {
+		return Result{}, fmt.Errorf("%w: output over %d bytes", ErrFallback, lim.Stdout)
+	}
+	if ctx.Err() != nil {
+		return Result{}, fmt.Errorf("%w: past %s", ErrFallback, lim.Wall)
+	}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return res, nil
+	case errors.As(err, &ee) && ee.Exited() && ee.ExitCode() <= 2:
+		res.Exit = ee.ExitCode()
+		return res, nil
+	case errors.As(err, &ee):
+		return Result{}, fmt.Errorf("%w: %v: %s", ErrFallback, err, firstLine(res.Stderr))
+	default:
+		return Result{}, fmt.Errorf("%w: %v", ErrFallback, err)
+	}
+}
+
+// detachedTree is a detached copy of the mount at p (not of what is mounted
+// beneath it), read-only, nosuid, nodev (and noexec): the jail attaches it
+// in its own mount namespace, where a bind by name or by a descriptor of
+// this namespace's mounts is refused.
+func detachedTree(p string, noexec bool) (*os.File, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, p, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+	if err != nil {
+		return nil, &ErrJail{Msg: fmt.Sprintf("%s: %v", p, err)}
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if noexec {
+		attr.Attr_set |= unix.MOUNT_ATTR_NOEXEC
+	}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		unix.Close(fd)
+		return nil, &ErrJail{Msg: fmt.Sprintf("%s: read-only: %v", p, err)}
+	}
+	return os.NewFile(uintptr(fd), p), nil
+}
+
+func firstLine(b []byte) string {
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		b = b[:i]
+	}
+	if len(b) > 200 {
+		b = b[:200]
+	}
+	return string(b)
+}
+
+// capped keeps up to max bytes; past them it drops the rest and calls over.
+type capped struct {
+	mu   sync.Mutex
+	b    bytes.Buffer
+	max  int
+	over func()
+	past bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if room := c.max - c.b.Len(); len(p) > room {
+		c.b.Write(p[:max(room, 0)])
+		if !c.past && c.over != nil {
+			c.over()
+		}
+		c.past = true
+		return len(p), nil
+	}
+	c.b.Write(p)
+	return len(p), nil
+}
+
+func (c *capped) overflow() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.past
+}

@@ -1,0 +1,77 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"paseo.dev/paseo-policy/runtime/launcher/nativesearch"
+)
+
+// TestPiToolsNativeSearch: with the launcher's native search on
+// (launcher.Options.NativeSearch), the sandbox's `rg` is the client, and
+// on the bench tree (the pi-session profile, a linked worktree, a
+// .gitignore) each search gives what the sandbox's own rg (/usr/bin/rg)
+// gives, exit code included (lines sorted: rg's thread order is not
+// fixed), Pi's grep tool's argv among them; the server answered them. A
+// link the agent plants to a host file and names as a path is answered by
+// the sandbox's rg (no such file there), never with the host file.
+// Control: rg on the host follows the same link to the host file.
+func TestPiToolsNativeSearch(t *testing.T) {
+	im := image(t)
+	base := t.TempDir()
+	host := filepath.Join(base, "host")
+	r := genToolsRepo(t, host, 300)
+	secret := filepath.Join(base, "host-secret.txt")
+	write(t, secret, "HOSTSECRET in a host file\n")
+	sbx := startToolsSandboxWith(t, im, host, r, "search", toolsSandboxOpts{search: true})
+
+	if got := strings.TrimSpace(sbx.output(t, "command -v rg")); got != nativesearch.ClientPath {
+		t.Fatalf("rg in the sandbox is %q, want the client %s", got, nativesearch.ClientPath)
+	}
+	// stdin is /dev/null, as for Pi's tools: the server's stdin is the
+	// test's command pipe, which rg without a path would read.
+	sorted := func(c string) string {
+		return "{ " + c + "; } </dev/null 2>&1 | LC_ALL=C sort; echo rc=${PIPESTATUS[0]}"
+	}
+	searches := []string{
+		`rg -c 'func ' .`,
+		`rg -c 'func '`,
+		`rg --no-config --line-number --color=never --hidden -- 'func [A-Z]' .`,
+		`rg --no-config --json --line-number --color=never --hidden --glob '*.go' -- 'return' . | grep '"type":"match"'`,
+		`rg -n return . | head -n 3 >/dev/null`, // a reader that stops early: rg exits 0 on the broken pipe
+		`rg -n -i -w 'TODO' --glob '*.go'`,
+		`rg -l -e import -e package src`,
+		`rg --files`,
+		`rg -C1 -m2 -tgo 'func' internal`,
+		`rg zzz-never-there`,
+		`rg -c func no-such-dir`,
+		`cd src && rg -c func`,
+		`ln -sf ` + secret + ` escape && rg -c HOSTSECRET escape`,
+	}
+	for _, s := range searches {
+		client := sbx.output(t, sorted(s))
+		real := sbx.output(t, sorted(strings.ReplaceAll(s, "rg ", "/usr/bin/rg ")))
+		if client != real {
+			t.Errorf("%s:\nthe client gave\n%s\nthe sandbox's rg\n%s", s, client, real)
+		}
+		if strings.Contains(client, "HOSTSECRET in") {
+			t.Errorf("%s: the host file's content reached the sandbox:\n%s", s, client)
+		}
+	}
+	// Control: where nothing protects, rg follows the planted link.
+	cmd := exec.Command(filepath.Join(im.Rootfs, "usr/bin/rg"), "--no-config", "--follow", "HOSTSECRET", ".")
+	cmd.Dir = r.ws
+	if out, _ := cmd.Output(); !strings.Contains(string(out), "HOSTSECRET in") {
+		t.Errorf("control: host rg --follow did not read the planted link's host file: %q", out)
+	}
+	os.Remove(filepath.Join(r.ws, "escape"))
+	res := sbx.finish()
+	// All but the planted link's, which the sandbox's rg answers (a link
+	// given as a path: the server answers "fallback").
+	if st := res.NativeSearch; st == nil || st.Answered < uint64(len(searches)-1) || st.Fallback < 1 {
+		t.Errorf("the search server's counters: %+v, want at least %d answered and the link's fallback", st, len(searches)-1)
+	}
+}
