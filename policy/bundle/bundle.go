@@ -113,7 +113,14 @@ type Route struct {
 	// registry grants this deployment's requests; every other one is
 	// refused.
 	HostedTools []string `json:"hostedTools,omitempty"`
-	Fact        string   `json:"fact"`
+	// The subscription login a login model route brokers (credential mode
+	// oauth-broker; grant.Route): the deployment's auth.json on the host,
+	// its entry, and the provider's token endpoint. No token is here: the
+	// route reads them from the file at each request.
+	LoginFile    string `json:"loginFile,omitempty"`
+	LoginEntry   string `json:"loginEntry,omitempty"`
+	LoginRefresh string `json:"loginRefresh,omitempty"`
+	Fact         string `json:"fact"`
 }
 
 // ModelRoutePlaceholder is the credential the sandbox holds in place of
@@ -122,6 +129,15 @@ type Route struct {
 // It is public, the same for every sandbox, and worth nothing anywhere
 // else.
 const ModelRoutePlaceholder = "paseo-model-route"
+
+// ModelLoginPlaceholder is the sandbox's stand-in for a subscription
+// login's access token (credential mode oauth-broker): Pi 1.6.0's
+// Anthropic client takes a key containing "sk-ant-oat" for an OAuth token
+// (pi-ai api/anthropic-messages.js isOAuthToken) and sends it as a bearer
+// with the subscription's headers and system prompt. Public, the same in
+// every sandbox, and no token anywhere: the route swaps it for the
+// login's current access token.
+const ModelLoginPlaceholder = "sk-ant-oat-paseo-model-route"
 
 // Manifest is manifest.json: every grant with its reason and fact, and the
 // digests that tie the bundle to its inputs.
