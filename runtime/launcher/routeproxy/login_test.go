@@ -47,7 +47,7 @@ const anthropicLoginBody = `{"model":"claude-x","max_tokens":64,"stream":true,"m
 var loginRoute = bundle.Route{Purpose: "model", Listen: "gateway", Port: 18080, Path: "",
 	Upstream: "https://llm.example.test:8443", API: "anthropic-messages", Credential: grant.ModelLoginCredential,
 	Requests: []string{"POST /v1/messages?beta=true"}, Model: "claude-x",
-	Headers:  []string{"anthropic-version: 2023-06-01", "anthropic-beta: claude-code-20250219", "anthropic-beta: oauth-2025-04-20"},
+	Headers:    []string{"anthropic-version: 2023-06-01", "anthropic-beta: claude-code-20250219", "anthropic-beta: oauth-2025-04-20"},
 	LoginEntry: "anthropic", LoginRefresh: "https://llm.example.test:8443/v1/oauth/token"}
 
 // newLoginWorld writes auth.json with an access token that expires in
