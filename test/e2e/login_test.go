@@ -18,6 +18,8 @@ import (
 
 	"paseo.dev/paseo-policy/internal/testkit/fakemodel"
 	"paseo.dev/paseo-policy/internal/testkit/piproto"
+	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/supervisor"
 )
 
 // subscription is a fake subscription provider on the model host: the
@@ -273,5 +275,68 @@ func TestPiModelLoginRevokedAndRelogin(t *testing.T) {
 	res := p.stop(t)
 	if rs := res.Routes["model"]; rs.Refused < 1 {
 		t.Errorf("model route %+v: the revoked login's request is not counted refused", rs)
+	}
+}
+
+// The login through the supervisor (issue 35): the holder's route reads
+// the deployment's auth.json itself (no key is handed over), a turn
+// refreshes the login on the host, and a login replaced while the sandbox
+// sleeps is the woken route's, with no token in the checkpoint.
+func TestPiModelLoginThroughSupervisor(t *testing.T) {
+	e := newEnv(t, fakemodel.Text("reply 0."), fakemodel.Text("reply 1."))
+	e.baseURL = strings.TrimSuffix(modelURL, "/v1")
+	e.models = `{"providers":{"fake":{"baseUrl":"` + e.baseURL + `","api":"anthropic-messages",
+ "apiKey":"$FAKE_LLM_KEY",
+ "models":[{"id":"fake-1","input":["text"],"contextWindow":64000,"maxTokens":16384}]}}}`
+	sub := newSubscription(e, time.Minute) // the first turn refreshes
+	authPath := filepath.Join(e.host, "srv/paseo/state/pi-agent/auth.json")
+	sc := e.scene(t, "pi-session", fmt.Sprintf(`{"model":{"api":"anthropic-messages"},
+ "credential":{"mode":"oauth-broker","env":null,"secretRef":null,"authFile":%q,
+  "refreshURLs":["https://llm.example.test:8443/v1/oauth/token"]}}`, authPath))
+	h := e.hibernateHarness(t, sc.Registry, sc.State, sc.Runsc)
+	h.create(t, sc.Facts)
+	h.turn(t, 0)
+	sub.mu.Lock()
+	refreshes, refreshed := sub.refreshes, []string{sub.access, sub.refresh}
+	sub.mu.Unlock()
+	if refreshes != 1 {
+		t.Errorf("%d refreshes by the holder's route, want 1", refreshes)
+	}
+	h.hibernate(t)
+	img := filepath.Join(launcher.HibernateDir(sc.State, h.id), "image")
+	ents, err := os.ReadDir(img)
+	if err != nil || len(ents) == 0 {
+		t.Fatalf("checkpoint image: %v", err)
+	}
+	for _, ent := range ents {
+		data, err := os.ReadFile(filepath.Join(img, ent.Name()))
+		if err != nil {
+			continue
+		}
+		for _, tok := range refreshed {
+			if bytes.Contains(data, []byte(tok)) {
+				t.Errorf("checkpoint file %s holds a login token", ent.Name())
+			}
+		}
+	}
+	// A new login on the host while the sandbox sleeps.
+	sub.mu.Lock()
+	sub.access, sub.refresh = randomHex("sk-ant-oat01-"), randomHex("sk-ant-ort01-")
+	na, nr := sub.access, sub.refresh
+	sub.mu.Unlock()
+	e.mu.Lock()
+	e.fm.SetAPIKey(na)
+	e.mu.Unlock()
+	if err := os.WriteFile(authPath, []byte(sub.authJSON(na, nr, 8*time.Hour)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.turn(t, 1) // wakes it
+	for _, r := range e.requests() {
+		if !r.Authorized {
+			t.Errorf("%s %s reached the provider without the login's current access token", r.Method, r.Path)
+		}
+	}
+	if err := h.cl.Call(ctx(t), supervisor.Request{Op: "delete", Sandbox: h.id}, nil); err != nil {
+		t.Fatal(err)
 	}
 }
