@@ -159,10 +159,14 @@ type oauthEntry struct {
 // Access returns the login's access token, valid for LoginMinValidity
 // at least, refreshing it (under Pi's lock) when it is not.
 func (l *Login) Access(ctx context.Context) ([]byte, error) {
-	if e, err := l.read(); err != nil {
-		return nil, err
-	} else if l.fresh(e) {
+	// Unlocked first: the common case, a fresh token, costs one read.
+	// Pi writes auth.json in place under its lock, so a read that finds
+	// no JSON may have met a write half done: it is decided again under
+	// the lock, as is a token about to expire.
+	if e, err := l.read(); err == nil && l.fresh(e) {
 		return []byte(e.Access), nil
+	} else if errors.Is(err, ErrLoginRevoked) {
+		return nil, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -196,8 +200,8 @@ func (l *Login) fresh(e oauthEntry) bool {
 }
 
 // read reads the entry without the lock: Pi writes auth.json in place,
-// so a torn read is possible, and fails as unavailable (the next request
-// reads again); the broker's own writes are atomic.
+// so a torn read is possible (Access then reads again under the lock);
+// the broker's own writes are atomic.
 func (l *Login) read() (oauthEntry, error) {
 	_, e, err := l.readDoc()
 	return e, err

@@ -349,3 +349,32 @@ func TestLoginRouteRevokedAndRelogin(t *testing.T) {
 		t.Errorf("after a new login: %d %s", resp.StatusCode, body)
 	}
 }
+
+// A read that meets Pi's in-place write half done is decided again under
+// Pi's lock, once the writer released it: the request succeeds, nothing
+// refreshes.
+func TestLoginRouteReadsAgainUnderTheLock(t *testing.T) {
+	w := newLoginWorld(t, time.Hour)
+	lock := w.authFile + ".lock"
+	data, err := os.ReadFile(w.authFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(lock, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(w.authFile, data[:len(data)/2], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = os.WriteFile(w.authFile, data, 0o600)
+		_ = os.Remove(lock)
+	}()
+	if resp, body := w.send(t, nil); resp.StatusCode != 200 {
+		t.Errorf("during Pi's write: %d %s", resp.StatusCode, body)
+	}
+	if n := w.refreshN.Load(); n != 0 {
+		t.Errorf("%d refreshes", n)
+	}
+}
