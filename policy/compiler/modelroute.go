@@ -128,14 +128,33 @@ var modelLoginHeaders = map[string][]string{
 	"anthropic-messages": {"anthropic-beta: claude-code-20250219", "anthropic-beta: oauth-2025-04-20"},
 }
 
+// loginNotBrokered says, for subscription APIs of Pi 1.6.0 the route does
+// not broker yet, why.
+var loginNotBrokered = map[string]string{
+	"openai-codex-responses": "Pi 1.6.0 sends a Codex turn over a WebSocket first and then as a zstd-compressed body (pi-ai api/openai-codex-responses.js), neither of which the route can check",
+}
+
+// loginAPI refuses an API whose subscription login the route does not
+// broker, saying why when it is one of Pi's subscriptions.
+func (c *compilation) loginAPI(api string) bool {
+	if grant.ModelLoginAPIs[api] != "" {
+		return true
+	}
+	why := ""
+	if w, ok := loginNotBrokered[api]; ok {
+		why = ": " + w
+	}
+	c.diags.Addf(diag.ModelRoute, "model.api", "oauth-broker mode brokers the subscription logins of %s only, not API %s%s; use oauth-file", strings.Join(slices.Sorted(maps.Keys(grant.ModelLoginAPIs)), ", "), api, why)
+	return false
+}
+
 // modelLoginRoute grants the route of a brokered subscription login: the
 // deployment's auth.json (credential.authFile, resolved beneath a state
 // root, never mounted), its entry for model.provider, and the token
 // endpoint (credential.refreshURLs[0]) the route refreshes it at.
 func (c *compilation) modelLoginRoute(p *grant.Plan, upstream, prefix string, reqs []string) {
 	f := c.facts
-	if grant.ModelLoginAPIs[c.modelAPI] == "" {
-		c.diags.Addf(diag.ModelRoute, "model.api", "oauth-broker mode brokers the subscription logins of %s only, not API %s", strings.Join(slices.Sorted(maps.Keys(grant.ModelLoginAPIs)), ", "), c.modelAPI)
+	if !c.loginAPI(c.modelAPI) {
 		return
 	}
 	if len(f.Credential.RefreshURLs) != 1 || f.Credential.AuthFile != f.State.AgentDir+"/auth.json" {
@@ -287,7 +306,11 @@ func (c *compilation) modelsDoc(daemon []byte, port int) []byte {
 		c.diags.Addf(diag.ModelSigned, "model.api", "API %s %s: there is no static key the model route could add outside the sandbox, so an api-key launch of it is refused", api, why)
 		return nil
 	}
-	if grant.ModelCredentials[api] == "" {
+	if c.loginBrokered() {
+		if !c.loginAPI(api) {
+			return nil
+		}
+	} else if grant.ModelCredentials[api] == "" {
 		c.diags.Addf(diag.ModelRoute, "model.api", "the model route knows no credential header for API %s", api)
 		return nil
 	}
