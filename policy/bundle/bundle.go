@@ -139,6 +139,29 @@ const ModelRoutePlaceholder = "paseo-model-route"
 // login's current access token.
 const ModelLoginPlaceholder = "sk-ant-oat-paseo-model-route"
 
+// ModelCodexAccount is the public stand-in ChatGPT account id the Codex
+// login placeholder carries: Pi 1.6.0 (pi-ai api/openai-codex-responses.js
+// extractAccountId) reads the chatgpt-account-id header it sends from the
+// access token's claim "https://api.openai.com/auth"; the route replaces
+// it with the real login's.
+const ModelCodexAccount = "paseo-model-route"
+
+// ModelCodexLoginPlaceholder is the sandbox's stand-in for an OpenAI
+// Codex (ChatGPT subscription) access token: an unsigned JWT (alg none,
+// no signature) whose only claim is ModelCodexAccount, shaped so Pi takes
+// it for a Codex login. Public, the same in every sandbox, and no
+// credential anywhere.
+const ModelCodexLoginPlaceholder = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0." +
+	"eyJodHRwczovL2FwaS5vcGVuYWkuY29tL2F1dGgiOnsiY2hhdGdwdF9hY2NvdW50X2lkIjoicGFzZW8tbW9kZWwtcm91dGUifX0."
+
+// LoginPlaceholder is the placeholder a login route's API takes.
+func LoginPlaceholder(api string) string {
+	if api == "openai-codex-responses" {
+		return ModelCodexLoginPlaceholder
+	}
+	return ModelLoginPlaceholder
+}
+
 // Manifest is manifest.json: every grant with its reason and fact, and the
 // digests that tie the bundle to its inputs.
 type Manifest struct {

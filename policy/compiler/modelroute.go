@@ -126,25 +126,17 @@ func (c *compilation) modelRoute(p *grant.Plan) {
 // OAuth betas), which the subscription API requires.
 var modelLoginHeaders = map[string][]string{
 	"anthropic-messages": {"anthropic-beta: claude-code-20250219", "anthropic-beta: oauth-2025-04-20"},
-}
-
-// loginNotBrokered says, for subscription APIs of Pi 1.6.0 the route does
-// not broker yet, why.
-var loginNotBrokered = map[string]string{
-	"openai-codex-responses": "Pi 1.6.0 sends a Codex turn over a WebSocket first and then as a zstd-compressed body (pi-ai api/openai-codex-responses.js), neither of which the route can check",
+	// pi-ai api/openai-codex-responses.js buildSSEHeaders.
+	"openai-codex-responses": {"openai-beta: responses=experimental"},
 }
 
 // loginAPI refuses an API whose subscription login the route does not
-// broker, saying why when it is one of Pi's subscriptions.
+// broker.
 func (c *compilation) loginAPI(api string) bool {
 	if grant.ModelLoginAPIs[api] != "" {
 		return true
 	}
-	why := ""
-	if w, ok := loginNotBrokered[api]; ok {
-		why = ": " + w
-	}
-	c.diags.Addf(diag.ModelRoute, "model.api", "oauth-broker mode brokers the subscription logins of %s only, not API %s%s; use oauth-file", strings.Join(slices.Sorted(maps.Keys(grant.ModelLoginAPIs)), ", "), api, why)
+	c.diags.Addf(diag.ModelRoute, "model.api", "oauth-broker mode brokers the subscription logins of %s only, not API %s; use oauth-file", strings.Join(slices.Sorted(maps.Keys(grant.ModelLoginAPIs)), ", "), api)
 	return false
 }
 
@@ -334,7 +326,7 @@ func (c *compilation) modelsDoc(daemon []byte, port int) []byte {
 	str := func(s string) json.RawMessage { b, _ := json.Marshal(s); return b }
 	entry["baseUrl"] = str(c.modelRouteURL(port, prefix))
 	if c.loginBrokered() {
-		entry["apiKey"] = str(bundle.ModelLoginPlaceholder)
+		entry["apiKey"] = str(bundle.LoginPlaceholder(api))
 	} else {
 		entry["apiKey"] = str(bundle.ModelRoutePlaceholder)
 	}

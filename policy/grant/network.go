@@ -166,7 +166,8 @@ const ModelLoginCredential = "oauth-bearer"
 // route brokers (credential mode oauth-broker), each with what the route
 // does for it.
 var ModelLoginAPIs = map[string]string{
-	"anthropic-messages": "Anthropic's subscription (Claude Pro/Max): the access token as a bearer, refreshed with Pi's refresh request",
+	"anthropic-messages":     "Anthropic's subscription (Claude Pro/Max): the access token as a bearer, refreshed with Pi's refresh request",
+	"openai-codex-responses": "OpenAI's ChatGPT subscription (Codex): the access token as a bearer and its ChatGPT account id, refreshed with Pi's form-encoded refresh request; Pi's WebSocket refused (Pi falls back to HTTP), its zstd body decompressed within the body limit and forwarded uncompressed",
 }
 
 // Login reports whether the model route brokers a subscription login.

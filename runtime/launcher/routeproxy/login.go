@@ -76,6 +76,11 @@ const loginRefreshTimeout = 15 * time.Second
 // client that obtained it.
 const anthropicClientID = "9d1c250a-e61b-44d9-88ed-5944d1962f5e"
 
+// codexClientID is the public OAuth client id Pi 1.6.0 logs in and
+// refreshes with for OpenAI's ChatGPT subscription (pi-ai
+// auth/oauth/openai-codex.js CLIENT_ID).
+const codexClientID = "app_EMoamEEZ73f0CkXaXp7hrann"
+
 // ErrLoginRevoked: the token endpoint refused the refresh token (the
 // login was revoked, expired or used elsewhere), or the auth.json entry
 // is gone. Only a new login on the host helps.
@@ -154,6 +159,9 @@ type oauthEntry struct {
 	Access  string  `json:"access"`
 	Refresh string  `json:"refresh"`
 	Expires float64 `json:"expires"` // ms since the epoch
+	// Account is a Codex login's ChatGPT account id (Pi's accountId),
+	// from the access token's claim.
+	Account string `json:"accountId,omitempty"`
 }
 
 // Access returns the login's access token, valid for LoginMinValidity
@@ -319,17 +327,26 @@ type tokenAnswer struct {
 	Error        string  `json:"error"`
 }
 
-// refreshToken runs the provider's refresh as Pi 1.6.0 does (pi-ai
-// auth/oauth/anthropic.js refreshAnthropicToken): a JSON POST of
-// grant_type refresh_token, Pi's client id and the refresh token.
+// refreshToken runs the provider's refresh as Pi 1.6.0 does: for
+// Anthropic (pi-ai auth/oauth/anthropic.js refreshAnthropicToken) a JSON
+// POST of grant_type refresh_token, Pi's client id and the refresh token;
+// for Codex (auth/oauth/openai-codex.js refreshAccessToken) the same
+// three form-encoded.
 func (l *Login) refreshToken(ctx context.Context, refresh string) (oauthEntry, error) {
-	body, _ := json.Marshal(map[string]string{"grant_type": "refresh_token", "client_id": anthropicClientID, "refresh_token": refresh})
+	var body []byte
+	ctype := "application/json"
+	if l.api == codexAPI {
+		ctype = "application/x-www-form-urlencoded"
+		body = []byte(url.Values{"grant_type": {"refresh_token"}, "refresh_token": {refresh}, "client_id": {codexClientID}}.Encode())
+	} else {
+		body, _ = json.Marshal(map[string]string{"grant_type": "refresh_token", "client_id": anthropicClientID, "refresh_token": refresh})
+	}
 	defer clear(body)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.refresh.String(), bytes.NewReader(body))
 	if err != nil {
 		return oauthEntry{}, fmt.Errorf("%w: the token endpoint: %v", ErrLoginUnavailable, err)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", ctype)
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "paseo-policy-model-route")
 	resp, err := l.client.Do(req)
@@ -360,8 +377,18 @@ func (l *Login) refreshToken(ctx context.Context, refresh string) (oauthEntry, e
 	case !ValidToken([]byte(a.AccessToken)) || a.RefreshToken == "" || !ValidToken([]byte(a.RefreshToken)) || a.ExpiresIn <= 0:
 		return oauthEntry{}, fmt.Errorf("%w: the token endpoint %s answered without a usable access token, refresh token and expires_in", ErrLoginUnavailable, l.refresh.Host)
 	}
-	exp := l.now().Add(time.Duration(a.ExpiresIn * float64(time.Second))).Add(-loginExpiryMargin)
-	return oauthEntry{Type: "oauth", Access: a.AccessToken, Refresh: a.RefreshToken, Expires: float64(exp.UnixMilli())}, nil
+	exp := l.now().Add(time.Duration(a.ExpiresIn * float64(time.Second)))
+	account := ""
+	if l.api == codexAPI {
+		// Pi keeps a Codex login's expiry as given, and refuses an
+		// access token that names no account (credentialsFromToken).
+		if account = codexAccount([]byte(a.AccessToken)); account == "" {
+			return oauthEntry{}, fmt.Errorf("%w: the token endpoint %s answered with an access token that names no ChatGPT account", ErrLoginUnavailable, l.refresh.Host)
+		}
+	} else {
+		exp = exp.Add(-loginExpiryMargin)
+	}
+	return oauthEntry{Type: "oauth", Access: a.AccessToken, Refresh: a.RefreshToken, Expires: float64(exp.UnixMilli()), Account: account}, nil
 }
 
 func isWord(s string) bool {
@@ -388,6 +415,9 @@ func (l *Login) write(doc map[string]json.RawMessage, next oauthEntry) error {
 	for k, v := range map[string]any{"type": next.Type, "access": next.Access, "refresh": next.Refresh, "expires": int64(next.Expires)} {
 		b, _ := json.Marshal(v)
 		entry[k] = b
+	}
+	if next.Account != "" {
+		entry["accountId"], _ = json.Marshal(next.Account)
 	}
 	eb, err := marshalOrdered(entry)
 	if err != nil {
@@ -472,6 +502,10 @@ func marshalOrdered(m map[string]json.RawMessage) ([]byte, error) {
 // user-agent claude-cli/<version>, x-app cli), which the subscription
 // API expects; each passes only in that form.
 func loginIdentity(api string, in, out http.Header) {
+	if api == codexAPI {
+		codexIdentity(in, out)
+		return
+	}
 	if api != "anthropic-messages" {
 		return
 	}

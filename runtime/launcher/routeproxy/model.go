@@ -86,6 +86,7 @@ type modelRequest struct {
 	query   string // and of its fixed query, if the route lists one
 	key     []byte
 	headers http.Header // the checked feature headers
+	account string      // a Codex login's ChatGPT account id
 }
 
 type modelKey struct{}
@@ -165,6 +166,9 @@ func NewModel(r bundle.Route, o ModelOptions) (*Proxy, error) {
 			case grant.ModelLoginCredential:
 				loginIdentity(r.API, pr.In.Header, pr.Out.Header)
 				pr.Out.Header.Set("Authorization", "Bearer "+string(d.key))
+				if r.API == codexAPI {
+					pr.Out.Header.Set("Chatgpt-Account-Id", d.account)
+				}
 			case "authorization-bearer":
 				pr.Out.Header.Set("Authorization", "Bearer "+string(d.key))
 			case "x-api-key":
@@ -270,7 +274,7 @@ func (p *Proxy) ownCredential(h http.Header) bool {
 		}
 		switch {
 		case len(v) == 1 && name == "Authorization" && p.route.Credential == "authorization-bearer" && v[0] == "Bearer "+bundle.ModelRoutePlaceholder:
-		case len(v) == 1 && name == "Authorization" && p.route.Credential == grant.ModelLoginCredential && v[0] == "Bearer "+bundle.ModelLoginPlaceholder:
+		case len(v) == 1 && name == "Authorization" && p.route.Credential == grant.ModelLoginCredential && v[0] == "Bearer "+bundle.LoginPlaceholder(p.route.API):
 		case len(v) == 1 && name == "X-Api-Key" && p.route.Credential == "x-api-key" && v[0] == bundle.ModelRoutePlaceholder:
 		case len(v) == 1 && name == "X-Goog-Api-Key" && p.route.Credential == "x-goog-api-key" && v[0] == bundle.ModelRoutePlaceholder:
 		case len(v) == 1 && name == "Api-Key" && p.route.Credential == "api-key" && v[0] == bundle.ModelRoutePlaceholder:
@@ -297,6 +301,12 @@ func (p *Proxy) modelGuard(next http.Handler, key func() ([]byte, error)) http.H
 		switch {
 		case status == http.StatusNotFound && p.otherModelInPath(req):
 			p.refuseModel(w, refuseAt(ReasonForeignModel, "path", "this route serves the model %q only", p.route.Model))
+			return
+		case len(req.Header.Values("Upgrade")) > 0 || req.Method == http.MethodConnect:
+			// A WebSocket (Pi's Codex client tries one first) would carry
+			// the turn in frames the route never reads. Refused before
+			// anything else: Pi then sends the turn as a request.
+			refuse(http.StatusForbidden, "the model route does not upgrade a connection; send the request over HTTP", true)
 			return
 		case status == http.StatusNotFound:
 			refuse(status, "not a request this model route forwards", true)
@@ -333,7 +343,24 @@ func (p *Proxy) modelGuard(next http.Handler, key func() ([]byte, error)) http.H
 			}
 			req.Body, req.ContentLength = http.NoBody, 0
 		default:
-			if why := plainJSON(req.Header); why != "" {
+			h := req.Header
+			if ce := h.Values("Content-Encoding"); p.route.API == codexAPI && len(ce) == 1 && strings.EqualFold(ce[0], "zstd") {
+				// Pi's Codex client compresses its body (see codex.go).
+				plain, err := unzstd(body, p.limits.MaxBody)
+				clear(body)
+				switch {
+				case errors.Is(err, errZstdTooLarge):
+					refuse(http.StatusRequestEntityTooLarge, "request body too large once decompressed", false)
+					return
+				case err != nil:
+					refuse(http.StatusBadRequest, "request body is not one zstd frame", true)
+					return
+				}
+				body = plain
+				h = h.Clone()
+				h.Del("Content-Encoding")
+			}
+			if why := plainJSON(h); why != "" {
 				refuse(http.StatusUnsupportedMediaType, why, true)
 				return
 			}
@@ -361,7 +388,14 @@ func (p *Proxy) modelGuard(next http.Handler, key func() ([]byte, error)) http.H
 			return
 		}
 		defer clear(k)
-		req = req.WithContext(context.WithValue(req.Context(), modelKey{}, &modelRequest{path: path, query: query, key: k, headers: headers}))
+		account := ""
+		if p.route.Credential == grant.ModelLoginCredential && p.route.API == codexAPI {
+			if account = codexAccount(k); account == "" {
+				refuse(http.StatusServiceUnavailable, "the subscription login's access token names no ChatGPT account", false)
+				return
+			}
+		}
+		req = req.WithContext(context.WithValue(req.Context(), modelKey{}, &modelRequest{path: path, query: query, key: k, headers: headers, account: account}))
 		p.Stats.Forwarded.Add(1)
 		next.ServeHTTP(w, req)
 	})
