@@ -216,9 +216,17 @@ var responsesFields = fields{
 // codexBody is Pi's Codex request (pi-ai api/openai-codex-responses.js
 // buildRequestBody): the Responses members (input items through Pi's
 // shared converter) and two of its own, text.verbosity and
-// parallel_tool_calls.
+// parallel_tool_calls; its function tools carry strict: null (Pi
+// converts them with toolOptions strict null, openai-responses-shared.js
+// convertResponsesTools).
 var codexBody = obj(func() fields {
 	f := maps.Clone(responsesFields)
+	f["tools"] = arr(withHosted(tagged("type", map[string]fields{
+		"function": {"name": str, "description": str, "parameters": freeObject,
+			"strict": byKind(map[kind]check{kindBool: boolean, kindNull: free}), "defer_loading": boolean},
+		"custom": {"name": str, "description": str, "defer_loading": boolean,
+			"format": obj(fields{"type": enum("grammar"), "syntax": str, "definition": str})},
+	}, toolKind), rWebSearch))
 	f["text"] = obj(fields{"verbosity": enum("low", "medium", "high")})
 	f["parallel_tool_calls"] = boolean
 	return f

@@ -30,7 +30,7 @@ func codexJWT(account string) string {
 
 // Pi 1.6.0's Codex body (pi-ai api/openai-codex-responses.js
 // buildRequestBody) for one user message.
-const codexLoginBody = `{"model":"gpt-x","store":false,"stream":true,"input":[{"role":"developer","content":"You are Pi."},{"role":"user","content":[{"type":"input_text","text":"hi"}]}],"text":{"verbosity":"low"},"include":["reasoning.encrypted_content"],"prompt_cache_key":"0199d5c2-5c1e-7000-8000-000000000001","tool_choice":"auto","parallel_tool_calls":true,"reasoning":{"effort":"none"}}`
+const codexLoginBody = `{"model":"gpt-x","store":false,"stream":true,"input":[{"role":"developer","content":"You are Pi."},{"role":"user","content":[{"type":"input_text","text":"hi"}]}],"text":{"verbosity":"low"},"include":["reasoning.encrypted_content"],"prompt_cache_key":"0199d5c2-5c1e-7000-8000-000000000001","tools":[{"type":"function","name":"read","description":"Read a file","parameters":{"type":"object","properties":{"path":{"type":"string"}}},"strict":null}],"tool_choice":"auto","parallel_tool_calls":true,"reasoning":{"effort":"none"}}`
 
 var codexRoute = bundle.Route{Purpose: "model", Listen: "gateway", Port: 18080, Path: "/backend-api",
 	Upstream: "https://llm.example.test:8443/backend-api", API: codexAPI, Credential: grant.ModelLoginCredential,
