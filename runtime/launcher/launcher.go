@@ -568,7 +568,8 @@ func (l *launch) recordRoute(purpose string, proxy *routeproxy.Proxy) {
 	s := &proxy.Stats
 	l.res.Routes[purpose] = RouteStats{Forwarded: s.Forwarded.Load(), Refused: s.Refused.Load(),
 		OutOfScope: s.OutOfScope.Load(), Filtered: s.Filtered.Load(),
-		RefusedConns: s.RefusedConns.Load(), Cut: s.Cut.Load(), Scrubbed: s.Scrubbed.Load()}
+		RefusedConns: s.RefusedConns.Load(), Cut: s.Cut.Load(), Scrubbed: s.Scrubbed.Load(),
+		Decompressed: s.Decompressed.Load()}
 	if m := s.Refusals(); len(m) > 0 {
 		rs := l.res.Routes[purpose]
 		rs.ByReason = m

@@ -159,8 +159,9 @@ func TestPiModelLoginCodex(t *testing.T) {
 	}
 	// Pi's WebSocket was refused (at least once: Pi then keeps to HTTP
 	// for the session), and every turn it sent over HTTP was forwarded.
-	if rs := res.Routes["model"]; rs.Refused < 1 || rs.Refused != rs.OutOfScope || rs.Forwarded != int64(len(reqs)) {
-		t.Errorf("model route %+v, want Pi's WebSocket refused and the provider's %d requests forwarded", rs, len(reqs))
+	// Each was sent zstd-compressed, and decompressed by the route.
+	if rs := res.Routes["model"]; rs.Refused < 1 || rs.Refused != rs.OutOfScope || rs.Forwarded != int64(len(reqs)) || rs.Decompressed != int64(len(reqs)) {
+		t.Errorf("model route %+v, want Pi's WebSocket refused and the provider's %d requests forwarded, each decompressed", rs, len(reqs))
 	}
 
 	authPath := filepath.Join(sc.Host, "srv/paseo/state/pi-agent/auth.json")

@@ -168,6 +168,9 @@ func TestCodexLoginRoute(t *testing.T) {
 	if n := w.refreshN.Load(); n != 1 {
 		t.Errorf("%d refreshes, want 1", n)
 	}
+	if n := w.proxy.Stats.Decompressed.Load(); n != 1 {
+		t.Errorf("%d bodies decompressed, want 1", n)
+	}
 	w.mu.Lock()
 	seen, got, length, access := w.seen, w.body, w.length, w.access
 	w.mu.Unlock()

@@ -357,6 +357,7 @@ func (p *Proxy) modelGuard(next http.Handler, key func() ([]byte, error)) http.H
 					return
 				}
 				body = plain
+				p.Stats.Decompressed.Add(1)
 				h = h.Clone()
 				h.Del("Content-Encoding")
 			}
