@@ -2,10 +2,15 @@ package routeproxy
 
 import (
 	"bytes"
+	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +21,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"paseo.dev/paseo-policy/internal/testkit/fakemodel"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/grant"
 )
@@ -218,8 +224,7 @@ func jsonEqual(a, b any) bool {
 // Pi tries a WebSocket first (GET with Upgrade to the same path): the
 // route refuses the upgrade, so the turn never travels in frames it does
 // not read; and a WebSocket through the route is refused whether or not
-// the route lists a GET of that path. Control: a plain reverse proxy
-// (the route's own forwarding without the guard) would switch protocols.
+// the route lists a GET of that path (TestModelRouteUpgradeRefused).
 func TestCodexWebSocketRefused(t *testing.T) {
 	w := newCodexWorld(t, time.Hour)
 	upgrade := func(r *http.Request) {
@@ -313,5 +318,78 @@ func TestCodexOwnCredentialRefused(t *testing.T) {
 	w.mu.Unlock()
 	if resp.StatusCode != http.StatusOK || got != codexAccountID {
 		t.Errorf("account from the sandbox: %d, provider got %q, want the login's", resp.StatusCode, got)
+	}
+}
+
+// An upgrade on a request the route lists (an api-key route's GET
+// /models) is refused too, and nothing reaches the provider. Control: a
+// reverse proxy without the guard, the route's own forwarding, hands the
+// provider's 101 back and the connection switches protocols.
+func TestModelRouteUpgradeRefused(t *testing.T) {
+	var upgraded atomic.Int64
+	upstream := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") == "" {
+			rw.Header().Set("Content-Type", "application/json")
+			_, _ = rw.Write([]byte(`{"data":[]}`))
+			return
+		}
+		upgraded.Add(1)
+		conn, buf, err := http.NewResponseController(rw).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+		_ = buf.Flush()
+	})
+	w := newModelWorld(t, upstream, nil)
+	upgrade := func(r *http.Request) {
+		r.Header.Set("Connection", "Upgrade")
+		r.Header.Set("Upgrade", "websocket")
+		r.Header.Set("Sec-WebSocket-Version", "13")
+		r.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+	}
+	if resp, body := w.do(t, http.MethodGet, "/models", "", nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /models without an upgrade: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := w.do(t, http.MethodGet, "/models", "", upgrade); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("GET /models with an upgrade: %d %s, want 403", resp.StatusCode, body)
+	}
+	if n := upgraded.Load(); n != 0 {
+		t.Errorf("%d upgrades reached the provider through the route", n)
+	}
+	// Control: the same forwarding without the guard.
+	ca, err := fakemodel.NewTestCA("llm.example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ul, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: upstream, TLSConfig: &tls.Config{Certificates: []tls.Certificate{ca.Cert}}}
+	go srv.ServeTLS(ul, "", "")
+	t.Cleanup(func() { srv.Close() })
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "https", "llm.example.test:8443", "llm.example.test:8443"
+		},
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Roots, ServerName: "llm.example.test"},
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, network, ul.Addr().String())
+			}},
+	}
+	plain := httptest.NewServer(rp)
+	t.Cleanup(plain.Close)
+	req, _ := http.NewRequest(http.MethodGet, plain.URL+"/v1/models", nil)
+	upgrade(req)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSwitchingProtocols || upgraded.Load() != 1 {
+		t.Fatalf("control: a plain reverse proxy answered %d (%d upgrades), want 101: the attack needs the guard", resp.StatusCode, upgraded.Load())
 	}
 }
