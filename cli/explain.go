@@ -134,8 +134,12 @@ func detail(g grant.Grant) string {
 	case grant.Route:
 		if g.Purpose == "model" {
 			// The requests and the header the key goes in are authority.
+			cred := " key " + g.TokenRef + " in " + g.Credential
+			if g.Login() {
+				cred = " login " + g.LoginEntry + " of " + g.LoginFile + " refreshed at " + g.LoginRefresh + " in " + g.Credential
+			}
 			return "gateway:" + strconv.Itoa(g.Port) + " " + g.Path + " -> " + g.Upstream + " api " + g.API +
-				" key " + g.TokenRef + " in " + g.Credential + " requests [" + strings.Join(g.Requests, ", ") + "]" +
+				cred + " requests [" + strings.Join(g.Requests, ", ") + "]" +
 				" model " + g.Model + headersNote(g.Headers) + hostedNote(g.HostedTools)
 		}
 		d := "gateway:" + strconv.Itoa(g.Port) + " " + g.Method + " " + g.Path + " -> " + g.Upstream

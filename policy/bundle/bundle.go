@@ -113,7 +113,14 @@ type Route struct {
 	// registry grants this deployment's requests; every other one is
 	// refused.
 	HostedTools []string `json:"hostedTools,omitempty"`
-	Fact        string   `json:"fact"`
+	// The subscription login a login model route brokers (credential mode
+	// oauth-broker; grant.Route): the deployment's auth.json on the host,
+	// its entry, and the provider's token endpoint. No token is here: the
+	// route reads them from the file at each request.
+	LoginFile    string `json:"loginFile,omitempty"`
+	LoginEntry   string `json:"loginEntry,omitempty"`
+	LoginRefresh string `json:"loginRefresh,omitempty"`
+	Fact         string `json:"fact"`
 }
 
 // ModelRoutePlaceholder is the credential the sandbox holds in place of
@@ -122,6 +129,38 @@ type Route struct {
 // It is public, the same for every sandbox, and worth nothing anywhere
 // else.
 const ModelRoutePlaceholder = "paseo-model-route"
+
+// ModelLoginPlaceholder is the sandbox's stand-in for a subscription
+// login's access token (credential mode oauth-broker): Pi 1.6.0's
+// Anthropic client takes a key containing "sk-ant-oat" for an OAuth token
+// (pi-ai api/anthropic-messages.js isOAuthToken) and sends it as a bearer
+// with the subscription's headers and system prompt. Public, the same in
+// every sandbox, and no token anywhere: the route swaps it for the
+// login's current access token.
+const ModelLoginPlaceholder = "sk-ant-oat-paseo-model-route"
+
+// ModelCodexAccount is the public stand-in ChatGPT account id the Codex
+// login placeholder carries: Pi 1.6.0 (pi-ai api/openai-codex-responses.js
+// extractAccountId) reads the chatgpt-account-id header it sends from the
+// access token's claim "https://api.openai.com/auth"; the route replaces
+// it with the real login's.
+const ModelCodexAccount = "paseo-model-route"
+
+// ModelCodexLoginPlaceholder is the sandbox's stand-in for an OpenAI
+// Codex (ChatGPT subscription) access token: an unsigned JWT (alg none,
+// no signature) whose only claim is ModelCodexAccount, shaped so Pi takes
+// it for a Codex login. Public, the same in every sandbox, and no
+// credential anywhere.
+const ModelCodexLoginPlaceholder = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0." +
+	"eyJodHRwczovL2FwaS5vcGVuYWkuY29tL2F1dGgiOnsiY2hhdGdwdF9hY2NvdW50X2lkIjoicGFzZW8tbW9kZWwtcm91dGUifX0."
+
+// LoginPlaceholder is the placeholder a login route's API takes.
+func LoginPlaceholder(api string) string {
+	if api == "openai-codex-responses" {
+		return ModelCodexLoginPlaceholder
+	}
+	return ModelLoginPlaceholder
+}
 
 // Manifest is manifest.json: every grant with its reason and fact, and the
 // digests that tie the bundle to its inputs.

@@ -45,6 +45,18 @@ func (c *compilation) checkCredential() {
 		if cr.Env != "" || cr.SecretRef != "" {
 			bad("env", "oauth-file mode takes its credential from auth.json, not the environment")
 		}
+	case "oauth-broker":
+		if cr.AuthFile == "" {
+			bad("authFile", "oauth-broker mode needs the deployment's auth.json whose login the model route brokers")
+		} else if cr.AuthFile != c.facts.State.AgentDir+"/auth.json" {
+			bad("authFile", "Pi reads <agentDir>/auth.json; authFile must be exactly that path")
+		}
+		if cr.Env != "" || cr.SecretRef != "" {
+			bad("env", "oauth-broker mode takes its credential from auth.json, outside the sandbox, not the environment")
+		}
+		if len(cr.RefreshURLs) != 1 {
+			bad("refreshURLs", "oauth-broker mode names exactly one URL: the provider's token endpoint, which the model route calls from the host")
+		}
 	case "none":
 		if cr.Env != "" || cr.SecretRef != "" || cr.AuthFile != "" || len(cr.RefreshURLs) > 0 {
 			bad("mode", "mode none takes no credential fields")
@@ -82,6 +94,11 @@ func (c *compilation) credentialMount() []grant.Mount {
 		}
 		c.checkOAuthStore(s)
 		return []grant.Mount{bind(s.dest, s.host, grant.RW, "OAuth credential; read-write because Pi rewrites refreshed tokens", "credential.authFile")}
+	}
+	if f.Credential.Mode == "oauth-broker" {
+		// The login stays on the host: the model route reads it
+		// (modelroute.go); the projection never binds auth.json.
+		return nil
 	}
 	if code, _ := pathform.Check(f.State.AgentDir); code == "" {
 		authFile := f.State.AgentDir + "/auth.json"

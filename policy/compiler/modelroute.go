@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/internal/pathsafe"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/grant"
 )
@@ -41,7 +42,25 @@ const modelsFact = "state.agentDir/models.json"
 // modelRouted reports whether this launch gets the model route: a key to
 // keep out of the sandbox, and a network the sandbox could use it on.
 func (c *compilation) modelRouted() bool {
-	return c.facts.Credential.Mode == "api-key" && c.reg.Network.Mode == "sandbox" && slices.Contains(c.prof.Egress, "model")
+	return (c.facts.Credential.Mode == "api-key" || c.loginBrokered()) && c.reg.Network.Mode == "sandbox" && slices.Contains(c.prof.Egress, "model")
+}
+
+// loginBrokered reports whether the credential is a subscription login
+// the model route brokers (credential mode oauth-broker): the login (the
+// deployment's auth.json, access and refresh token) stays on the host,
+// the route adds its access token and refreshes it at the provider's
+// token endpoint itself, and the sandbox gets ModelLoginPlaceholder.
+func (c *compilation) loginBrokered() bool { return c.facts.Credential.Mode == "oauth-broker" }
+
+// checkLoginBroker refuses an oauth-broker launch the route cannot serve:
+// without the route the login would have no way to the model.
+func (c *compilation) checkLoginBroker() {
+	if !c.loginBrokered() {
+		return
+	}
+	if c.reg.Network.Mode != "sandbox" || !slices.Contains(c.prof.Egress, "model") {
+		c.diags.Addf(diag.ModelRoute, "credential.mode", "oauth-broker mode reaches the model through the model route only: it needs network mode sandbox and a profile whose egress allows model")
+	}
 }
 
 // modelRouteURL is what Pi in the sandbox calls instead of model.baseURL.
@@ -89,12 +108,71 @@ func (c *compilation) modelRoute(p *grant.Plan) {
 		return
 	}
 	f := c.facts
+	if c.loginBrokered() {
+		c.modelLoginRoute(p, upstream, prefix, reqs)
+		return
+	}
 	p.Add(grant.Route{Purpose: "model", Proto: "tcp", Port: c.modelPort(), Path: prefix, Upstream: upstream,
 		TokenRef: f.Credential.SecretRef, API: c.modelAPI, Credential: grant.ModelCredentials[c.modelAPI], Requests: slices.Clone(reqs),
 		Model: f.Model.ID, Headers: slices.Clone(c.prof.ModelHeaders[c.modelAPI]), HostedTools: slices.Clone(c.hostedTools),
 		Provenance: why("the model through the launcher's per-sandbox proxy on the gateway, which adds the provider key (credential.secretRef) outside the sandbox and forwards over TLS, verified against the provider's name, only the requests named here (profile."+
 			c.prof.Name+".modelRoute), with bodies inside the API's body policy naming model.id only and the feature headers named here (profile."+
 			c.prof.Name+".modelHeaders); the sandbox has no route to the model host itself"+c.hostedReason(), "model.baseURL")})
+}
+
+// modelLoginHeaders are the feature headers a login route passes on
+// besides the profile's, by API: what Pi 1.6.0 adds for an OAuth token
+// (pi-ai api/anthropic-messages.js getBetaFeatures: the Claude Code and
+// OAuth betas), which the subscription API requires.
+var modelLoginHeaders = map[string][]string{
+	"anthropic-messages": {"anthropic-beta: claude-code-20250219", "anthropic-beta: oauth-2025-04-20"},
+	// pi-ai api/openai-codex-responses.js buildSSEHeaders.
+	"openai-codex-responses": {"openai-beta: responses=experimental"},
+}
+
+// loginAPI refuses an API whose subscription login the route does not
+// broker.
+func (c *compilation) loginAPI(api string) bool {
+	if grant.ModelLoginAPIs[api] != "" {
+		return true
+	}
+	c.diags.Addf(diag.ModelRoute, "model.api", "oauth-broker mode brokers the subscription logins of %s only, not API %s; use oauth-file", strings.Join(slices.Sorted(maps.Keys(grant.ModelLoginAPIs)), ", "), api)
+	return false
+}
+
+// modelLoginRoute grants the route of a brokered subscription login: the
+// deployment's auth.json (credential.authFile, resolved beneath a state
+// root, never mounted), its entry for model.provider, and the token
+// endpoint (credential.refreshURLs[0]) the route refreshes it at.
+func (c *compilation) modelLoginRoute(p *grant.Plan, upstream, prefix string, reqs []string) {
+	f := c.facts
+	if !c.loginAPI(c.modelAPI) {
+		return
+	}
+	if len(f.Credential.RefreshURLs) != 1 || f.Credential.AuthFile != f.State.AgentDir+"/auth.json" {
+		return // refused by checkCredential
+	}
+	refresh := f.Credential.RefreshURLs[0]
+	if _, _, _, ok := c.endpoint("credential.refreshURLs[0]", refresh); !ok {
+		return
+	}
+	if u, err := url.Parse(refresh); err != nil || u.Scheme != "https" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		c.diags.Addf(diag.ModelRoute, "credential.refreshURLs[0]", "the token endpoint takes the refresh token over TLS only: https, no user information, query or fragment")
+		return
+	}
+	s, ok := c.src.resolve("credential.authFile", f.Credential.AuthFile, "state", c.dep.Roots.State, pathsafe.File)
+	if !ok {
+		return
+	}
+	headers := append(slices.Clone(c.prof.ModelHeaders[c.modelAPI]), modelLoginHeaders[c.modelAPI]...)
+	p.Add(grant.Route{Purpose: "model", Proto: "tcp", Port: c.modelPort(), Path: prefix, Upstream: upstream,
+		API: c.modelAPI, Credential: grant.ModelLoginCredential, Requests: slices.Clone(reqs),
+		Model: f.Model.ID, Headers: headers, HostedTools: slices.Clone(c.hostedTools),
+		LoginFile: s.host, LoginEntry: f.Model.Provider, LoginRefresh: refresh,
+		Provenance: why("the model through the launcher's per-sandbox proxy on the gateway, which holds the subscription login outside the sandbox (entry "+f.Model.Provider+
+			" of credential.authFile, on the host), adds its access token, refreshes it at the token endpoint (credential.refreshURLs[0]) itself and writes the new tokens back under Pi's lock, and forwards over TLS, verified against the provider's name, only the requests named here (profile."+
+			c.prof.Name+".modelRoute), with bodies inside the API's body policy naming model.id only and the feature headers named here (profile."+
+			c.prof.Name+".modelHeaders and the subscription's); the sandbox holds a placeholder, and has no route to the model host or the token endpoint"+c.hostedReason(), "credential.authFile")})
 }
 
 // checkHostedTools returns the provider-side tools the registry grants
@@ -220,7 +298,11 @@ func (c *compilation) modelsDoc(daemon []byte, port int) []byte {
 		c.diags.Addf(diag.ModelSigned, "model.api", "API %s %s: there is no static key the model route could add outside the sandbox, so an api-key launch of it is refused", api, why)
 		return nil
 	}
-	if grant.ModelCredentials[api] == "" {
+	if c.loginBrokered() {
+		if !c.loginAPI(api) {
+			return nil
+		}
+	} else if grant.ModelCredentials[api] == "" {
 		c.diags.Addf(diag.ModelRoute, "model.api", "the model route knows no credential header for API %s", api)
 		return nil
 	}
@@ -243,7 +325,11 @@ func (c *compilation) modelsDoc(daemon []byte, port int) []byte {
 	}
 	str := func(s string) json.RawMessage { b, _ := json.Marshal(s); return b }
 	entry["baseUrl"] = str(c.modelRouteURL(port, prefix))
-	entry["apiKey"] = str(bundle.ModelRoutePlaceholder)
+	if c.loginBrokered() {
+		entry["apiKey"] = str(bundle.LoginPlaceholder(api))
+	} else {
+		entry["apiKey"] = str(bundle.ModelRoutePlaceholder)
+	}
 	entry["api"] = str(api)
 	out, err := bundle.Marshal(map[string]any{"providers": map[string]any{f.Model.Provider: entry}})
 	if err != nil {

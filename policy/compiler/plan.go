@@ -89,6 +89,7 @@ func (c *compilation) plan() *Plan {
 	c.src = &sources{diags: c.diags, depID: f.Deployment.ID, dep: dep, forbid: forbiddenFor(dep, c.reg.Supervisor), res: c.res}
 	c.limits = c.effectiveLimits()
 	c.checkCredential()
+	c.checkLoginBroker()
 
 	p := &Plan{DNS: c.reg.Network.DNS}
 	g := &p.Plan

@@ -95,7 +95,8 @@ func RenderEgress(plan *grant.Plan, dns string) *bundle.Egress {
 			e.Routes = append(e.Routes, bundle.Route{Purpose: g.Purpose, Listen: gatewayHost, Port: g.Port, Method: g.Method, Path: g.Path,
 				Upstream: g.Upstream, Fact: g.Fact, CallerAgentID: g.CallerAgentID, TokenRef: g.TokenRef,
 				Methods: orEmpty(g.Methods), Tools: orEmpty(g.Tools), API: g.API, Credential: g.Credential, Requests: g.Requests,
-				Model: g.Model, Headers: g.Headers, HostedTools: g.HostedTools})
+				Model: g.Model, Headers: g.Headers, HostedTools: g.HostedTools,
+				LoginFile: g.LoginFile, LoginEntry: g.LoginEntry, LoginRefresh: g.LoginRefresh})
 		}
 	}
 	return e

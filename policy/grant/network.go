@@ -121,6 +121,13 @@ type Route struct {
 	// HostedTools: the provider-side tools the registry grants
 	// (ModelHostedTools); model only.
 	HostedTools []string
+	// The subscription login (credential mode oauth-broker), model only:
+	// instead of a key under TokenRef the route adds the access token of
+	// entry LoginEntry of the deployment's auth.json (LoginFile, a host
+	// path the sandbox never sees), refreshing it at LoginRefresh, the
+	// provider's token endpoint, on the host. Credential is then
+	// ModelLoginCredential.
+	LoginFile, LoginEntry, LoginRefresh string
 	Provenance
 }
 
@@ -150,6 +157,21 @@ var ModelCredentials = map[string]string{
 	// Pi's own Mistral client sends the key as a bearer.
 	"mistral-conversations": "authorization-bearer",
 }
+
+// ModelLoginCredential is a login route's credential: the login's access
+// token as a bearer, as Pi sends an OAuth token.
+const ModelLoginCredential = "oauth-bearer"
+
+// ModelLoginAPIs are the provider APIs whose subscription login the model
+// route brokers (credential mode oauth-broker), each with what the route
+// does for it.
+var ModelLoginAPIs = map[string]string{
+	"anthropic-messages":     "Anthropic's subscription (Claude Pro/Max): the access token as a bearer, refreshed with Pi's refresh request",
+	"openai-codex-responses": "OpenAI's ChatGPT subscription (Codex): the access token as a bearer and its ChatGPT account id, refreshed with Pi's form-encoded refresh request; Pi's WebSocket refused (Pi falls back to HTTP), its zstd body decompressed within the body limit and forwarded uncompressed",
+}
+
+// Login reports whether the model route brokers a subscription login.
+func (g Route) Login() bool { return g.LoginFile != "" }
 
 func (Route) Kind() Kind              { return KindRoute }
 func (g Route) Subject() string       { return g.Purpose }
@@ -192,7 +214,7 @@ func (g Route) Validate() error {
 		return g.validateModel()
 	case g.Method == "" || !absolute(g.Path):
 		return errors.New("route needs a method and an absolute path")
-	case g.API != "" || g.Credential != "" || len(g.Requests) > 0 || g.Model != "" || len(g.Headers) > 0 || len(g.HostedTools) > 0:
+	case g.API != "" || g.Credential != "" || len(g.Requests) > 0 || g.Model != "" || len(g.Headers) > 0 || len(g.HostedTools) > 0 || g.LoginFile != "" || g.LoginEntry != "" || g.LoginRefresh != "":
 		return errors.New("only a model route names a provider API, credential header, requests, model, headers and hosted tools")
 	}
 	return nil
@@ -204,9 +226,13 @@ func (g Route) validateModel() error {
 		return errors.New("a model route forwards over TLS only: its upstream must be https")
 	case g.Method != "" || (g.Path != "" && !absolute(g.Path)) || strings.HasSuffix(g.Path, "/"):
 		return errors.New("a model route has no single method, and its path is an absolute prefix without a trailing slash")
-	case ModelCredentials[g.API] == "" || ModelCredentials[g.API] != g.Credential:
+	case g.Login() && (ModelLoginAPIs[g.API] == "" || g.Credential != ModelLoginCredential || g.TokenRef != "" || g.LoginEntry == "" || !absolute(g.LoginFile) || !strings.HasPrefix(g.LoginRefresh, "https://")):
+		return errors.New("a login model route names an API whose login it brokers, the login's auth.json and entry, and an https token endpoint, and no key")
+	case !g.Login() && (g.LoginEntry != "" || g.LoginRefresh != ""):
+		return errors.New("only a login model route names a login entry or token endpoint")
+	case !g.Login() && (ModelCredentials[g.API] == "" || ModelCredentials[g.API] != g.Credential):
 		return errors.New("a model route names a provider API it knows the credential header of")
-	case g.TokenRef == "":
+	case !g.Login() && g.TokenRef == "":
 		return errors.New("a model route names the secret of the key it adds")
 	case len(g.Requests) == 0 || g.CallerAgentID != "" || len(g.Methods) > 0 || len(g.Tools) > 0:
 		return errors.New("a model route forwards the requests it names, and nothing of the MCP scope")

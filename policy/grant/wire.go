@@ -52,6 +52,9 @@ type Encoded struct {
 	Model         string   `json:"model,omitempty"`
 	Headers       []string `json:"headers,omitempty"`
 	HostedTools   []string `json:"hostedTools,omitempty"`
+	LoginFile     string   `json:"loginFile,omitempty"`
+	LoginEntry    string   `json:"loginEntry,omitempty"`
+	LoginRefresh  string   `json:"loginRefresh,omitempty"`
 
 	Reason string `json:"reason"`
 	Fact   string `json:"fact"`
@@ -101,6 +104,7 @@ func (g Route) encode() Encoded {
 	w.CallerAgentID, w.TokenRef, w.Methods, w.Tools = g.CallerAgentID, g.TokenRef, g.Methods, g.Tools
 	w.API, w.Credential, w.Requests = g.API, g.Credential, g.Requests
 	w.Model, w.Headers, w.HostedTools = g.Model, g.Headers, g.HostedTools
+	w.LoginFile, w.LoginEntry, w.LoginRefresh = g.LoginFile, g.LoginEntry, g.LoginRefresh
 	return w
 }
 
@@ -322,7 +326,8 @@ func typed(w Encoded) (Grant, error) {
 	case KindRoute:
 		g = Route{Purpose: w.Subject, Proto: w.Proto, Port: w.Port, Method: w.Method, Path: w.Path, Upstream: w.Upstream,
 			CallerAgentID: w.CallerAgentID, TokenRef: w.TokenRef, Methods: w.Methods, Tools: w.Tools,
-			API: w.API, Credential: w.Credential, Requests: w.Requests, Model: w.Model, Headers: w.Headers, HostedTools: w.HostedTools, Provenance: p}
+			API: w.API, Credential: w.Credential, Requests: w.Requests, Model: w.Model, Headers: w.Headers, HostedTools: w.HostedTools,
+			LoginFile: w.LoginFile, LoginEntry: w.LoginEntry, LoginRefresh: w.LoginRefresh, Provenance: p}
 	default:
 		return nil, fmt.Errorf("kind %q is not one this decoder knows", w.Kind)
 	}

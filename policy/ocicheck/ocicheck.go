@@ -251,6 +251,17 @@ func egressDestinations(d Decoded) error {
 		if v := netdest.Host(u.Hostname()); v.Unsafe() {
 			return fmt.Errorf("model route %s: unsafe destination: %s", u.Hostname(), v.Why)
 		}
+		// A login route's token endpoint is dialled from the host too,
+		// with the refresh token.
+		if r.LoginRefresh != "" {
+			u, err := url.Parse(r.LoginRefresh)
+			if err != nil || u.Scheme != "https" || u.Hostname() == "" {
+				return fmt.Errorf("model route: the login's token endpoint must be an https URL")
+			}
+			if v := netdest.Host(u.Hostname()); v.Unsafe() {
+				return fmt.Errorf("model route's token endpoint %s: unsafe destination: %s", u.Hostname(), v.Why)
+			}
+		}
 	}
 	return nil
 }

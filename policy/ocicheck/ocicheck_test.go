@@ -113,6 +113,17 @@ func TestUnsafeModelRouteRefused(t *testing.T) {
 	}
 }
 
+// A login route's token endpoint is dialled from the host with the
+// refresh token: an unsafe or plain-HTTP one is a finding (the golden
+// case as compiled is not).
+func TestUnsafeLoginRefreshRefused(t *testing.T) {
+	for _, up := range []string{"https://169.254.169.254/v1/oauth/token", "https://localhost:8443/oauth/token", "http://platform.claude.com/v1/oauth/token"} {
+		t.Run(up, func(t *testing.T) {
+			wantEgressFinding(t, "host-pi-session-anthropic-login", `"loginRefresh": "https://platform.claude.com/v1/oauth/token"`, `"loginRefresh": "`+up+`"`)
+		})
+	}
+}
+
 // An egress rule the compiler would have refused is a finding, in every
 // notation the classifier knows.
 func TestUnsafeEgressRefused(t *testing.T) {

@@ -81,6 +81,9 @@ type RouteStats struct {
 	// answers.
 	ByReason map[string]int64 `json:"byReason,omitempty"`
 	Scrubbed int64            `json:"scrubbed,omitempty"`
+	// Decompressed: a model route's request bodies it decompressed (Pi's
+	// zstd Codex turns) before checking them.
+	Decompressed int64 `json:"decompressed,omitempty"`
 }
 
 // SecretSource returns the value of secret ref of one deployment, a fresh

@@ -196,7 +196,16 @@ func startRoute(n *sandboxnet.Network, r bundle.Route, tok *routeproxy.Token) (*
 // after that a request the key source cannot serve gets 503.
 func (l *launch) startModelRoute(n *sandboxnet.Network, r bundle.Route) (*routeproxy.Proxy, error) {
 	var key func() ([]byte, error)
+	var login *routeproxy.Login
 	switch {
+	case r.LoginFile != "":
+		// A subscription login (oauth-broker): the route reads it from the
+		// deployment's auth.json and refreshes it there; no key is handed.
+		var err error
+		if login, err = routeproxy.OpenLogin(r, n.Dialer(l.opts.Resolve), l.opts.ModelRoots); err != nil {
+			return nil, err
+		}
+		key = login.Key()
 	case l.opts.ModelKey != nil:
 		key = l.opts.ModelKey
 	case l.opts.Secrets != nil:
@@ -205,6 +214,12 @@ func (l *launch) startModelRoute(n *sandboxnet.Network, r bundle.Route) (*routep
 	default:
 		return nil, fmt.Errorf("route %s: secret %s (the provider key): no secret source", r.Purpose, r.TokenRef)
 	}
+	fail := func(err error) (*routeproxy.Proxy, error) {
+		if login != nil {
+			login.Close()
+		}
+		return nil, err
+	}
 	v, err := key()
 	valid := err == nil && routeproxy.ValidToken(v)
 	clear(v)
@@ -212,23 +227,27 @@ func (l *launch) startModelRoute(n *sandboxnet.Network, r bundle.Route) (*routep
 		if err == nil {
 			err = routeproxy.ErrBadToken
 		}
+		if login != nil {
+			return fail(fmt.Errorf("route %s: the subscription login %s of %s: %w", r.Purpose, r.LoginEntry, r.LoginFile, err))
+		}
 		return nil, fmt.Errorf("route %s: secret %s (the provider key): %w", r.Purpose, r.TokenRef, err)
 	}
 	// The provider's name must resolve, to addresses egress could have, at
 	// launch, as an egress rule's must; each connection resolves again.
 	u, err := url.Parse(r.Upstream)
 	if err != nil {
-		return nil, fmt.Errorf("route %s: upstream: %w", r.Purpose, err)
+		return fail(fmt.Errorf("route %s: upstream: %w", r.Purpose, err))
 	}
 	if err := n.CheckHost(context.Background(), l.opts.Resolve, u.Hostname()); err != nil {
-		return nil, fmt.Errorf("route %s: the provider host: %w", r.Purpose, err)
+		return fail(fmt.Errorf("route %s: the provider host: %w", r.Purpose, err))
 	}
-	proxy, err := routeproxy.NewModel(r, routeproxy.ModelOptions{Key: key, Dial: n.Dialer(l.opts.Resolve), Roots: l.opts.ModelRoots})
+	proxy, err := routeproxy.NewModel(r, routeproxy.ModelOptions{Key: key, Dial: n.Dialer(l.opts.Resolve), Roots: l.opts.ModelRoots, Login: login})
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	ln, err := n.ListenGateway(r.Port)
 	if err != nil {
+		proxy.Close()
 		return nil, fmt.Errorf("route %s: listening on the gateway: %w", r.Purpose, err)
 	}
 	proxy.Serve(ln)
@@ -560,7 +579,8 @@ func (l *launch) recordRoute(purpose string, proxy *routeproxy.Proxy) {
 	s := &proxy.Stats
 	l.res.Routes[purpose] = RouteStats{Forwarded: s.Forwarded.Load(), Refused: s.Refused.Load(),
 		OutOfScope: s.OutOfScope.Load(), Filtered: s.Filtered.Load(),
-		RefusedConns: s.RefusedConns.Load(), Cut: s.Cut.Load(), Scrubbed: s.Scrubbed.Load()}
+		RefusedConns: s.RefusedConns.Load(), Cut: s.Cut.Load(), Scrubbed: s.Scrubbed.Load(),
+		Decompressed: s.Decompressed.Load()}
 	if m := s.Refusals(); len(m) > 0 {
 		rs := l.res.Routes[purpose]
 		rs.ByReason = m

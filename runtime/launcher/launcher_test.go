@@ -205,6 +205,28 @@ func TestLaunchFailsClosed(t *testing.T) {
 		wantUnavailable(t, err, "resolving egress host")
 		s.assertNotStarted(t)
 	})
+	t.Run("subscription login missing", func(t *testing.T) {
+		// oauth-broker: the route reads the login from the deployment's
+		// auth.json at launch; without the entry nothing starts, and the
+		// refusal carries no token of the file's other entries.
+		host := filepath.Join(t.TempDir(), "host")
+		agent := filepath.Join(host, "srv/paseo/state/pi-agent")
+		if err := os.MkdirAll(agent, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(agent, "auth.json"), []byte(`{"other":{"type":"oauth","access":"sk-ant-oat01-s3cr3t","refresh":"s3cr3t","expires":1}}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		facts := strings.ReplaceAll(`{"model":{"baseURL":"https://llm.example.test:8443","api":"anthropic-messages"},
+			"credential":{"mode":"oauth-broker","env":null,"secretRef":null,"authFile":"/srv/paseo/state/pi-agent/auth.json",
+			"refreshURLs":["https://llm.example.test:8443/v1/oauth/token"]}}`, `"/srv/`, `"`+host+`/srv/`)
+		sc := testbundle.New(t, testbundle.Options{Host: host, Argv: testbundle.Script(script), RegistryPatch: `{"network":{"mode":"sandbox"}}`, FactsPatch: facts})
+		s := sceneSandbox(sc)
+		s.uplink = testnet.New(t).Uplink
+		_, _, _, err := s.launch(t, nil)
+		wantUnavailable(t, err, "subscription login fake")
+		s.assertNotStarted(t)
+	})
 	t.Run("model route host that cannot be resolved", func(t *testing.T) {
 		s := compileScript(t, script, `{"network":{"mode":"sandbox"}}`)
 		s.uplink = testnet.New(t).Uplink

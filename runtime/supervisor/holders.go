@@ -110,6 +110,11 @@ func (s *Server) prepare(spec *holder.Spec, files bundle.Files) *Error {
 		if u, err := url.Parse(r.Upstream); err == nil {
 			hosts = append(hosts, u.Hostname())
 		}
+		// A login route (oauth-broker) also dials the token endpoint, and
+		// reads its login from the deployment's auth.json itself: no key.
+		if u, err := url.Parse(r.LoginRefresh); err == nil && r.LoginRefresh != "" {
+			hosts = append(hosts, u.Hostname())
+		}
 	}
 	for _, host := range hosts {
 		if _, err := netip.ParseAddr(host); err == nil || spec.Pins[host] != nil {

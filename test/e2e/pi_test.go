@@ -125,6 +125,9 @@ type env struct {
 	// upstream, when set, answers the model host's requests in place of
 	// the fake model (a provider API the fake model does not speak).
 	upstream http.Handler
+	// auth, when set, is the daemon's auth.json (mode 0600): a
+	// subscription login the model route brokers (oauth-broker).
+	auth string
 }
 
 func newEnv(t testing.TB, script ...fakemodel.Turn) *env {
@@ -235,6 +238,12 @@ func (e *env) writeAgentFiles(t testing.TB, agent string) {
 	}
 	if e.settings != "" {
 		write(t, filepath.Join(agent, "settings.json"), e.settings)
+	}
+	if e.auth != "" {
+		write(t, filepath.Join(agent, "auth.json"), e.auth)
+		if err := os.Chmod(filepath.Join(agent, "auth.json"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -94,7 +94,11 @@ func (r *renderer) gatewayRoutes(np *networkingv1.NetworkPolicy, obj string) {
 			Ports: []networkingv1.NetworkPolicyPort{port(rt.Proto, rt.Port)},
 		})
 		r.trace(obj, "spec.egress["+strconv.Itoa(len(np.Spec.Egress)-1)+"]", "tcp/"+strconv.Itoa(rt.Port)+" to the deployment's gateway pods ("+rt.Purpose+" route)", rt)
-		r.gap(rt, "the gateway's route proxy, which the rendering does not deploy: it alone holds the route's scope ("+routeScope(rt)+") and adds its credential "+rt.TokenRef)
+		cred := "adds its credential " + rt.TokenRef
+		if rt.Login() {
+			cred = "holds and refreshes the subscription login " + rt.LoginEntry + " (" + rt.LoginFile + " on the host)"
+		}
+		r.gap(rt, "the gateway's route proxy, which the rendering does not deploy: it alone holds the route's scope ("+routeScope(rt)+") and "+cred)
 	}
 }
 

@@ -1,6 +1,9 @@
 package routeproxy
 
-import "strings"
+import (
+	"maps"
+	"strings"
+)
 
 // The three APIs' body policies, member by member as Pi's provider
 // clients build them (pi-ai 0.84.2 and 1.6.0: api/openai-completions.js
@@ -180,7 +183,9 @@ var rItem = tagged("type", map[string]fields{
 	"configuration_update": {"reasoning": obj(fields{"effort": str})},
 }, partKind)
 
-var responsesBody = obj(fields{
+var responsesBody = obj(responsesFields)
+
+var responsesFields = fields{
 	"model":                  theModel,
 	"input":                  byKind(map[kind]check{kindString: str, kindArray: arr(itemRef(rItem))}),
 	"stream":                 boolean,
@@ -206,7 +211,26 @@ var responsesBody = obj(fields{
 	"user":                 refused(ReasonProviderState, "an end-user id is provider-side state"),
 	"safety_identifier":    refused(ReasonProviderState, "an end-user id is provider-side state"),
 	"mcp_servers":          refused(ReasonConnector, "the provider (or a gateway in front of it) would connect to the MCP servers named here"),
-})
+}
+
+// codexBody is Pi's Codex request (pi-ai api/openai-codex-responses.js
+// buildRequestBody): the Responses members (input items through Pi's
+// shared converter) and two of its own, text.verbosity and
+// parallel_tool_calls; its function tools carry strict: null (Pi
+// converts them with toolOptions strict null, openai-responses-shared.js
+// convertResponsesTools).
+var codexBody = obj(func() fields {
+	f := maps.Clone(responsesFields)
+	f["tools"] = arr(withHosted(tagged("type", map[string]fields{
+		"function": {"name": str, "description": str, "parameters": freeObject,
+			"strict": byKind(map[kind]check{kindBool: boolean, kindNull: free}), "defer_loading": boolean},
+		"custom": {"name": str, "description": str, "defer_loading": boolean,
+			"format": obj(fields{"type": enum("grammar"), "syntax": str, "definition": str})},
+	}, toolKind), rWebSearch))
+	f["text"] = obj(fields{"verbosity": enum("low", "medium", "high")})
+	f["parallel_tool_calls"] = boolean
+	return f
+}())
 
 // itemRef refuses an item_reference (a stored item named by id) before
 // the item's own check.

@@ -339,4 +339,6 @@ var BodyPolicies = map[string]*BodyPolicy{
 	// AZURE_OPENAI_DEPLOYMENT_NAME_MAP says otherwise).
 	"azure-openai-responses": {API: "azure-openai-responses", body: withModel(responsesBody)},
 	"mistral-conversations":  {API: "mistral-conversations", body: withModel(mistralBody)},
+	// OpenAI's ChatGPT subscription (a login route only; codex.go).
+	"openai-codex-responses": {API: "openai-codex-responses", body: withModel(codexBody)},
 }

@@ -55,6 +55,8 @@ type ModelOptions struct {
 	// Roots verify the provider's certificate; nil is the system trust
 	// store. Only tests set it (a test CA for the fake model).
 	Roots *x509.CertPool
+	// Login, on a login route, is closed with the proxy.
+	Login *Login
 }
 
 // credentialHeaders are the request headers that carry a credential to
@@ -84,6 +86,7 @@ type modelRequest struct {
 	query   string // and of its fixed query, if the route lists one
 	key     []byte
 	headers http.Header // the checked feature headers
+	account string      // a Codex login's ChatGPT account id
 }
 
 type modelKey struct{}
@@ -98,7 +101,9 @@ func NewModel(r bundle.Route, o ModelOptions) (*Proxy, error) {
 		return nil, fmt.Errorf("route %s: a model route serves the upstream's own path prefix", r.Purpose)
 	case o.Key == nil || o.Dial == nil:
 		return nil, fmt.Errorf("route %s: no key source or dialer", r.Purpose)
-	case BodyPolicies[r.API] == nil || !slices.Contains([]string{"authorization-bearer", "x-api-key", "x-goog-api-key", "api-key"}, r.Credential) || grant.ModelCredentials[r.API] != r.Credential:
+	case r.LoginFile != "" && (BodyPolicies[r.API] == nil || grant.ModelLoginAPIs[r.API] == "" || r.Credential != grant.ModelLoginCredential || r.TokenRef != ""):
+		return nil, fmt.Errorf("route %s: provider API %q has no subscription login this proxy brokers", r.Purpose, r.API)
+	case r.LoginFile == "" && (BodyPolicies[r.API] == nil || !slices.Contains([]string{"authorization-bearer", "x-api-key", "x-goog-api-key", "api-key"}, r.Credential) || grant.ModelCredentials[r.API] != r.Credential):
 		return nil, fmt.Errorf("route %s: provider API %q or credential header %q is not one this proxy speaks", r.Purpose, r.API, r.Credential)
 	case len(r.Requests) == 0:
 		return nil, fmt.Errorf("route %s: forwards no request", r.Purpose)
@@ -158,6 +163,12 @@ func NewModel(r bundle.Route, o ModelOptions) (*Proxy, error) {
 			pr.Out.Header.Set("Accept-Encoding", "identity")
 			pr.Out.Header.Set("User-Agent", "paseo-policy-model-route")
 			switch r.Credential {
+			case grant.ModelLoginCredential:
+				loginIdentity(r.API, pr.In.Header, pr.Out.Header)
+				pr.Out.Header.Set("Authorization", "Bearer "+string(d.key))
+				if r.API == codexAPI {
+					pr.Out.Header.Set("Chatgpt-Account-Id", d.account)
+				}
 			case "authorization-bearer":
 				pr.Out.Header.Set("Authorization", "Bearer "+string(d.key))
 			case "x-api-key":
@@ -201,6 +212,9 @@ func NewModel(r bundle.Route, o ModelOptions) (*Proxy, error) {
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) },
 		ErrorLog:    log.New(io.Discard, "", 0)}
 	p.closeIdle = tr.CloseIdleConnections
+	if o.Login != nil {
+		p.closeIdle = func() { tr.CloseIdleConnections(); o.Login.Close() }
+	}
 	return p, nil
 }
 
@@ -260,6 +274,7 @@ func (p *Proxy) ownCredential(h http.Header) bool {
 		}
 		switch {
 		case len(v) == 1 && name == "Authorization" && p.route.Credential == "authorization-bearer" && v[0] == "Bearer "+bundle.ModelRoutePlaceholder:
+		case len(v) == 1 && name == "Authorization" && p.route.Credential == grant.ModelLoginCredential && v[0] == "Bearer "+bundle.LoginPlaceholder(p.route.API):
 		case len(v) == 1 && name == "X-Api-Key" && p.route.Credential == "x-api-key" && v[0] == bundle.ModelRoutePlaceholder:
 		case len(v) == 1 && name == "X-Goog-Api-Key" && p.route.Credential == "x-goog-api-key" && v[0] == bundle.ModelRoutePlaceholder:
 		case len(v) == 1 && name == "Api-Key" && p.route.Credential == "api-key" && v[0] == bundle.ModelRoutePlaceholder:
@@ -286,6 +301,12 @@ func (p *Proxy) modelGuard(next http.Handler, key func() ([]byte, error)) http.H
 		switch {
 		case status == http.StatusNotFound && p.otherModelInPath(req):
 			p.refuseModel(w, refuseAt(ReasonForeignModel, "path", "this route serves the model %q only", p.route.Model))
+			return
+		case len(req.Header.Values("Upgrade")) > 0 || req.Method == http.MethodConnect:
+			// A WebSocket (Pi's Codex client tries one first) would carry
+			// the turn in frames the route never reads. Refused before
+			// anything else: Pi then sends the turn as a request.
+			refuse(http.StatusForbidden, "the model route does not upgrade a connection; send the request over HTTP", true)
 			return
 		case status == http.StatusNotFound:
 			refuse(status, "not a request this model route forwards", true)
@@ -322,7 +343,25 @@ func (p *Proxy) modelGuard(next http.Handler, key func() ([]byte, error)) http.H
 			}
 			req.Body, req.ContentLength = http.NoBody, 0
 		default:
-			if why := plainJSON(req.Header); why != "" {
+			h := req.Header
+			if ce := h.Values("Content-Encoding"); p.route.API == codexAPI && len(ce) == 1 && strings.EqualFold(ce[0], "zstd") {
+				// Pi's Codex client compresses its body (see codex.go).
+				plain, err := unzstd(body, p.limits.MaxBody)
+				clear(body)
+				switch {
+				case errors.Is(err, errZstdTooLarge):
+					refuse(http.StatusRequestEntityTooLarge, "request body too large once decompressed", false)
+					return
+				case err != nil:
+					refuse(http.StatusBadRequest, "request body is not one zstd frame", true)
+					return
+				}
+				body = plain
+				p.Stats.Decompressed.Add(1)
+				h = h.Clone()
+				h.Del("Content-Encoding")
+			}
+			if why := plainJSON(h); why != "" {
 				refuse(http.StatusUnsupportedMediaType, why, true)
 				return
 			}
@@ -342,14 +381,40 @@ func (p *Proxy) modelGuard(next http.Handler, key func() ([]byte, error)) http.H
 		k, err := key()
 		if err != nil || !ValidToken(k) {
 			clear(k)
+			if errors.Is(err, ErrLoginRevoked) {
+				p.refuseLogin(w)
+				return
+			}
 			refuse(http.StatusServiceUnavailable, "the provider key is not available to the route", false)
 			return
 		}
 		defer clear(k)
-		req = req.WithContext(context.WithValue(req.Context(), modelKey{}, &modelRequest{path: path, query: query, key: k, headers: headers}))
+		account := ""
+		if p.route.Credential == grant.ModelLoginCredential && p.route.API == codexAPI {
+			if account = codexAccount(k); account == "" {
+				refuse(http.StatusServiceUnavailable, "the subscription login's access token names no ChatGPT account", false)
+				return
+			}
+		}
+		req = req.WithContext(context.WithValue(req.Context(), modelKey{}, &modelRequest{path: path, query: query, key: k, headers: headers, account: account}))
 		p.Stats.Forwarded.Add(1)
 		next.ServeHTTP(w, req)
 	})
+}
+
+// refuseLogin answers a request whose subscription login is gone (the
+// token endpoint refused the refresh token, or the entry is missing) with
+// a 401 in the API's own shape that Pi shows: only a new login on the
+// host helps, and the route uses it from the next request on.
+func (p *Proxy) refuseLogin(w http.ResponseWriter) {
+	p.Stats.Refused.Add(1)
+	msg := fmt.Sprintf("the subscription login %q the model route holds for this sandbox was refused by the provider's token endpoint or is missing: log in again on the host (pi, /login %s); the sandbox need not restart, the next request uses the new login", p.route.LoginEntry, p.route.LoginEntry)
+	doc := map[string]any{"type": "error", "error": map[string]any{"type": "authentication_error", "message": msg}}
+	b, _ := json.Marshal(doc)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusUnauthorized)
+	_, _ = w.Write(b)
 }
 
 // errEncodedAnswer refuses an answer the route cannot read to mask the key.

@@ -113,6 +113,9 @@ type Stats struct {
 	// Scrubbed counts the provider key's spellings the model route
 	// replaced in answers before they reached the sandbox.
 	Scrubbed atomic.Int64
+	// Decompressed counts the request bodies a model route decompressed
+	// (Pi's zstd Codex turns) before checking them.
+	Decompressed atomic.Int64
 }
 
 // Refusals are ByReason by reason name, the reasons with a count only.
