@@ -65,6 +65,9 @@ const (
 	ModelHostedTool   Code = "PP-MODEL-HOSTED-TOOL"     // the registry grants a provider-side tool the model route does not know, twice, or an MCP connector (never grantable)
 	ModelSigned       Code = "PP-MODEL-SIGNED"          // api-key mode for an API whose requests are signed or carry a minted token (Bedrock SigV4, Vertex ADC): no static key the route could add
 
+	// The workspace monitor.
+	FSMonitor Code = "PP-FSMONITOR" // the registry requires the workspace monitor (deployments.<id>.fsmonitor "on") where it cannot be served: network mode none has no gateway
+
 	// Renderings of a compiled bundle for another engine.
 	KubeRender Code = "PP-KUBE-RENDER" // the plan (or the cluster options) cannot be rendered for Kubernetes as it is: an image not by digest, routes without a gateway address, a bind without a pin, a writable bundle file
 

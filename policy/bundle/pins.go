@@ -37,7 +37,7 @@ type Pins struct {
 // InternalSources are the bind sources that are bundle files, not host
 // paths: relative to the bundle, they are served from the launcher's own
 // run dir and never pinned.
-var InternalSources = []string{HostsFile, ResolvFile, MCPConfigFile, GitHeadFile, ModelsFile}
+var InternalSources = []string{HostsFile, ResolvFile, MCPConfigFile, GitHeadFile, ModelsFile, FSMonitorHookFile}
 
 // Pins decodes pins.json strictly and requires it to name this bundle's
 // manifest. A bundle without pins.json gives an empty list, which pins no

@@ -111,13 +111,6 @@ type Options struct {
 	// Launch only returns when the sandbox has ended.
 	OnStart func()
 
-	// FSMonitor answers the sandbox's git from the host: which names in
-	// the workspace changed since it last asked (fsmonitor.go), served on
-	// the sandbox network's gateway. Off unless set; a bundle whose
-	// network mode has no gateway (none) is refused with it
-	// (ErrFSMonitorNoGateway).
-	FSMonitor bool
-
 	// OutputBefore is what the sandbox wrote (stdout and stderr) before
 	// this launch, for a wake (hibernate.go): outputBytes counts it all.
 	OutputBefore int64
@@ -146,7 +139,8 @@ type Result struct {
 	// Routes counts, per private route, requests forwarded to the daemon
 	// and requests refused by the proxy.
 	Routes map[string]RouteStats `json:"routes,omitempty"`
-	// FSMonitor is the workspace monitor's counters (Options.FSMonitor).
+	// FSMonitor is the workspace monitor's counters, when the plan grants
+	// it (fsmonitor.go).
 	FSMonitor *FSMonitorStats `json:"fsmonitor,omitempty"`
 	// Teardown lists the teardown steps that failed, in the order they
 	// ran; every other step still ran. What a failed step left is
@@ -385,7 +379,7 @@ func (l *launch) prepare() error {
 	if plan.Network != "none" && plan.Network != "sandbox" {
 		return fmt.Errorf("network mode %q is not one this launcher enforces", plan.Network)
 	}
-	if l.opts.FSMonitor && plan.Network != "sandbox" {
+	if plan.FSMonitor != nil && plan.Network != "sandbox" {
 		return fmt.Errorf("%w (this bundle's is %q)", ErrFSMonitorNoGateway, plan.Network)
 	}
 	l.limits = plan.Limits
@@ -423,7 +417,7 @@ func (l *launch) prepare() error {
 	if err := l.checkAuthFileStaged(); err != nil {
 		return err
 	}
-	if l.opts.FSMonitor {
+	if plan.FSMonitor != nil {
 		if err := l.startFSMonitor(); err != nil {
 			return err
 		}
@@ -765,6 +759,12 @@ func (r *runDir) materialize(plan *launchplan.Plan, secrets SecretSource) (*rspe
 		// Read by the agent through the gofer, so readable inside the
 		// sandbox; the run dir (0700) keeps it from everyone else.
 		if err := r.writeFile(bundle.MCPConfigFile, mcp, 0o444); err != nil {
+			return nil, err
+		}
+	}
+	if hook, ok := files[bundle.FSMonitorHookFile]; ok {
+		// Run by the sandbox's git: executable, read-only.
+		if err := r.writeFile(bundle.FSMonitorHookFile, hook, 0o555); err != nil {
 			return nil, err
 		}
 	}

@@ -46,9 +46,10 @@ package e2e
 //	                       profile could ship
 //	TOOLS_BENCH_ONLY       a regular expression: only the commands it matches
 //	TOOLS_BENCH_FSMONITOR  "0" leaves out the third side (default on): a
-//	                       second sandbox, the same but for the launcher's
-//	                       workspace monitor (launcher.Options.FSMonitor)
-//	                       answering its git, on a third copy of the tree
+//	                       second sandbox, the same but in network mode
+//	                       sandbox, where the plan grants the workspace
+//	                       monitor by default (the product's path), which
+//	                       answers its git, on a third copy of the tree
 
 import (
 	"bufio"
@@ -342,9 +343,10 @@ func toolsStartScript(tb testing.TB) string {
 
 // startToolsSandbox compiles the pi-session profile for the scene at host
 // (whose workspace and repository r already holds) and launches its
-// server in one sandbox for the whole benchmark; with fsmon, the launcher
-// answers the sandbox's git from its workspace monitor
-// (launcher.Options.FSMonitor).
+// server in one sandbox for the whole benchmark; with fsmon, the
+// deployment's network mode is sandbox, where the plan grants the
+// workspace monitor by default (grant fsmonitor workspace): the product's
+// own path, no option of the benchmark's.
 func startToolsSandbox(tb testing.TB, im imageInfo, host string, r *toolsRepo, name string, fsmon bool) *toolsSide {
 	tb.Helper()
 	erofs, err := json.Marshal(im.Erofs)
@@ -397,7 +399,7 @@ func startToolsSandbox(tb testing.TB, im imageInfo, host string, r *toolsRepo, n
 	go func() {
 		defer close(done)
 		res, lerr = launcher.Launch(lctx, launcher.Options{BundleDir: sc.Bundle, StateRoot: sc.State, RunscPath: sc.Runsc, ID: id,
-			Secrets: secrets, Stdin: inR, Stdout: outW, Stderr: s.stderr, FSMonitor: fsmon, Uplink: uplink, Resolve: resolve})
+			Secrets: secrets, Stdin: inR, Stdout: outW, Stderr: s.stderr, Uplink: uplink, Resolve: resolve})
 		outW.Close()
 	}()
 	s.finish = sync.OnceValue(func() launcher.Result {
