@@ -18,8 +18,9 @@
 # 20000; 2000 for a quick run), ROUNDS (default 5), GITCONFIG ("key=value
 # ..." Git settings for the sandbox's git only: an A/B against a run
 # without), ONLY (a regular expression of the commands to run), FSMONITOR
-# (0 leaves out the third side, a sandbox whose git the launcher's
-# workspace monitor answers: launcher.Options.FSMonitor), GO (default go).
+# (0 leaves out the third side, a sandbox in network mode sandbox, whose
+# git the workspace monitor answers: the plan's default grant), GO
+# (default go).
 # With the third side, each sandbox's table and summary are printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
