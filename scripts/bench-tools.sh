@@ -45,6 +45,7 @@ if ! (cd ./test/e2e && TOOLS_BENCH_FILES=${FILES:-20000} TOOLS_BENCH_ROUNDS=${RO
   exit 1
 fi
 grep -E '^tools: tree' "$tmp/out.txt" | sed 's/^/   /'
+grep -E '^tools: monitor' "$tmp/out.txt" | sed 's/^/   /' || true
 echo
 sed -n '/^tools: medians/,/^tools: median over/p' "$tmp/out.txt"
 echo

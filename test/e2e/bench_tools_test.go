@@ -414,6 +414,14 @@ func startToolsSandbox(tb testing.TB, im imageInfo, host string, r *toolsRepo, n
 		if lerr != nil || res.ExitCode != 0 {
 			tb.Errorf("the sandbox: %v, exit %d (%s); stderr: %s", lerr, res.ExitCode, res.Reason, s.stderr)
 		}
+		// The monitor side must have been answered by the monitor the
+		// plan granted, not merely run in network mode sandbox.
+		if st := res.FSMonitor; st != nil {
+			fmt.Printf("tools: monitor (%s): %d lists, %d everything, %d events, %d overflows, degraded %v\n", name, st.Lists, st.Everything, st.Events, st.Overflows, st.Degraded)
+		}
+		if fsmon && (res.FSMonitor == nil || res.FSMonitor.Lists == 0) {
+			tb.Errorf("the %s side: the workspace monitor did not answer a list: %+v", name, res.FSMonitor)
+		}
 		return res
 	})
 	tb.Cleanup(func() { s.finish() })
