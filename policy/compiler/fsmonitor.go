@@ -50,7 +50,7 @@ func (c *compilation) decideFSMonitor() *fsmonitorPlan {
 		c.diags.Addf(diag.FSMonitor, sw, "the deployment requires the workspace monitor, which is served on the sandbox network's gateway only, and registry.network.mode is %q", c.reg.Network.Mode)
 		return nil
 	case c.reg.Network.Mode != "sandbox":
-		return &fsmonitorPlan{reason: "none: network mode none has no gateway to serve it on; the sandbox's git scans the workspace in full", fact: "registry.network.mode," + prof}
+		return &fsmonitorPlan{reason: "network mode none has no gateway to serve it on; the sandbox's git scans the workspace in full", fact: "registry.network.mode," + prof}
 	case c.dep.FSMonitor == "on":
 		return &fsmonitorPlan{on: true, reason: "required by the registry for this deployment", fact: sw + "," + prof}
 	}
