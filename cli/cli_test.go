@@ -15,7 +15,7 @@ import (
 
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
-		"paseo-policy": func() { os.Exit(Run()) },
+		"paseo-policy": func() { QuietLibraryLogs(); os.Exit(Run()) }, // as cmd/paseo-policy
 	})
 }
 

@@ -7,6 +7,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/preflight"
 )
 
 // Exit codes. Stable: scripts and the supervisor rely on them. exitTable
@@ -62,16 +64,28 @@ type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
 
-// exitCode maps a command's error to its exit code: the one place.
+// printedError is an error the command has already reported (doctor's
+// report): Main prints nothing more, exitCode maps what it wraps.
+type printedError struct{ error }
+
+func (e printedError) Unwrap() error { return e.error }
+
+// exitCode maps a command's error to its exit code: the one place. The
+// launcher's refusal (*launcher.UnavailableError) and a failed preflight
+// (*preflight.Error, doctor's) are unavailable, whoever returns them.
 func exitCode(err error) int {
 	var ee *exitError
 	var dl diag.List
 	var ue usageError
+	var unavailable *launcher.UnavailableError
+	var pre *preflight.Error
 	switch {
 	case err == nil:
 		return ExitOK
 	case errors.As(err, &ee):
 		return ee.code
+	case errors.As(err, &unavailable), errors.As(err, &pre):
+		return ExitUnavailable
 	case errors.As(err, &dl):
 		return ExitRefused
 	case errors.As(err, &ue):

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/preflight"
 )
 
 // exitTableMarkdown is the table docs/launcher.md prints under "Exit codes".
@@ -117,5 +119,27 @@ func TestUsageByType(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if got := Main(nil, &stdout, &stderr); got != ExitOK || !strings.Contains(stdout.String(), "Available Commands") {
 		t.Errorf("no command: exit %d, stdout %q; want the help and 0", got, stdout.String())
+	}
+}
+
+// A failed preflight is unavailable by its type, however it arrives: inside
+// the launcher's refusal (launch), or as doctor's report, which doctor has
+// printed already; the check's code stays in the chain.
+func TestExitCodeOfPreflight(t *testing.T) {
+	failed := preflight.Report{Checks: []preflight.Check{{Name: preflight.CheckRoot, OK: true}, {Name: preflight.CheckRunscDigest, Detail: "another digest"}}}.Err()
+	for name, err := range map[string]error{
+		"launch":  fmt.Errorf("launch: %w", &launcher.UnavailableError{Reason: failed.Error(), Err: failed}),
+		"doctor":  printedError{failed},
+		"wrapped": fmt.Errorf("x: %w", failed),
+	} {
+		if got := exitCode(err); got != ExitUnavailable {
+			t.Errorf("%s: exit %d, want %d", name, got, ExitUnavailable)
+		}
+		if !errors.Is(err, diag.PreflightRunscDigest) || errors.Is(err, diag.PreflightRoot) {
+			t.Errorf("%s: the chain does not carry exactly the failed check's code: %v", name, err)
+		}
+	}
+	if got := exitCode(printedError{errors.New("other")}); got != ExitInternal {
+		t.Errorf("a printed error of no known type: exit %d, want %d", got, ExitInternal)
 	}
 }

@@ -18,14 +18,14 @@ func newExplain(g *globals) *cobra.Command {
 	var wide bool
 	var target targetFlags
 	cmd := &cobra.Command{
-		Use:   "explain [--target kubernetes --image REF ...] DIR",
+		Use:   "explain [--target kubernetes|agent-sandbox --image REF ...] DIR",
 		Short: "List every grant in a bundle: what, how much, why, and from which fact",
 		Long: `Explain lists every grant: its kind, access, subject and detail, then the
 fact that caused it and why it exists. The text fits the terminal (COLUMNS,
 else the terminal's width, else 100 columns): long values wrap. --wide prints
 one line per grant with every value in full; -o json prints the manifest.
 
-With --target kubernetes (and render's flags) it explains that rendering
+With --target kubernetes or agent-sandbox (and render's flags) it explains that rendering
 instead: each field of each object with the grant that made it, then the
 grants Kubernetes has no field for and what stands in for them.`,
 		Args: cobra.ExactArgs(1),
@@ -36,7 +36,7 @@ grants Kubernetes has no field for and what stands in for them.`,
 					return err
 				}
 				if g.json() {
-					return g.printJSON(map[string]any{"trace": r.Trace, "gaps": r.Gaps})
+					return g.printJSON(map[string]any{"trace": r.trace, "gaps": r.gaps})
 				}
 				return explainTarget(g.stdout, r, outputWidth(g.stdout))
 			}

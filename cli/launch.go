@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -32,12 +31,14 @@ func newLaunch(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "launch DIR",
 		Short: "Run a compiled bundle under the pinned runsc (root)",
-		Long: `Launch runs preflight checks, copies the bundle into a private run dir with
-its credential slot filled from --secrets-dir, <dir>/<deployment>/<secretRef>
-with the deployment from the verified manifest (the MCP config carries no
-bearer: the route proxy adds the daemon's, read once from the same directory
-under the route's tokenRef and kept out of the sandbox), runs it under runsc with fixed flags while owning its
-stdio, enforces wall time and output limits, and tears everything down.
+		Long: `Launch runs preflight checks, copies the bundle into a private run dir (no
+secret enters it: a bundle holding a secret placeholder is refused), hands
+the model route's proxy the provider key from --secrets-dir,
+<dir>/<deployment>/<secretRef> with the deployment from the verified
+manifest (the MCP config carries no bearer: the route proxy adds the
+daemon's, read once from the same directory under the route's tokenRef and
+kept out of the sandbox), runs it under runsc with fixed flags while owning
+its stdio, enforces wall time and output limits, and tears everything down.
 When the sandbox cannot be enforced it exits 4 (sandbox-unavailable) and
 nothing runs. When the agent exits non-zero, launch exits 7 and says the
 agent's code on stderr ("the agent exited N"); with -o json it also writes
@@ -71,12 +72,8 @@ is the agent's). docs/launcher.md, "Exit codes", has the table.`,
 // and its code is said on stderr, never passed on as launch's own: an
 // agent exiting 4 is not "sandbox unavailable".
 func (g *globals) launchEnd(res launcher.Result, err error) error {
-	var ue *launcher.UnavailableError
-	switch {
-	case errors.As(err, &ue):
-		return exitWith(ExitUnavailable, err)
-	case err != nil:
-		return exitWith(ExitInternal, err)
+	if err != nil {
+		return err // exitCode: the launcher's refusal 4, anything else 6
 	}
 	if res.Reason != "" {
 		fmt.Fprintf(g.stderr, "paseo-policy: sandbox %s ended: %s\n", res.ID, res.Reason)
@@ -109,15 +106,15 @@ func newDoctor(g *globals) *cobra.Command {
 				}
 			} else {
 				for _, c := range r.Checks {
-					mark := "ok  "
-					if !c.OK {
-						mark = "FAIL"
+					if c.OK {
+						fmt.Fprintf(g.stdout, "ok   %-16s %s\n", c.Name, c.Detail)
+					} else {
+						fmt.Fprintf(g.stdout, "FAIL %-16s %s: %s\n", c.Name, c.Code, c.Detail)
 					}
-					fmt.Fprintf(g.stdout, "%s %-16s %s\n", mark, c.Name, c.Detail)
 				}
 			}
-			if !r.OK() {
-				return exitWith(ExitUnavailable, nil)
+			if err := r.Err(); err != nil {
+				return printedError{err} // exitCode: unavailable
 			}
 			return nil
 		},

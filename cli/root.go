@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
 	"paseo.dev/paseo-policy/policy/compiler"
@@ -72,12 +73,21 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	code := exitCode(err)
 	if err != nil {
 		var ee *exitError
-		if !(errors.As(err, &ee) && ee.err == nil) {
+		var pe printedError
+		if !(errors.As(err, &ee) && ee.err == nil) && !errors.As(err, &pe) {
 			fmt.Fprintln(stderr, "paseo-policy:", err)
 		}
 	}
 	return code
 }
+
+// QuietLibraryLogs keeps logrus's standard logger to errors for the whole
+// program (the CLI, the supervisor and each holder, which main starts
+// before the CLI): runtime-tools, behind the bundle validator
+// (policy/ocicheck), warns through it on every validation, and the
+// validator reports findings instead. It is the program's choice, made
+// once at its entry, not a side effect of importing the validator.
+func QuietLibraryLogs() { logrus.SetLevel(logrus.ErrorLevel) }
 
 // Run is the process entry point.
 func Run() int { return Main(os.Args[1:], os.Stdout, os.Stderr) }

@@ -14,7 +14,8 @@ const (
 	SchemaInvalid     Code = "PP-SCHEMA-INVALID"       // a value of the wrong type or outside its constraint
 	SchemaIncomplete  Code = "PP-SCHEMA-INCOMPLETE"    // a required field is missing
 	SecretInFacts     Code = "PP-SECRET-IN-FACTS"      // something that looks like a secret value, not a reference
-	SecretMarker      Code = "PP-SECRET-MARKER"        // an input string holds the secret placeholder marker @@paseo-secret:
+	SecretMarker      Code = "PP-SECRET-MARKER"        // an input string, or a bundle at launch, holds the secret placeholder marker @@paseo-secret:
+	SecretSlot        Code = "PP-SECRET-SLOT"          // a bundle at launch carries a secret slot (the credential's env entry as a placeholder), which compilers wrote before the model route and no launcher fills now
 	ProfileUnknown    Code = "PP-PROFILE-UNKNOWN"      // facts name a profile that is not embedded
 	ProfileInvalid    Code = "PP-PROFILE-INVALID"      // an embedded profile breaks the profile schema
 	DeploymentUnknown Code = "PP-DEPLOYMENT-UNKNOWN"   // deployment.id is not in the registry
@@ -30,6 +31,7 @@ const (
 	PathMissing      Code = "PP-PATH-MISSING"      // the source does not exist
 	PathType         Code = "PP-PATH-TYPE"         // a file where a directory is needed, or the reverse
 	PathCrossMount   Code = "PP-PATH-XDEV"         // resolution crosses a mount point beneath the root
+	PathReplaced     Code = "PP-PATH-REPLACED"     // launch and doctor: a pinned source is now another object (device, inode or kind) than at compile time
 	PathUnmapped     Code = "PP-PATH-UNMAPPED"     // docker topology: no mapping covers the container path
 	PathLayout       Code = "PP-PATH-LAYOUT"       // paths that must nest (session in sessionDir) do not
 	// State a sandbox writes and a later Pi reads.
@@ -88,4 +90,21 @@ const (
 	ManifestVersion  Code = "PP-MANIFEST-VERSION"   // manifest.json of a kind or apiVersion this build does not read
 	GrantUnknownKind Code = "PP-GRANT-UNKNOWN-KIND" // a grant's kind (or kind and subject) that no grant type decodes
 	GrantInvalid     Code = "PP-GRANT-INVALID"      // a grant with fields of another kind, a wrong type, a non-canonical number, a derived access that disagrees, or a payload its type refuses
+)
+
+// The launcher's preflight (runtime/launcher/preflight), one code per
+// check: a launch refused by it (and doctor's report) carries the codes of
+// every check that failed. docs/launcher.md, "Preflight codes", lists them.
+const (
+	PreflightRoot          Code = "PP-PREFLIGHT-ROOT"           // not running as root
+	PreflightKernel        Code = "PP-PREFLIGHT-KERNEL"         // a kernel older than 5.6 (no openat2), or a release that cannot be read
+	PreflightRunscStatic   Code = "PP-PREFLIGHT-RUNSC-STATIC"   // runsc missing, not a regular root-owned executable others cannot write, or not a static ELF
+	PreflightRunscDigest   Code = "PP-PREFLIGHT-RUNSC-DIGEST"   // runsc's sha256 is not the one its digest file records (or there is no such record)
+	PreflightCgroup        Code = "PP-PREFLIGHT-CGROUP"         // neither cgroup2 nor v1 with the cpu, memory and pids controllers
+	PreflightNftables      Code = "PP-PREFLIGHT-NFTABLES"       // doctor's nftables probe failed
+	PreflightBundleDigests Code = "PP-PREFLIGHT-BUNDLE-DIGESTS" // the bundle cannot be read, or a file differs from its manifest digest, or pins.json is another compile's
+	PreflightBundleHooks   Code = "PP-PREFLIGHT-BUNDLE-HOOKS"   // config.json has OCI hooks (or is no OCI config)
+	PreflightBundlePins    Code = "PP-PREFLIGHT-BUNDLE-PINS"    // pins.json does not pair with the host binds, or (doctor) a pinned source no longer opens as compiled
+	PreflightImageErofs    Code = "PP-PREFLIGHT-IMAGE-EROFS"    // an EROFS image file config.json mounts has no digest grant or another digest
+	PreflightBundleValid   Code = "PP-PREFLIGHT-BUNDLE-VALID"   // another finding of the bundle validator (ocicheck)
 )

@@ -14,6 +14,11 @@ import (
 // Code is a stable identifier such as PP-PATH-SYMLINK.
 type Code string
 
+// Error makes a code a target for errors.Is: an error type that carries a
+// code matches it by an Is method (errors.Is(err, diag.PathSymlink)), as
+// containerd's errdefs kinds are matched, never by message text.
+func (c Code) Error() string { return string(c) }
+
 // Diagnostic is one refused piece of input.
 type Diagnostic struct {
 	Code    Code   `json:"code"`

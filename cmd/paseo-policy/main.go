@@ -10,6 +10,7 @@ import (
 )
 
 func main() {
+	cli.QuietLibraryLogs()
 	// The supervisor re-executes this binary as each sandbox's holder.
 	holder.MaybeRun()
 	os.Exit(cli.Run())

@@ -1,9 +1,11 @@
-// Package pathsafe is the compiler's one seam to the host filesystem. It
-// resolves paths beneath registered roots with openat2, refusing symlinks,
-// magic links and mount crossings, so that what the compiler grants is
-// exactly the object the operator registered. It lives in internal/, not
-// under policy/compiler, because the launcher re-checks the pins it makes
-// and the launch side may not import the compiler.
+// Package pathsafe is the one opener of pinned sources. It resolves paths
+// beneath registered roots with openat2, refusing symlinks, magic links and
+// mount crossings, so that what the compiler grants is exactly the object
+// the operator registered; the launcher's bind staging and auth.json lock
+// and doctor's pin check open the pins it made with the same calls
+// (OpenPinned), so doctor's verdict on a pin is the launch's. It lives in
+// internal/, not under policy/compiler, because the launch side may not
+// import the compiler.
 package pathsafe
 
 import (
@@ -43,6 +45,9 @@ type Error struct {
 
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Msg }
 
+// Is matches the error's code: errors.Is(err, diag.PathCrossMount).
+func (e *Error) Is(target error) bool { c, ok := target.(diag.Code); return ok && c == e.Code }
+
 // Resolver opens paths beneath roots. Base is where "/" is: empty for the
 // real host, or a directory that stands in for it (tests build host trees in
 // t.TempDir() and resolve the same absolute paths beneath it, with the same
@@ -57,17 +62,48 @@ const beneathFlags = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESO
 // its identity. The root itself is opened without following symlinks; below
 // the root no mount point may be crossed either.
 func (r Resolver) Resolve(root, p string) (Identity, error) {
-	if !pathform.Beneath(root, p) {
-		return Identity{}, &Error{diag.PathOutsideRoot, fmt.Sprintf("not beneath root %s", root)}
-	}
-	rootFD, err := r.openRoot(root)
+	fd, id, err := r.open(root, p)
 	if err != nil {
 		return Identity{}, err
 	}
-	defer unix.Close(rootFD)
-	rel := pathform.Rel(root, p)
+	unix.Close(fd)
+	return id, nil
+}
+
+// OpenPinned opens p beneath root exactly as Resolve does and returns the
+// O_PATH descriptor only when it is the object pinned (device, inode and
+// kind), else PP-PATH-REPLACED. The caller closes the descriptor and acts
+// on it, never on the path again.
+func (r Resolver) OpenPinned(root, p string, pin Identity) (int, error) {
+	// A pin is read from pins.json, not checked by the schema as facts
+	// are: its form is checked here.
+	for _, q := range []string{root, p} {
+		if code, msg := pathform.Check(q); code != "" {
+			return -1, &Error{code, msg}
+		}
+	}
+	fd, id, err := r.open(root, p)
+	if err != nil {
+		return -1, err
+	}
+	if id != pin {
+		unix.Close(fd)
+		return -1, &Error{diag.PathReplaced, fmt.Sprintf("now dev %d inode %d kind %s, compiled as dev %d inode %d kind %s: the source was replaced since compile", id.Dev, id.Ino, id.Kind, pin.Dev, pin.Ino, pin.Kind)}
+	}
+	return fd, nil
+}
+
+// open resolves p beneath root to an O_PATH descriptor and its identity.
+func (r Resolver) open(root, p string) (int, Identity, error) {
+	if !pathform.Beneath(root, p) {
+		return -1, Identity{}, &Error{diag.PathOutsideRoot, fmt.Sprintf("not beneath root %s", root)}
+	}
+	rootFD, err := r.openRoot(root)
+	if err != nil {
+		return -1, Identity{}, err
+	}
 	fd := rootFD
-	if rel != "." {
+	if rel := pathform.Rel(root, p); rel != "." {
 		fd, err = unix.Openat2(rootFD, rel, &unix.OpenHow{
 			// No O_NOFOLLOW: with it a trailing symlink would be opened
 			// itself; without it RESOLVE_NO_SYMLINKS refuses it (ELOOP).
@@ -75,18 +111,23 @@ func (r Resolver) Resolve(root, p string) (Identity, error) {
 			Resolve: beneathFlags | unix.RESOLVE_NO_XDEV,
 		})
 		if err != nil {
-			return Identity{}, r.explain(rootFD, root, rel, err)
+			err = r.explain(rootFD, root, rel, err)
 		}
-		defer unix.Close(fd)
+		unix.Close(rootFD)
+		if err != nil {
+			return -1, Identity{}, err
+		}
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return Identity{}, &Error{diag.PathMissing, "stat: " + err.Error()}
+		unix.Close(fd)
+		return -1, Identity{}, &Error{diag.PathMissing, "stat: " + err.Error()}
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-		return Identity{}, &Error{diag.PathSymlink, "is a symlink"}
+		unix.Close(fd)
+		return -1, Identity{}, &Error{diag.PathSymlink, "is a symlink"}
 	}
-	return Identity{Dev: st.Dev, Ino: st.Ino, Kind: KindOf(st.Mode)}, nil
+	return fd, Identity{Dev: st.Dev, Ino: st.Ino, Kind: KindOf(st.Mode)}, nil
 }
 
 // KindOf classifies a stat mode; the launcher's pin check uses it too, so

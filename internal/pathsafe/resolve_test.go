@@ -119,6 +119,25 @@ func TestSwappedDirectoryChangesIdentity(t *testing.T) {
 	if before == after {
 		t.Errorf("identity did not change across a swap: %+v", after)
 	}
+	// OpenPinned refuses the new object against the old pin and opens it
+	// against its own.
+	if _, err := r.OpenPinned("/srv/ws", "/srv/ws/proj", before); codeOf(err) != diag.PathReplaced {
+		t.Errorf("swapped: got %v, want %s", err, diag.PathReplaced)
+	}
+	fd, err := r.OpenPinned("/srv/ws", "/srv/ws/proj", after)
+	if err != nil {
+		t.Fatalf("the object pinned: %v", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Ino != after.Ino {
+		t.Errorf("descriptor of inode %d (%v), pinned %d", st.Ino, err, after.Ino)
+	}
+	unix.Close(fd)
+	kind := after
+	kind.Kind = File
+	if _, err := r.OpenPinned("/srv/ws", "/srv/ws/proj", kind); codeOf(err) != diag.PathReplaced {
+		t.Errorf("same inode, another kind: got %v, want %s", err, diag.PathReplaced)
+	}
 }
 
 // Magic links (/proc/self/root and friends) are refused on the real host.

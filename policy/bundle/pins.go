@@ -3,6 +3,7 @@ package bundle
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -39,6 +40,12 @@ type Pins struct {
 // run dir and never pinned.
 var InternalSources = []string{HostsFile, ResolvFile, MCPConfigFile, GitHeadFile, ModelsFile, FSMonitorHookFile}
 
+// Why pins.json is refused with a bundle, for errors.Is.
+var (
+	ErrPinsForeign  = errors.New("pins from another compile are refused")
+	ErrPinsUnpaired = errors.New(ConfigFile + " and " + PinsFile + " disagree")
+)
+
 // Pins decodes pins.json strictly and requires it to name this bundle's
 // manifest. A bundle without pins.json gives an empty list, which pins no
 // bind: PinnedBinds then refuses any bind with a host source.
@@ -55,7 +62,7 @@ func (f Files) Pins() (*Pins, error) {
 		return nil, fmt.Errorf("%s: kind %q version %q, want %q %q", PinsFile, p.Kind, p.APIVersion, PinsKind, APIVersion)
 	}
 	if want := Digest(f[ManifestFile]); p.Manifest != want {
-		return nil, fmt.Errorf("%s was written for manifest %s, not this bundle's %s; pins from another compile are refused", PinsFile, p.Manifest, want)
+		return nil, fmt.Errorf("%s was written for manifest %s, not this bundle's %s; %w", PinsFile, p.Manifest, want, ErrPinsForeign)
 	}
 	return &p, nil
 }
@@ -132,7 +139,7 @@ func PairBinds(mounts []specs.Mount, pins []Pin) ([]BindPin, error) {
 		}
 	}
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("%s and %s disagree: %s", ConfigFile, PinsFile, strings.Join(problems, "; "))
+		return nil, fmt.Errorf("%w: %s", ErrPinsUnpaired, strings.Join(problems, "; "))
 	}
 	return out, nil
 }

@@ -2,10 +2,10 @@ package bundle
 
 import "strings"
 
-// SecretMarker opens every secret placeholder. The compiler writes
-// placeholders in exactly one place (the credential's env entry, which its
-// manifest grant records); anywhere else the marker is refused, at compile
-// in the inputs and at launch in the bundle.
+// SecretMarker opens every secret placeholder. Compilers before the model
+// route wrote one in the credential's env entry for the launcher to fill;
+// none is written or filled now, and the marker is refused everywhere, at
+// compile in the inputs and at launch in the bundle (CheckNoSecretMarkers).
 const (
 	SecretMarker = "@@paseo-secret:"
 	secretEnd    = "@@"

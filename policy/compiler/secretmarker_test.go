@@ -11,7 +11,7 @@ import (
 )
 
 // The schema refuses the secret placeholder marker (bundle.SecretMarker,
-// which the launcher refuses anywhere but a slot) in every input string.
+// which the launcher refuses anywhere in a bundle) in every input string.
 func TestSecretMarkerRefusedInFacts(t *testing.T) {
 	for _, field := range []string{`"model":{"id":"fake-1%s"}`, `"workspace":{"cwd":"/srv/paseo/workspace/proj-feature/%s"}`,
 		`"model":{"baseURL":"https://llm.example.test:8443/v1/%s"}`} {

@@ -20,16 +20,16 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/opencontainers/runtime-tools/validate"
 
-	"github.com/sirupsen/logrus"
-
 	"paseo.dev/paseo-policy/internal/netdest"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/grant"
 )
 
-// runtime-tools logs warnings through logrus (for example that mount types
-// are only checked host-specifically); findings are returned, not logged.
-func init() { logrus.SetLevel(logrus.ErrorLevel) }
+// runtime-tools logs warnings through logrus's standard logger (for
+// example that mount types are only checked host-specifically) and takes
+// no logger value. ocicheck returns findings and leaves that logger alone:
+// importing it changes nobody's log level. The program decides
+// (cmd/paseo-policy keeps logrus to errors).
 
 // Finding is one failed check.
 type Finding struct {
@@ -76,6 +76,9 @@ const (
 	CheckDecode   = "decode"
 	CheckNoHooks  = "invariant/" + invariantNoHooks
 	CheckReadonly = "invariant/" + invariantReadonlyRoot
+	// CheckSecretPlaceholders refuses a secret placeholder marker anywhere
+	// in the bundle, a legacy secret slot included (bundle.MarkerError).
+	CheckSecretPlaceholders = "secret-placeholders"
 )
 
 // Dir validates the bundle in dir, read once (bundle.Read).
@@ -97,8 +100,8 @@ func Files(files bundle.Files, dir string, opts Options) Result {
 }
 
 // Decoded is a bundle with its documents decoded once, each with the
-// reason it did not decode, and its secret slots found: what Check judges
-// and what a launch plan keeps.
+// reason it did not decode, and whether it holds a secret placeholder:
+// what Check judges and what a launch plan keeps.
 type Decoded struct {
 	Files bundle.Files
 
@@ -111,11 +114,9 @@ type Decoded struct {
 	Pins        *bundle.Pins
 	PinsErr     error
 
-	// Deployment and Slots are the manifest's deployment and secret
-	// slots, once no placeholder marker sits anywhere else (SlotsErr).
-	Deployment string
-	Slots      []bundle.SecretSlot
-	SlotsErr   error
+	// MarkersErr refuses a secret placeholder marker anywhere in Files
+	// (a *bundle.MarkerError: a legacy secret slot, or a stray marker).
+	MarkersErr error
 }
 
 // Decode decodes every document of files once.
@@ -133,9 +134,9 @@ func Decode(files bundle.Files) Decoded {
 	d.Egress, d.EgressErr = files.Egress()
 	d.Pins, d.PinsErr = files.Pins()
 	if d.ManifestErr != nil {
-		d.SlotsErr = d.ManifestErr
+		d.MarkersErr = d.ManifestErr
 	} else {
-		d.Deployment, d.Slots, d.SlotsErr = bundle.CheckSecretPlaceholdersOf(files, d.Manifest)
+		d.MarkersErr = bundle.CheckNoSecretMarkers(files, d.Manifest)
 	}
 	return d
 }
@@ -160,8 +161,8 @@ func Check(d Decoded, dir string, opts Options) Result {
 	} else {
 		r.run(CheckDigests, files.VerifyAgainst(d.Manifest))
 	}
-	// The launcher fills the credential slot and refuses a placeholder anywhere else.
-	r.run("secret-placeholders", d.SlotsErr)
+	// The launcher fills no placeholder: a legacy slot or a marker anywhere is refused.
+	r.run(CheckSecretPlaceholders, d.MarkersErr)
 	// Every bind with a host source has exactly one pin and every pin a
 	// bind: the launcher stages binds only through their pins. A bundle
 	// without pins.json (golden files: pins are host state) is not bound

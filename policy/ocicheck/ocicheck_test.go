@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sirupsen/logrus"
+
 	"paseo.dev/paseo-policy/policy/bundle"
 )
 
@@ -185,5 +187,20 @@ func TestFSMonitorServedAsGranted(t *testing.T) {
 				t.Errorf("check %s did not fire; findings: %+v", CheckFSMonitor, r.Findings)
 			}
 		})
+	}
+}
+
+// Importing and running the validator leaves logrus's standard logger as
+// the program set it: its init once lowered the level for every program
+// that imported it.
+func TestLeavesLogLevel(t *testing.T) {
+	if got := logrus.GetLevel(); got != logrus.InfoLevel {
+		t.Fatalf("logrus level %s before any check, want logrus's default %s: an import changed it", got, logrus.InfoLevel)
+	}
+	if _, err := Dir(filepath.Join("..", "..", "testdata", "host-pi-session-api-key", "golden"), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := logrus.GetLevel(); got != logrus.InfoLevel {
+		t.Fatalf("logrus level %s after a check, want %s", got, logrus.InfoLevel)
 	}
 }

@@ -35,15 +35,15 @@ func factsPrecheck(raw any, l *diag.List) {
 	})
 }
 
-// secretMarker opens the placeholder the compiler writes for a secret
-// (bundle.SecretMarker; compiler tests hold the two equal).
+// secretMarker opens a secret placeholder (bundle.SecretMarker; compiler
+// tests hold the two equal), which compilers before the model route wrote
+// for the launcher to fill.
 const secretMarker = "@@paseo-secret:"
 
 // markerPrecheck refuses the placeholder marker in any input string, keys
-// included. Only the compiler writes placeholders, in the one place it
-// chooses (the credential's env entry); a marker in a model id or a path
-// would otherwise reach argv or a mount, and a launcher that substituted
-// it would put a secret there.
+// included: a marker in a model id or a path would otherwise reach argv
+// or a mount, and a launcher that substituted it would put a secret
+// there. The launcher refuses the marker anywhere in a bundle too.
 func markerPrecheck(raw any, l *diag.List) {
 	walk(raw, "", func(p string, key string, v any) {
 		if strings.Contains(key, secretMarker) {

@@ -114,7 +114,7 @@ func BenchmarkBareRunscFirstByte(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		spec, err := run.materialize(plan, staticSecret("v"))
+		spec, err := run.materialize(plan)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -199,7 +199,7 @@ func BenchmarkLaunchSteps(b *testing.B) {
 		run, err := newRunDir(s.State, id)
 		var spec *rspec.Spec
 		if err == nil {
-			spec, err = run.materialize(plan, staticSecret("v"))
+			spec, err = run.materialize(plan)
 		}
 		t5 := time.Now()
 		var staged []stagedBind

@@ -33,10 +33,6 @@ import (
 // which lies in the 0700 root-owned run dir: only root can change what it
 // is. The reviewed bundle keeps the host paths (explain and diff show them).
 
-// resolveFlags are the compiler's (internal/pathsafe): the launcher must
-// open exactly what the compile resolved.
-const resolveFlags = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
-
 // stagedBind is one bind source mounted in the run dir.
 type stagedBind struct {
 	mount int // index in config.json's mounts
@@ -124,55 +120,14 @@ func stageBind(p bundle.Pin, target string, readOnly bool) error {
 	return nil
 }
 
-// openPinned opens the pin's source as the compiler did (pathsafe.Resolve):
+// openPinned opens the pin's source with the one opener of pinned sources
+// (pathsafe.OpenPinned, as the compiler resolved it and doctor checks it):
 // its root from / without following symlinks, the source beneath the root
 // without symlinks, magic links or mount crossings. It returns the O_PATH
-// descriptor only when device, inode and kind match the pin.
+// descriptor only when device, inode and kind match the pin; a refusal
+// carries pathsafe's code (PP-PATH-SYMLINK, PP-PATH-XDEV, PP-PATH-REPLACED...).
 func openPinned(p bundle.Pin) (int, error) {
-	rootFD, err := unix.Openat2(unix.AT_FDCWD, "/", &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC})
-	if err != nil {
-		return -1, err
-	}
-	if p.Root != "/" {
-		fd, err := unix.Openat2(rootFD, p.Root[1:], &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: resolveFlags})
-		unix.Close(rootFD)
-		if err != nil {
-			return -1, fmt.Errorf("root %s: %s", p.Root, openReason(err))
-		}
-		rootFD = fd
-	}
-	fd := rootFD
-	if rel := strings.TrimPrefix(strings.TrimPrefix(p.Source, p.Root), "/"); rel != "" {
-		fd, err = unix.Openat2(rootFD, rel, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: resolveFlags | unix.RESOLVE_NO_XDEV})
-		unix.Close(rootFD)
-		if err != nil {
-			return -1, errors.New(openReason(err))
-		}
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("fstat: %w", err)
-	}
-	if kind := string(pathsafe.KindOf(st.Mode)); st.Dev != p.Dev || st.Ino != p.Ino || kind != p.Kind {
-		unix.Close(fd)
-		return -1, fmt.Errorf("now dev %d inode %d kind %s, compiled as dev %d inode %d kind %s: the source was replaced since compile", st.Dev, st.Ino, kind, p.Dev, p.Ino, p.Kind)
-	}
-	return fd, nil
-}
-
-func openReason(err error) string {
-	switch {
-	case errors.Is(err, unix.ELOOP):
-		return "a path component is a symlink; sources are opened without following links"
-	case errors.Is(err, unix.EXDEV):
-		return "the path crosses a mount point"
-	case errors.Is(err, unix.ENOENT):
-		return "no longer exists"
-	case errors.Is(err, unix.ENOTDIR):
-		return "a component of the path is not a directory"
-	}
-	return "openat2: " + err.Error()
+	return pathsafe.Resolver{}.OpenPinned(p.Root, p.Source, pathsafe.Identity{Dev: p.Dev, Ino: p.Ino, Kind: pathsafe.Kind(p.Kind)})
 }
 
 // useStaged points each staged mount of the run copy's spec at its staged

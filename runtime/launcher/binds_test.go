@@ -11,6 +11,7 @@ import (
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/testkit/skip"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
@@ -89,7 +90,7 @@ func bareRunscErr(t *testing.T, s *sandbox, edit func(*rspec.Spec), swap func())
 		t.Fatal(err)
 	}
 	defer run.remove()
-	spec, err := run.materialize(plan, staticSecret("v"))
+	spec, err := run.materialize(plan)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,8 +280,8 @@ func TestBindPinsRefused(t *testing.T) {
 		restore := swapForSymlink(t, ws, ws+".real") // even to the pinned object itself
 		defer restore()
 		_, _, _, err := s.launch(t, staticSecret("v"))
-		wantUnavailable(t, err, "symlink")
-		wantUnavailable(t, err, strings.ToLower("pin "+ws))
+		wantUnavailableIs(t, err, diag.PathSymlink)
+		wantUnavailable(t, err, strings.ToLower("pin "+ws)) // names the pin
 		s.assertNotStarted(t)
 	})
 	t.Run("root swapped for a symlink", func(t *testing.T) {
@@ -289,7 +290,8 @@ func TestBindPinsRefused(t *testing.T) {
 		restore := swapForSymlink(t, root, root+".real")
 		defer restore()
 		_, _, _, err := s.launch(t, staticSecret("v"))
-		wantUnavailable(t, err, strings.ToLower("root "+root))
+		wantUnavailableIs(t, err, diag.PathSymlink)
+		wantUnavailable(t, err, strings.ToLower("root "+root)) // names the root
 		s.assertNotStarted(t)
 	})
 	t.Run("unpinned bind", func(t *testing.T) {
@@ -304,7 +306,7 @@ func TestBindPinsRefused(t *testing.T) {
 			return out
 		})
 		_, _, _, err := s.launch(t, staticSecret("v"))
-		wantUnavailable(t, err, "has no pin")
+		wantUnavailableIs(t, err, diag.PreflightBundlePins, bundle.ErrPinsUnpaired)
 		s.assertNotStarted(t)
 	})
 	t.Run("pin moved to another root", func(t *testing.T) {
@@ -329,7 +331,7 @@ func TestBindPinsRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, _, _, err := s.launch(t, staticSecret("v"))
-		wantUnavailable(t, err, "pins from another compile")
+		wantUnavailableIs(t, err, diag.PreflightBundleDigests, diag.PreflightBundlePins, bundle.ErrPinsForeign)
 		s.assertNotStarted(t)
 	})
 }

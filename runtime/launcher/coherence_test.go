@@ -246,7 +246,7 @@ func bareShell(t *testing.T, s *sandbox, flags ...string) *shell {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { run.remove() })
-	spec, err := run.materialize(plan, staticSecret("v"))
+	spec, err := run.materialize(plan)
 	if err != nil {
 		t.Fatal(err)
 	}

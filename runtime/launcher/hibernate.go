@@ -64,10 +64,13 @@ type Image struct {
 	Link netip.Prefix `json:"link,omitzero"`
 	// Files are the sha256 digests of runsc's image files, by name.
 	Files map[string]string `json:"files"`
-	// SecretsDigest is the launch record's digest of the values the
-	// checkpointed agent was started with: the image holds them in its
-	// memory.
-	SecretsDigest string `json:"secretsDigest"`
+	// LegacySecretsDigest is read and ignored: images taken while the
+	// launcher still filled secret slots recorded the digest of the
+	// values, which a wake compared. No launch puts a secret in the
+	// sandbox now (the model key stays with the route proxy) and a bundle
+	// with a slot is refused (PP-SECRET-SLOT), so there is nothing to
+	// compare; the field stays so that such an image still decodes.
+	LegacySecretsDigest string `json:"secretsDigest,omitempty"`
 	// Ran is how long the sandbox ran, over every launch and wake: the
 	// wake gets what is left of wallSeconds, so hibernating does not
 	// extend it (time hibernated does not count).
@@ -99,7 +102,7 @@ func Checkpoint(o CheckpointOptions) (img *Image, err error) {
 	if err != nil {
 		return nil, err
 	}
-	img = &Image{ID: o.ID, Network: rec.Network, SecretsDigest: rec.SecretsDigest, Files: map[string]string{}}
+	img = &Image{ID: o.ID, Network: rec.Network, Files: map[string]string{}}
 	if rec.Network == "sandbox" {
 		link, ok, err := sandboxnet.LeasedLink(filepath.Join(o.StateRoot, "net"), o.Pool, o.ID)
 		if err != nil {
@@ -247,11 +250,6 @@ func (l *launch) wakePhases(ctx context.Context) error {
 			return fmt.Errorf("the sandbox has run %v of its wall time %v", img.Ran.Round(time.Second), l.limits.Wall)
 		}
 		l.limits.Wall -= img.Ran
-	}
-	// The values prepare materialized into the run dir are the ones
-	// compared.
-	if l.secretsDigest != img.SecretsDigest {
-		return errors.New("a secret the checkpoint holds has changed since it was taken (rotated)")
 	}
 	if l.plan.Network == "sandbox" {
 		if err := l.network(ctx); err != nil {

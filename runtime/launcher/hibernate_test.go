@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/testkit/fakemodel"
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/policy/bundle"
@@ -113,13 +114,20 @@ func (r *hibernateRun) ended(t *testing.T) {
 // hibernateSandbox is the hibernate script in api-key mode, with the fake
 // model over TLS on its test host behind the model route.
 func hibernateSandbox(t *testing.T) (*sandbox, *fakemodel.Server) {
+	return modelRouteSandbox(t, hibernateScript, "", "s3cr3t-value")
+}
+
+// modelRouteSandbox is script in api-key mode (facts patched by
+// factsPatch), with the fake model taking apiKey over TLS on its test
+// host behind the model route.
+func modelRouteSandbox(t *testing.T, script, factsPatch, apiKey string) (*sandbox, *fakemodel.Server) {
 	world := testnet.New(t)
 	model := world.Host("model")
 	ca, err := fakemodel.NewTestCA("llm.example.test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	fm := fakemodel.New(fakemodel.Options{APIKey: "s3cr3t-value"})
+	fm := fakemodel.New(fakemodel.Options{APIKey: apiKey})
 	l, err := model.Listen("tcp4", netip.AddrPortFrom(model.Addr, 8443).String())
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +135,7 @@ func hibernateSandbox(t *testing.T) (*sandbox, *fakemodel.Server) {
 	hs := &http.Server{Handler: fm.Handler(), TLSConfig: &tls.Config{Certificates: []tls.Certificate{ca.Cert}}, ErrorLog: log.New(io.Discard, "", 0)}
 	go hs.ServeTLS(l, "", "")
 	t.Cleanup(func() { hs.Close() })
-	s := compileScript(t, hibernateScript, `{"network":{"mode":"sandbox"}}`)
+	s := compileScriptFacts(t, script, `{"network":{"mode":"sandbox"}}`, factsPatch)
 	s.uplink, s.modelRoots = world.Uplink, ca.Roots
 	s.resolve = func(_ context.Context, host string) ([]netip.Addr, error) {
 		if host == "llm.example.test" {
@@ -161,10 +169,10 @@ func TestHibernateWake(t *testing.T) {
 		}
 		r.ended(t)
 		t.Logf("round %d: the checkpointed launch ended with %+v (%v); image %d files", round, r.res, r.err, len(img.Files))
-		// The provider key is no slot: the image's digest is that of no
-		// secret at all, so a rotated key wakes.
-		if none := (&fetched{}).digest(); img.SecretsDigest != none {
-			t.Fatalf("round %d: the image's secrets digest %q depends on the provider key", round, img.SecretsDigest)
+		// No secret is in the sandbox, so the image records none to
+		// compare: a rotated key wakes.
+		if img.LegacySecretsDigest != "" {
+			t.Fatalf("round %d: the image records a secrets digest %q", round, img.LegacySecretsDigest)
 		}
 		// Rotated at the provider and in the secrets while it sleeps.
 		rotated := fmt.Sprintf("s3cr3t-value-%d", round)
@@ -232,13 +240,22 @@ func TestWakeFailsClosed(t *testing.T) {
 	}
 	r.ended(t)
 
-	wantRefused := func(what string, src SecretSource, reason string) {
+	// reason is a code or sentinel in the refusal's chain (an error), or,
+	// where the refusal has none, text its reason holds (a string).
+	wantRefused := func(what string, src SecretSource, reason any) {
 		t.Helper()
 		r := s.startRun(t, id, src, true)
 		r.ended(t)
 		var ue *UnavailableError
-		if !errors.As(r.err, &ue) || !strings.Contains(ue.Reason, reason) || !strings.Contains(ue.Reason, "start the agent fresh") {
-			t.Fatalf("%s: wake returned %v, want sandbox-unavailable with %q", what, r.err, reason)
+		ok := errors.As(r.err, &ue) && strings.Contains(ue.Reason, "start the agent fresh")
+		switch reason := reason.(type) {
+		case error:
+			ok = ok && errors.Is(r.err, reason)
+		case string:
+			ok = ok && strings.Contains(ue.Reason, reason)
+		}
+		if !ok {
+			t.Fatalf("%s: wake returned %v, want sandbox-unavailable with %v", what, r.err, reason)
 		}
 		if ents, _ := os.ReadDir(filepath.Join(s.state, "run")); len(ents) > 0 {
 			t.Errorf("%s: run dirs left: %v", what, ents)
@@ -248,7 +265,7 @@ func TestWakeFailsClosed(t *testing.T) {
 	// checked again, as at launch.
 	ws := filepath.Join(s.host, "srv/paseo/workspace/proj-feature")
 	restore := swapForSymlink(t, ws, t.TempDir())
-	wantRefused("workspace swapped for a symlink", key, "symlink")
+	wantRefused("workspace swapped for a symlink", key, diag.PathSymlink)
 	restore()
 
 	ents, err := os.ReadDir(imageDir(s.state, id))
@@ -296,6 +313,17 @@ func TestWakeKeepsWallTime(t *testing.T) {
 	r.ended(t)
 	if first.Ran < time.Second {
 		t.Fatalf("the first run ran %v, recorded %v", time.Second, first.Ran)
+	}
+	// An image as the launcher wrote it while it filled secret slots (the
+	// digest of no secret, as every launch without a slot recorded) still
+	// decodes and wakes: the field is read and ignored.
+	first.LegacySecretsDigest = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+	old, _ := json.Marshal(first)
+	if !strings.Contains(string(old), `"secretsDigest":"e3b0`) {
+		t.Fatalf("the old image form: %s", old)
+	}
+	if err := os.WriteFile(filepath.Join(HibernateDir(s.state, id), ImageFile), old, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	r = s.startRun(t, id, key, true)
 	if got := r.line(t, "two"); got != "got two" {

@@ -174,9 +174,40 @@ const startWait = 30 * time.Second
 // createSandbox) would fail inside runsc with "loading container: file
 // does not exist" and leave the agent running. It fails if the launcher
 // ends or the wait runs out first.
+//
+// It waits on events, not a clock: runsc writes the container's state in
+// its root (created, then running), the launcher's record changes or goes
+// when the launch ends, and the launcher's pidfd is readable once it
+// exits; each event is a reason to ask runsc again. A holderless launch
+// (paseo-policy launch, then kill from another process) shares nothing
+// else with the process that signals it, and runsc's state is what the
+// signal needs, so runsc is the right witness; a holder signals its own
+// launch the same way (execution.Process.Signal).
 func (inv Inventory) awaitStarted(id string) error {
 	rs := inv.runsc()
-	for deadline := time.Now().Add(startWait); ; time.Sleep(20 * time.Millisecond) {
+	ifd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return fmt.Errorf("waiting for %s's container: %w", id, err)
+	}
+	defer unix.Close(ifd)
+	// Watched before the first look, so a change after it is an event. Not
+	// IN_CLOSE_WRITE: `runsc state` opens its lock file for writing, so
+	// each look would wake the next.
+	const mask = unix.IN_CREATE | unix.IN_MODIFY | unix.IN_MOVED_TO | unix.IN_DELETE
+	for _, dir := range []string{rs.root, recordsDir(inv.StateRoot)} {
+		if _, err := unix.InotifyAddWatch(ifd, dir, mask); err != nil {
+			return fmt.Errorf("waiting for %s's container: watching %s: %w", id, dir, err)
+		}
+	}
+	pidfd := -1
+	defer func() {
+		if pidfd >= 0 {
+			unix.Close(pidfd)
+		}
+	}()
+	buf := make([]byte, 4096)
+	deadline := time.Now().Add(startWait)
+	for {
 		if st, err := rs.status(id); err == nil && st != "creating" && st != "created" {
 			return nil
 		}
@@ -184,11 +215,30 @@ func (inv Inventory) awaitStarted(id string) error {
 		if err != nil {
 			return err
 		}
-		if i := slices.IndexFunc(recs, func(r Record) bool { return r.ID == id }); i < 0 || recs[i].ended() {
+		i := slices.IndexFunc(recs, func(r Record) bool { return r.ID == id })
+		if i < 0 || recs[i].ended() {
 			return fmt.Errorf("sandbox %s ended before runsc started its container", id)
 		}
-		if time.Now().After(deadline) {
+		if pidfd < 0 {
+			// Opened after the liveness check above: if the pid was reused
+			// since, the next round's check says so (the start time).
+			if pidfd, err = unix.PidfdOpen(recs[i].LauncherPID, 0); err != nil {
+				return fmt.Errorf("sandbox %s: its launcher: %w", id, err)
+			}
+			continue
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
 			return fmt.Errorf("sandbox %s: runsc did not start its container within %v", id, startWait)
+		}
+		fds := []unix.PollFd{{Fd: int32(ifd), Events: unix.POLLIN}, {Fd: int32(pidfd), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, int(left/time.Millisecond)+1); err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("waiting for %s's container: %w", id, err)
+		}
+		for { // drain: one look answers every event so far
+			if _, err := unix.Read(ifd, buf); err != nil {
+				break
+			}
 		}
 	}
 }

@@ -293,9 +293,6 @@ type launch struct {
 	res     Result
 	cleanup cleanupStack
 
-	// secretsDigest digests the secret values this launch injected.
-	secretsDigest string
-
 	plan  *launchplan.Plan // the bundle read once and verified
 	files bundle.Files     // plan.Files
 	m     *bundle.Manifest // plan.Manifest
@@ -387,27 +384,15 @@ func (l *launch) prepare() error {
 	if err := os.MkdirAll(l.rs.root, 0o700); err != nil {
 		return err
 	}
-	if plan.SlotsErr != nil {
-		return plan.SlotsErr
-	}
 	// Before anything is made: its undo goes under the record's, so the
 	// lock is released last (authlock.go).
 	if err := l.lockAuthFile(); err != nil {
 		return err
 	}
-	// Each secret is fetched once: its digest goes to the record (a
-	// hibernation keeps it beside the image, a wake compares it) and the
-	// same values fill the slots.
-	secrets, err := fetchSecrets(plan.Deployment, plan.Slots, l.opts.Secrets)
-	if err != nil {
-		return err
-	}
-	defer secrets.clear()
-	l.secretsDigest = secrets.digest()
 	if err := l.claim(); err != nil {
 		return err
 	}
-	if l.spec, err = l.run.materialize(plan, secrets.get); err != nil {
+	if l.spec, err = l.run.materialize(plan); err != nil {
 		return err
 	}
 	l.state = runtimeState{cgroupsPath: CgroupsPath(l.opts.ID), privateRoot: true}
@@ -453,7 +438,7 @@ func (l *launch) claim() error {
 		return undoRun(err)
 	}
 	rec := Record{ID: l.opts.ID, Bundle: l.opts.BundleDir, Profile: l.m.Profile, Agent: l.m.Agent, Deployment: l.m.Deployment,
-		Network: l.plan.Network, Uplink: l.opts.Uplink, Started: time.Now().UTC(), RanBefore: l.ranBefore(), SecretsDigest: l.secretsDigest,
+		Network: l.plan.Network, Uplink: l.opts.Uplink, Started: time.Now().UTC(), RanBefore: l.ranBefore(),
 		LauncherPID: os.Getpid(), LauncherStart: processStart(os.Getpid())}
 	if err := writeRecord(l.opts.StateRoot, rec); err != nil {
 		return undoRun(err)
@@ -744,18 +729,21 @@ func newRunDir(stateRoot, id string) (*runDir, error) {
 	return &runDir{dir: dir}, nil
 }
 
-// materialize writes the plan's bundle files into the run dir, with its
-// secret slots filled (secretslots.go), and returns the run copy of the
-// spec, which start writes once it is complete (runstate.go); the
-// reviewed bundle itself is never modified. The plan's validator found the
-// slots and refused any marker outside them.
-func (r *runDir) materialize(plan *launchplan.Plan, secrets SecretSource) (*rspec.Spec, error) {
-	spec, mcp, err := fillSlots(plan, secrets)
+// materialize writes the plan's bundle files into the run dir and returns
+// the run copy of the spec, which start writes once it is complete
+// (runstate.go); the reviewed bundle itself is never modified. No secret
+// goes into either: the plan's validator refused any placeholder.
+func (r *runDir) materialize(plan *launchplan.Plan) (*rspec.Spec, error) {
+	spec, err := runSpec(plan.Spec)
 	if err != nil {
 		return nil, err
 	}
 	files := plan.Files
-	if mcp != nil {
+	if data, ok := files[bundle.MCPConfigFile]; ok {
+		mcp, err := checkMCP(data)
+		if err != nil {
+			return nil, err
+		}
 		// Read by the agent through the gofer, so readable inside the
 		// sandbox; the run dir (0700) keeps it from everyone else.
 		if err := r.writeFile(bundle.MCPConfigFile, mcp, 0o444); err != nil {

@@ -13,9 +13,11 @@ import (
 	"strings"
 	"testing"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/runtime/launcher/preflight"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 )
 
@@ -67,7 +69,7 @@ func (s *sandbox) launch(t *testing.T, secrets SecretSource) (Result, string, st
 	res, err := Launch(context.Background(), Options{
 		BundleDir: s.bundle, StateRoot: s.state, RunscPath: s.runsc,
 		Secrets: secrets, Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Log: &log,
-		Uplink: s.uplink, Resolve: s.resolve, OnNetwork: s.onNetwork,
+		Uplink: s.uplink, Resolve: s.resolve, ModelRoots: s.modelRoots, OnNetwork: s.onNetwork,
 	})
 	// Every launch's teardown must be whole, whatever the launch did.
 	if len(res.Teardown) > 0 || log.Len() > 0 {
@@ -178,7 +180,7 @@ func TestLaunchFailsClosed(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, _, _, err := s.launch(t, staticSecret("v"))
-		wantUnavailable(t, err, "digest")
+		wantUnavailableIs(t, err, diag.PreflightBundleDigests)
 		s.assertNotStarted(t)
 	})
 	t.Run("swapped workspace", func(t *testing.T) {
@@ -191,7 +193,7 @@ func TestLaunchFailsClosed(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, _, _, err := s.launch(t, staticSecret("v"))
-		wantUnavailable(t, err, "pin")
+		wantUnavailableIs(t, err, diag.PathReplaced)
 		s.assertNotStarted(t)
 	})
 	t.Run("egress name that cannot be resolved", func(t *testing.T) {
@@ -218,6 +220,27 @@ func (s *sandbox) assertNotStarted(t *testing.T) {
 	s.assertClean(t)
 }
 
+// wantUnavailableIs requires a refusal (sandbox-unavailable) whose chain
+// holds each target: a code (diag.PathReplaced, diag.PreflightBundleDigests)
+// or a reason (preflight.ErrDigestDiffers, bundle.ErrPinsForeign).
+func wantUnavailableIs(t *testing.T, err error, targets ...error) {
+	t.Helper()
+	var ue *UnavailableError
+	if !errors.As(err, &ue) {
+		t.Fatalf("got %v, want sandbox-unavailable", err)
+	}
+	for _, target := range targets {
+		if !errors.Is(err, target) {
+			t.Errorf("%v is not %q", err, target)
+		}
+	}
+	if strings.Contains(ue.Error(), "s3cr3t") {
+		t.Error("error mentions a secret value")
+	}
+}
+
+// wantUnavailable is wantUnavailableIs for a refusal without a code: its
+// reason must mention substr.
 func wantUnavailable(t *testing.T, err error, substr string) {
 	t.Helper()
 	var ue *UnavailableError
@@ -349,6 +372,6 @@ func TestLaunchErofs(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, _, err = s.launch(t, staticSecret("v"))
-	wantUnavailable(t, err, "erofs file "+strings.ToLower(file)+" has sha256:")
+	wantUnavailableIs(t, err, diag.PreflightImageErofs, preflight.ErrDigestDiffers)
 	s.assertNotStarted(t)
 }

@@ -32,11 +32,6 @@ type Record struct {
 	// RanBefore is how long the sandbox ran before this launch, when the
 	// launch is a wake (hibernate.go): wall time counts running time.
 	RanBefore time.Duration `json:"ranBefore,omitempty"`
-	// SecretsDigest digests the secret values this launch injected (a
-	// sha256 over each value's sha256, never a value): Checkpoint keeps it
-	// beside the image, whose memory holds the values, and a wake refuses
-	// values that differ (hibernate.go).
-	SecretsDigest string `json:"secretsDigest,omitempty"`
 	// Launcher identifies the owning launcher process; the start time
 	// guards against pid reuse.
 	LauncherPID   int    `json:"launcherPid"`

@@ -17,14 +17,13 @@ import (
 // exists at launch: the container's cgroup, in sandbox mode the network
 // namespace built for it, and the private overlay over the image that the
 // launch runs on (rootfs.go). The launcher fills in exactly these three
-// fields in its private copy (besides the secret slot, secretslots.go),
-// and points each bind at the source it staged in the run dir (binds.go),
-// and nothing else; everything a reviewer approved stays as compiled.
+// fields in its private copy, and points each bind at the source it
+// staged in the run dir (binds.go), and nothing else; everything a
+// reviewer approved stays as compiled.
 //
 // The run copy is the launch plan's decoded spec, copied where the launch
-// changes it; the secret slot is filled at materialize, the phases collect
-// the other values (runtimeState), and start patches them in and writes
-// the copy once, just before runsc starts. Nothing reads it back.
+// changes it; the phases collect the values (runtimeState), and start
+// patches them in and writes the copy once, just before runsc starts. Nothing reads it back.
 
 // CgroupsPath is the cgroup of container id. runsc applies the spec's
 // resources only when a cgroups path is set, so every launch sets one.

@@ -2,49 +2,43 @@ package launcher
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
+	"errors"
 	"strings"
 	"testing"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/policy/bundle"
 )
 
-// keyDigest is what the sandbox prints about its credential: a digest,
-// never the value.
-const keyDigest = `echo key-sha256=$(printf %s "$FAKE_LLM_KEY" | /bin/busybox sha256sum | /bin/busybox cut -d' ' -f1)
-echo started > $PASEO_AGENT_CWD/started`
+// askModels asks the model for its models through the model route on the
+// gateway, with the stand-in key the sandbox has (the route adds the real
+// one), and prints the status line.
+const askModels = `(printf 'GET /v1/models HTTP/1.0\r\nHost: paseo-gateway\r\nAuthorization: Bearer %s\r\n\r\n' "$FAKE_LLM_KEY"; /bin/busybox sleep 2) | /bin/busybox timeout 8 /bin/busybox nc -w 6 paseo-gateway 18080 | /bin/busybox head -n1 | /bin/busybox tr -d '\r' | /bin/busybox sed "s/^/models: /"`
 
-func sha256hex(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:])
-}
-
-// Through the real secrets dir a sandbox gets its own deployment's key in
-// the credential env, and facts naming another deployment's ref get no
-// sandbox at all.
+// Through the real secrets dir the model route gets its own deployment's
+// key (the fake model takes only alice's), and facts naming another
+// deployment's ref get no sandbox at all.
 func TestLaunchSecretsDirScoped(t *testing.T) {
 	dir := secretsTree(t)
-	// A bundle with the key's slot (the launch before the model route):
-	// the secrets dir's scoping is the same for the route's key.
 	t.Run("own ref", func(t *testing.T) {
-		s := compileScriptFacts(t, keyDigest, "", directModel)
-		testbundle.KeyInEnv(t, s.bundle, "FAKE_LLM_KEY", "alice/fake-llm")
+		s, fm := modelRouteSandbox(t, askModels, "", "alice-key")
 		res, out, stderr, err := s.launch(t, SecretsDir(dir))
 		if err != nil || res.ExitCode != 0 {
 			t.Fatalf("launch: %v (exit %d)\nstderr: %s", err, res.ExitCode, stderr)
 		}
-		if !strings.Contains(out, "key-sha256="+sha256hex("alice-key")) {
-			t.Errorf("the sandbox did not get its deployment's key:\n%s", out)
+		if !strings.Contains(out, "models: HTTP/1.0 200 OK") {
+			t.Errorf("the model did not take the deployment's key (it saw %d requests):\n%s", len(fm.Requests()), out)
 		}
 		s.assertClean(t)
 	})
 	t.Run("another deployment's ref", func(t *testing.T) {
-		s := compileScriptFacts(t, keyDigest, "", directModel)
-		testbundle.KeyInEnv(t, s.bundle, "FAKE_LLM_KEY", "bob/fake-llm")
+		s, _ := modelRouteSandbox(t, askModels, `{"credential":{"secretRef":"bob/fake-llm"}}`, "bob-key")
 		_, _, _, err := s.launch(t, SecretsDir(dir))
-		wantUnavailable(t, err, "no such secret in this deployment")
+		wantUnavailable(t, err, "")
+		if !errors.Is(err, ErrSecretUnknown) {
+			t.Errorf("refused for %v, want ErrSecretUnknown", err)
+		}
 		if strings.Contains(err.Error(), "bob-key") {
 			t.Error("the refusal carries B's value")
 		}
@@ -52,28 +46,50 @@ func TestLaunchSecretsDirScoped(t *testing.T) {
 	})
 }
 
-// A bundle edited to carry a placeholder in argv (digests recomputed, so
-// it verifies) is refused before any secret is read or runsc starts; the
-// old launcher would have put the key in the agent's argv.
-func TestLaunchRefusesPlaceholderOutsideSlots(t *testing.T) {
-	for name, edit := range map[string]func([]byte) []byte{
-		"argv": func(cfg []byte) []byte {
-			return bytes.Replace(cfg, []byte(`"-c",`), []byte(`"-c", "`+bundle.SecretPlaceholder("alice/fake-llm")+`",`), 1)
-		},
-		"cwd": func(cfg []byte) []byte {
-			return bytes.Replace(cfg, []byte(`"cwd": "`), []byte(`"cwd": "/`+bundle.SecretPlaceholder("alice/fake-llm")), 1)
-		},
+// A bundle with a placeholder (edited in, digests recomputed, so it
+// verifies) or the secret slot compilers wrote before the model route is
+// refused with its code before any secret is read or runsc starts; the
+// old launcher would have put the key in the agent's argv, or in its
+// environment. Control: the same bundle unedited runs.
+func TestLaunchRefusesPlaceholders(t *testing.T) {
+	ph := bundle.SecretPlaceholder("alice/fake-llm")
+	for name, c := range map[string]struct {
+		edit func(t *testing.T, dir string)
+		code diag.Code
+	}{
+		"argv": {func(t *testing.T, dir string) {
+			testbundle.Rewrite(t, dir, bundle.ConfigFile, func(cfg []byte) []byte {
+				return bytes.Replace(cfg, []byte(`"-c",`), []byte(`"-c", "`+ph+`",`), 1)
+			})
+		}, diag.SecretMarker},
+		"cwd": {func(t *testing.T, dir string) {
+			testbundle.Rewrite(t, dir, bundle.ConfigFile, func(cfg []byte) []byte {
+				return bytes.Replace(cfg, []byte(`"cwd": "`), []byte(`"cwd": "/`+ph), 1)
+			})
+		}, diag.SecretMarker},
+		"legacy slot": {func(t *testing.T, dir string) { testbundle.SecretSlot(t, dir, "FAKE_LLM_KEY", "alice/fake-llm") }, diag.SecretSlot},
+		"control":     {func(*testing.T, string) {}, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
-			s := compileScript(t, keyDigest, "")
-			testbundle.Rewrite(t, s.bundle, bundle.ConfigFile, edit)
+			s := compileScriptFacts(t, keyEcho, "", directModel)
+			c.edit(t, s.bundle)
 			asked := 0
-			_, _, _, err := s.launch(t, func(d, r string) ([]byte, error) { asked++; return staticSecret("s3cr3t-value")(d, r) })
-			wantUnavailable(t, err, "placeholder")
+			_, out, _, err := s.launch(t, func(d, r string) ([]byte, error) { asked++; return staticSecret("s3cr3t-value")(d, r) })
 			if asked > 0 {
-				t.Errorf("the secret source was asked %d times before the refusal", asked)
+				t.Errorf("the secret source was asked %d times", asked)
 			}
+			if c.code == "" {
+				if err != nil || !strings.Contains(out, "key=[]") {
+					t.Fatalf("control: %v, output %q", err, out)
+				}
+				return
+			}
+			wantUnavailable(t, err, strings.ToLower(string(c.code)))
 			s.assertNotStarted(t)
 		})
 	}
 }
+
+// keyEcho prints the credential's env variable: empty unless something
+// filled it.
+const keyEcho = `echo "key=[$FAKE_LLM_KEY]"`

@@ -92,9 +92,9 @@ func (s *Server) wakeLocked(ctx context.Context, b *box) *Error {
 	return nil
 }
 
-// wakeSecrets resolves the secrets the box's bundle names, now, in its
-// deployment: a rotated key gives a different value, which the launcher
-// compares with the checkpoint's digest and refuses.
+// wakeSecrets resolves the secrets the box's bundle names (its model
+// route's key), now, in its deployment: a key rotated while the sandbox
+// slept is the one the woken route adds.
 func (s *Server) wakeSecrets(b *box) (map[string][]byte, *Error) {
 	files, err := bundle.Read(s.bundleDir(b.id))
 	if err != nil {

@@ -58,7 +58,8 @@ func fromHolder(st holder.State) Info {
 // the egress host names to pin. files are the compile's bytes: the bundle
 // directory is read by the launcher alone. What prepare takes from them
 // only selects what to hand over; the launcher checks the bundle it reads
-// against the same digests and refuses a launch whose slots or hosts differ.
+// against the same digests and refuses a launch whose key ref or hosts
+// differ.
 func (s *Server) prepare(spec *holder.Spec, files bundle.Files) *Error {
 	m, err := files.Manifest()
 	if err != nil {
@@ -138,7 +139,9 @@ func (s *Server) spawn(spec holder.Spec) *Error {
 	case err == nil:
 		return nil
 	case errors.As(err, &le) && le.Unavailable:
-		return fail(rpcerr.Unavailable, "%s", le.Message)
+		// The preflight's codes pass through as they are (rpcerr's
+		// Diagnostics), never remapped.
+		return &Error{Code: rpcerr.Unavailable, Message: le.Message, Diagnostics: le.Diagnostics}
 	default:
 		return fail(rpcerr.Internal, "%v", err)
 	}

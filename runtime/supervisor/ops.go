@@ -181,13 +181,24 @@ func (s *Server) closeInput(ctx context.Context, c call) (any, *Error) {
 	return CloseResult{Closed: r.Closed}, nil
 }
 
-// signals are the signals a client may send, by name without "SIG".
-var signals = map[string]unix.Signal{"TERM": unix.SIGTERM, "INT": unix.SIGINT, "KILL": unix.SIGKILL, "HUP": unix.SIGHUP}
-
-func (s *Server) signalOp(_ context.Context, c call) (any, *Error) {
-	sig := signals[strings.TrimPrefix(c.req.Signal, "SIG")]
-	if sig == 0 {
+// signalOp has the sandbox's holder, which owns its process, send the
+// signal (holder.Signals names the ones a client may send). Without a
+// holder (orphaned: runsc still runs the sandbox, nobody holds its
+// process) runsc is all there is, and the supervisor signals through it.
+func (s *Server) signalOp(ctx context.Context, c call) (any, *Error) {
+	name := strings.TrimPrefix(c.req.Signal, "SIG")
+	sig, ok := holder.Signals[name]
+	if !ok {
 		return nil, fail(rpcerr.Malformed, "signal must be TERM, INT, HUP or KILL")
+	}
+	if sock := c.box.holder(); sock != "" {
+		r, err := holder.Signal(ctx, sock, name)
+		if err == nil {
+			return SignalResult{Signal: r.Signal}, nil
+		}
+		if !holder.Dead(err) {
+			return nil, typed(err, "%s", OpSignal)
+		}
 	}
 	if err := s.inventory().Kill(c.box.id, sig); err != nil {
 		return nil, fail(rpcerr.State, "%v", err)

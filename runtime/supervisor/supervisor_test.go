@@ -243,8 +243,6 @@ func TestContinuityAcrossDisconnects(t *testing.T) {
 		}
 		oldEpoch = att.Epoch
 		// Read a little of the live stream before the next drop.
-		want := fmt.Sprintf(`"seq-marker-%d"`, i)
-		_ = want
 		n := tr.Cursor
 		deadline := time.After(400 * time.Millisecond)
 	drain:

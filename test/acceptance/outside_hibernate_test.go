@@ -26,6 +26,17 @@ import (
 
 func init() { registerOutside("hibernate", hibernateAttacks) }
 
+// TestHibernateAttacks runs this family alone (make acceptance runs it in
+// TestAcceptance with the rest).
+func TestHibernateAttacks(t *testing.T) {
+	testbundle.Prerequisites(t)
+	attacks := hibernateAttacks(t, &scene{})
+	judgeOutside(attacks, t.Errorf, t.Errorf)
+	for _, a := range attacks {
+		t.Log(a)
+	}
+}
+
 func hibernateAttacks(t *testing.T, _ *scene) []OutsideAttack {
 	return []OutsideAttack{daemonReadsCheckpoint(t)}
 }
@@ -43,18 +54,18 @@ func daemonReadsCheckpoint(t *testing.T) OutsideAttack {
 	// The image holds whatever the agent held. With the model route the
 	// provider key is not among it (model-key-in-checkpoint); a secret in
 	// the sandbox's memory is what this attack looks for, so the sandbox
-	// gets one as the launch before the route gave it the key.
+	// gets one as the launch before the route gave it the key (the test
+	// writes it into the spec: the product has no path for it).
 	sc := testbundle.New(t, testbundle.Options{Argv: testbundle.Script(`read line; echo "seen ${#FAKE_LLM_KEY}"; read line`), FactsPatch: directModel})
-	testbundle.KeyInEnv(t, sc.Bundle, "FAKE_LLM_KEY", "alice/fake-llm")
+	testbundle.KeyInEnv(t, sc.Bundle, "FAKE_LLM_KEY", key)
 	id := "pp-acchib-" + randomHex(4)
-	src := func(deployment, ref string) ([]byte, error) { return []byte(key), nil }
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	done := make(chan error, 1)
 	started := make(chan struct{})
 	go func() {
 		_, err := launcher.Launch(context.Background(), launcher.Options{BundleDir: sc.Bundle, ID: id, StateRoot: sc.State, RunscPath: sc.Runsc,
-			Secrets: src, Stdin: inR, Stdout: outW, OnStart: func() { close(started) }})
+			Stdin: inR, Stdout: outW, OnStart: func() { close(started) }})
 		outW.Close()
 		inR.Close()
 		done <- err

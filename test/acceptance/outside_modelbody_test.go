@@ -125,7 +125,7 @@ func modelBodyAttacks(t *testing.T, s *scene) []OutsideAttack {
 			}
 			return &a.Contained
 		}
-		sc := modelBodyScene(t, control)
+		sc := modelBodyScene(t, key, control)
 		target := "http://paseo-gateway:18080/v1/chat/completions"
 		if control {
 			target = "http://" + p.host.Addr.String() + ":8443/v1/chat/completions"
@@ -159,8 +159,8 @@ func modelBodyAttacks(t *testing.T, s *scene) []OutsideAttack {
 }
 
 // modelBodyScene is modelKeyScene's launch for modelBodyScript.
-func modelBodyScene(t *testing.T, control bool) *testbundle.Scene {
-	return modelAgentScene(t, modelBodyScript, control)
+func modelBodyScene(t *testing.T, key string, control bool) *testbundle.Scene {
+	return modelAgentScene(t, modelBodyScript, key, control)
 }
 
 // runModelBodyAgent launches the agent with target as its argument,

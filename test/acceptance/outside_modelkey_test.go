@@ -66,7 +66,12 @@ type provider struct {
 }
 
 func newProvider(t *testing.T, w *testnet.World, key string) *provider {
-	p := &provider{host: w.Host("provider"), key: key, keyed: map[string]int{}}
+	return newProviderOn(t, w.Host("provider"), key)
+}
+
+// newProviderOn is newProvider on a test host of the caller's.
+func newProviderOn(t *testing.T, host *testnet.Host, key string) *provider {
+	p := &provider{host: host, key: key, keyed: map[string]int{}}
 	p.ca = serveProvider(t, p.host, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		p.mu.Lock()
@@ -171,7 +176,7 @@ func modelKeyAttacks(t *testing.T, s *scene) []OutsideAttack {
 		control bool
 		pick    func(*OutsideAttack) *Tally
 	}{{false, func(a *OutsideAttack) *Tally { return &a.Contained }}, {true, func(a *OutsideAttack) *Tally { return &a.ControlRun }}} {
-		sc := modelKeyScene(t, side.control)
+		sc := modelKeyScene(t, key, side.control)
 		out, holding := runModelKeyAgent(t, s, sc, p, key, side.control)
 		lines := tallyLines(out)
 		for _, n := range []string{"read-key-env", "read-key-proc", "read-key-files"} {
@@ -201,22 +206,23 @@ func add(dst *Tally, src Tally) {
 // the product's (the model route), or the control's (credential none, so
 // the model host is an egress destination, then the key put in the
 // environment as the launcher filled it before the route).
-func modelKeyScene(t *testing.T, control bool) *testbundle.Scene {
-	return modelAgentScene(t, modelKeyScript, control)
+func modelKeyScene(t *testing.T, key string, control bool) *testbundle.Scene {
+	return modelAgentScene(t, modelKeyScript, key, control)
 }
 
 // modelAgentScene is script as the agent of an api-key launch on the
 // sandbox network: the product's (the key with the model route) or, as
-// control, the launch before the route (testbundle.KeyInEnv: the key in
-// the sandbox's environment, the model host a plain egress destination).
-func modelAgentScene(t *testing.T, script string, control bool) *testbundle.Scene {
+// control, the launch before the route (testbundle.KeyInEnv: the test
+// writes key into the sandbox's environment, the model host a plain
+// egress destination).
+func modelAgentScene(t *testing.T, script, key string, control bool) *testbundle.Scene {
 	o := testbundle.Options{Argv: append(testbundle.Script(script), "agent", "x"), RegistryPatch: `{"network":{"mode":"sandbox"}}`}
 	if control {
 		o.FactsPatch = `{"credential":{"mode":"none","env":null,"secretRef":null}}`
 	}
 	sc := testbundle.New(t, o)
 	if control {
-		testbundle.KeyInEnv(t, sc.Bundle, "FAKE_LLM_KEY", "alice/fake-llm")
+		testbundle.KeyInEnv(t, sc.Bundle, "FAKE_LLM_KEY", key)
 	}
 	return sc
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,25 +16,37 @@ import (
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
+	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/internal/testkit/testtree"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/compiler"
-	"paseo.dev/paseo-policy/policy/grant"
 	"paseo.dev/paseo-policy/policy/schema"
 	"paseo.dev/paseo-policy/runtime/launcher"
 )
 
 // Attacks on secret references, from whoever writes one deployment's facts
 // (its daemon, or input that steers it): naming another deployment's
-// secret, and smuggling a placeholder into a fact the launcher was never
-// meant to fill. The sandbox reports only digests; the test compares them
-// with digests of the values it planted, so no value is ever printed.
+// secret as the model route's key, and smuggling a placeholder into a
+// fact the launcher was never meant to fill. The sandbox and the provider
+// report only digests or what they saw; the test compares them with the
+// values it planted, so no value is ever printed.
 
 func init() { registerOutside("secrets", secretAttacks) }
 
-func secretAttacks(t *testing.T, _ *scene) []OutsideAttack {
+// TestSecretAttacks runs this family alone (make acceptance runs it in
+// TestAcceptance with the rest).
+func TestSecretAttacks(t *testing.T) {
+	testbundle.Prerequisites(t)
+	attacks := secretAttacks(t, &scene{world: testnet.New(t)})
+	judgeOutside(attacks, t.Errorf, t.Errorf)
+	for _, a := range attacks {
+		t.Log(a)
+	}
+}
+
+func secretAttacks(t *testing.T, s *scene) []OutsideAttack {
 	w := newSecretWorld(t)
-	return []OutsideAttack{w.otherDeploymentsSecret(t), w.placeholderInAnotherFact(t)}
+	return []OutsideAttack{w.otherDeploymentsSecret(t, s), w.placeholderInAnotherFact(t)}
 }
 
 // secretWorld is a secrets dir as the product lays it out (one directory
@@ -69,10 +82,9 @@ func (w *secretWorld) flatSource(_, ref string) ([]byte, error) {
 	return bytes.TrimRight(data, "\n"), err
 }
 
-// secretScript reports digests of the credential env and of the model
-// word in argv ($1 after "--model").
+// secretScript reports a digest of the model word in argv ($1 after
+// "--model").
 const secretScript = `d() { printf %s "$1" | /bin/busybox sha256sum | /bin/busybox cut -d' ' -f1; }
-echo env-sha256=$(d "$FAKE_LLM_KEY")
 echo argv-sha256=$(d "$1")`
 
 func hexDigest(s string) string {
@@ -81,33 +93,19 @@ func hexDigest(s string) string {
 }
 
 // secretScene compiles a busybox bundle for deployment host-alice (network
-// none) whose argv ends in the model slot, with facts patched, and gives
-// it the credential env slot of ref. The compiler writes no slot for the
-// provider key any more (the model route adds it, issue 24; the
-// model-key attacks), but the launcher still fills a bundle's slots from
-// the deployment's secrets, and the model route reads its key through
-// the same scoped source: these attacks keep testing both.
-func secretScene(t *testing.T, factsPatch, ref string) *testbundle.Scene {
-	patch := `{"credential":{"mode":"none","env":null,"secretRef":null}}`
-	if factsPatch != "" {
-		merged, err := testtree.MergePatch([]byte(patch), []byte(factsPatch))
-		if err != nil {
-			t.Fatal(err)
-		}
-		patch = string(merged)
-	}
-	sc := testbundle.New(t, testbundle.Options{Argv: append(testbundle.Script(secretScript), "slot:model"), FactsPatch: patch})
-	testbundle.KeyInEnv(t, sc.Bundle, "FAKE_LLM_KEY", ref)
-	return sc
+// none, no credential) whose argv ends in the model slot.
+func secretScene(t *testing.T) *testbundle.Scene {
+	return testbundle.New(t, testbundle.Options{Argv: append(testbundle.Script(secretScript), "slot:model"),
+		FactsPatch: `{"credential":{"mode":"none","env":null,"secretRef":null}}`})
 }
 
 // launchSecrets runs sc; refused is true when the launch was refused as
 // sandbox-unavailable (nothing ran) for the reason the attack meets. Any
 // other refusal fails the test: it would count a broken scene as defended.
-func launchSecrets(t *testing.T, sc *testbundle.Scene, src launcher.SecretSource, because error) (out string, refused bool) {
+func launchSecrets(t *testing.T, opts launcher.Options, because error) (out string, refused bool) {
 	var stdout, stderr bytes.Buffer
-	_, err := launcher.Launch(context.Background(), launcher.Options{BundleDir: sc.Bundle, StateRoot: sc.State, RunscPath: sc.Runsc,
-		Secrets: src, Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr})
+	opts.Stdin, opts.Stdout, opts.Stderr = strings.NewReader(""), &stdout, &stderr
+	_, err := launcher.Launch(context.Background(), opts)
 	var ue *launcher.UnavailableError
 	if errors.As(err, &ue) {
 		if !strings.Contains(ue.Reason, because.Error()) {
@@ -121,15 +119,22 @@ func launchSecrets(t *testing.T, sc *testbundle.Scene, src launcher.SecretSource
 	return stdout.String(), false
 }
 
-// otherDeploymentsSecret: host-alice's facts name host-bob's refs as their
-// credential (B's provider key, B's daemon MCP token). Traversals
-// ("alice/../bob/…") are refused by the launcher's ref check on both sides
-// and are left to the unit tests.
-// The win is A's sandbox holding B's value.
-func (w *secretWorld) otherDeploymentsSecret(t *testing.T) OutsideAttack {
+// askModelsScript asks the model for its models through the model route
+// on the gateway, with the stand-in key the sandbox has: the route adds
+// the key its secretRef names.
+const askModelsScript = `(printf 'GET /v1/models HTTP/1.0\r\nHost: paseo-gateway\r\nAuthorization: Bearer %s\r\n\r\n' "$FAKE_LLM_KEY"; /bin/busybox sleep 2) | /bin/busybox timeout 8 /bin/busybox nc -w 6 paseo-gateway 18080 | /bin/busybox head -n1`
+
+// otherDeploymentsSecret: host-alice's facts name host-bob's refs as the
+// secretRef of their model route (B's provider key, B's daemon MCP
+// token), so that A's route would add B's value to A's agent's requests.
+// Traversals ("alice/../bob/…") are refused by the launcher's ref check
+// on both sides and are left to the unit tests.
+// The win is the provider seeing B's value on a request of A's sandbox.
+func (w *secretWorld) otherDeploymentsSecret(t *testing.T, s *scene) OutsideAttack {
 	a := OutsideAttack{Name: "other-deployment-names-secret", Attacker: "other-deployment",
-		Goal:    "deployment host-alice's facts name host-bob's secretRef; A's sandbox receives B's key (and could send it to any baseURL A names)",
+		Goal:    "deployment host-alice's facts name host-bob's secretRef for the model route; A's route adds B's key to A's agent's requests (B's account answers A, and the key goes to whatever provider A's facts name)",
 		Control: "a secret source that ignores the deployment and reads <dir>/<ref> from one flat namespace, as the launcher used to"}
+	p := newProviderOn(t, s.world.Host("secret-provider"), "")
 	attempts := []struct{ ref, victim string }{
 		{"bob/fake-llm", "host-bob/bob/fake-llm"},
 		{"bob/mcp-token", "host-bob/bob/mcp-token"},
@@ -139,18 +144,32 @@ func (w *secretWorld) otherDeploymentsSecret(t *testing.T) OutsideAttack {
 		src   launcher.SecretSource
 	}{{&a.Contained, launcher.SecretsDir(w.scoped)}, {&a.ControlRun, w.flatSource}} {
 		for _, at := range attempts {
-			sc := secretScene(t, "", at.ref)
+			sc := testbundle.New(t, testbundle.Options{Argv: testbundle.Script(askModelsScript), RegistryPatch: `{"network":{"mode":"sandbox"}}`,
+				FactsPatch: `{"credential":{"secretRef":"` + at.ref + `"}}`})
+			p.mu.Lock()
+			p.key, p.keyed = w.values[at.victim], map[string]int{}
+			p.mu.Unlock()
 			side.tally.Attempts++
-			out, refused := launchSecrets(t, sc, side.src, launcher.ErrSecretUnknown)
+			_, refused := launchSecrets(t, launcher.Options{BundleDir: sc.Bundle, StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: side.src,
+				Uplink: s.world.Uplink, ModelRoots: p.ca.Roots,
+				Resolve: func(_ context.Context, host string) ([]netip.Addr, error) {
+					if host == "llm.example.test" {
+						return []netip.Addr{p.host.Addr}, nil
+					}
+					return nil, fmt.Errorf("unknown host %s", host)
+				}}, launcher.ErrSecretUnknown)
+			p.mu.Lock()
+			seen := len(p.keyed) > 0
+			p.mu.Unlock()
 			switch {
 			case refused:
 				side.tally.Refusals++
-			case strings.Contains(out, "env-sha256="+hexDigest(w.values[at.victim])):
+			case seen:
 				side.tally.Wins++
 			}
 		}
 	}
-	a.Evidence = fmt.Sprintf("refs named: %d of host-bob's; a win is the sandbox's env digest equal to B's value's", len(attempts))
+	a.Evidence = fmt.Sprintf("refs named: %d of host-bob's; a win is a request of A's sandbox reaching the provider with B's value as its key", len(attempts))
 	return a
 }
 
@@ -166,7 +185,7 @@ func (w *secretWorld) placeholderInAnotherFact(t *testing.T) OutsideAttack {
 	value := w.values["host-alice/alice/fake-llm"]
 
 	// At compile: each fact carrying the marker is refused with its code.
-	clean := secretScene(t, "", "alice/fake-llm")
+	clean := secretScene(t)
 	for _, patch := range []string{`{"model":{"id":"fake-1` + ph + `"}}`, `{"model":{"baseURL":"https://llm.example.test:8443/v1/` + ph + `"}}`} {
 		facts, err := testtree.MergePatch(clean.Facts, []byte(patch))
 		if err != nil {
@@ -188,39 +207,22 @@ func (w *secretWorld) placeholderInAnotherFact(t *testing.T) OutsideAttack {
 		return bytes.Replace(cfg, []byte(`"fake/fake-1"`), []byte(`"fake/fake-1`+ph+`"`), 1)
 	}
 	// At launch: the edited bundle verifies, and the product refuses it.
-	sc := secretScene(t, "", "alice/fake-llm")
+	sc := secretScene(t)
 	testbundle.Rewrite(t, sc.Bundle, bundle.ConfigFile, intoArgv)
 	a.Contained.Attempts++
-	if out, refused := launchSecrets(t, sc, launcher.SecretsDir(w.scoped), launcher.ErrStrayPlaceholder); refused {
+	if out, refused := launchSecrets(t, launcher.Options{BundleDir: sc.Bundle, StateRoot: sc.State, RunscPath: sc.Runsc, Secrets: launcher.SecretsDir(w.scoped)}, launcher.ErrStrayPlaceholder); refused {
 		a.Contained.Refusals++
 	} else if strings.Contains(out, "argv-sha256="+hexDigest("fake/fake-1"+value)) {
 		a.Contained.Wins++
 	}
 
 	// Control: the same edited bundle, substituted across config.json as
-	// the old launcher did; the manifest's record of the credential slot
-	// is dropped, since the test has done the filling, so the launcher
-	// runs it as it stands.
-	sc = secretScene(t, "", "alice/fake-llm")
+	// the old launcher did (the test does the filling), run as it stands.
+	sc = secretScene(t)
 	testbundle.Rewrite(t, sc.Bundle, bundle.ConfigFile, intoArgv)
 	testbundle.Rewrite(t, sc.Bundle, bundle.ConfigFile, func(b []byte) []byte { return bytes.ReplaceAll(b, []byte(ph), []byte(value)) })
-	testbundle.Rewrite(t, sc.Bundle, bundle.ManifestFile, func(b []byte) []byte {
-		m, err := bundle.Files{bundle.ManifestFile: b}.Manifest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.Grants = slices.DeleteFunc(m.Grants, func(g grant.Grant) bool {
-			e, ok := g.(grant.Env)
-			return ok && strings.Contains(e.Value, ph)
-		})
-		out, err := bundle.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	})
 	a.ControlRun.Attempts++
-	if out, refused := launchSecrets(t, sc, nil, launcher.ErrStrayPlaceholder); refused {
+	if out, refused := launchSecrets(t, launcher.Options{BundleDir: sc.Bundle, StateRoot: sc.State, RunscPath: sc.Runsc}, launcher.ErrStrayPlaceholder); refused {
 		a.ControlRun.Refusals++
 	} else if strings.Contains(out, "argv-sha256="+hexDigest("fake/fake-1"+value)) {
 		a.ControlRun.Wins++

@@ -18,6 +18,7 @@ import (
 
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/policy/render/agentsandbox"
 	"paseo.dev/paseo-policy/policy/render/kubernetes"
 )
 
@@ -66,6 +67,15 @@ func TestRenderedPodOnContainerdRunsc(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := r.Pod
+	// The agent-sandbox rendering's template runs this same Pod: what the
+	// node proves of the one, it proves of the other.
+	as, err := agentsandbox.Render(files, kubernetes.Options{Image: probe.ByDigest()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := yamlOf(t, as.Template.Spec.PodTemplate.Spec), yamlOf(t, pod.Spec); !bytes.Equal(got, want) {
+		t.Fatal("the SandboxTemplate's Pod spec is not the rendered Pod's")
+	}
 
 	// The kubelet's volumes, made before the node starts (its private mount
 	// namespace sees the host's mounts as they were then).
@@ -219,6 +229,31 @@ func TestRenderedPodOnContainerdRunsc(t *testing.T) {
 					t.Errorf("%s: runsc ran without %s", filepath.Base(l), flag)
 				}
 			}
+		}
+	})
+
+	// A suspend that keeps the agent's state would be the kubelet's
+	// checkpoint (CRI CheckpointContainer). On this node it is refused:
+	// containerd's CRI checkpoints through CRIU (runc's path) and the runsc
+	// shim's task Checkpoint is not implemented (docs/kubernetes.md,
+	// "Suspend and resume"). The refusal changes nothing: the container
+	// still runs and no archive is left.
+	t.Run("cri-checkpoint-refused", func(t *testing.T) {
+		archive := filepath.Join(n.dir, "checkpoint.tar")
+		_, err := n.CRI.CheckpointContainer(ctx, &cri.CheckpointContainerRequest{ContainerId: cc.ContainerId, Location: archive, Timeout: 30})
+		if err == nil {
+			t.Fatal("CheckpointContainer of a runsc container succeeded: docs/kubernetes.md says the node cannot, update it (and the suspend mapping)")
+		}
+		t.Logf("CheckpointContainer refused: %v", err)
+		if _, err := os.Stat(archive); err == nil {
+			t.Error("a refused checkpoint left an archive")
+		}
+		st, err := n.CRI.ContainerStatus(ctx, &cri.ContainerStatusRequest{ContainerId: cc.ContainerId})
+		if err != nil || st.Status.State != cri.ContainerState_CONTAINER_RUNNING {
+			t.Errorf("after the refused checkpoint the container is %v (%v)", st.GetStatus().GetState(), err)
+		}
+		if out, _, code := exec("/bin/busybox", "echo", "alive"); code != 0 || out != "alive\n" {
+			t.Errorf("after the refused checkpoint exec gives %d %q", code, out)
 		}
 	})
 

@@ -23,7 +23,32 @@ export const ERROR_CODES = [
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
-/** One compiler diagnostic: a stable PP-* code and the fact path that caused it. */
+/**
+ * The launcher's preflight codes, one per check, in the order docs/launcher.md ("Preflight
+ * codes") lists them: an "unavailable" (or "sandbox-unavailable") error the preflight caused
+ * carries one diagnostic per failed check, with its code and the path `preflight.<check>`.
+ * test/unit/codes.test.ts holds this list to that table.
+ */
+export const PREFLIGHT_CODES = [
+  "PP-PREFLIGHT-ROOT",
+  "PP-PREFLIGHT-KERNEL",
+  "PP-PREFLIGHT-RUNSC-STATIC",
+  "PP-PREFLIGHT-RUNSC-DIGEST",
+  "PP-PREFLIGHT-CGROUP",
+  "PP-PREFLIGHT-NFTABLES",
+  "PP-PREFLIGHT-BUNDLE-DIGESTS",
+  "PP-PREFLIGHT-BUNDLE-HOOKS",
+  "PP-PREFLIGHT-BUNDLE-PINS",
+  "PP-PREFLIGHT-IMAGE-EROFS",
+  "PP-PREFLIGHT-BUNDLE-VALID",
+] as const;
+
+export type PreflightCode = (typeof PREFLIGHT_CODES)[number];
+
+/**
+ * One diagnostic: a stable PP-* code and the path that caused it (a compiler's fact path, or
+ * `preflight.<check>` for a failed preflight check, whose code is one of PREFLIGHT_CODES).
+ */
 export interface Diagnostic {
   code: string;
   path: string;
@@ -42,7 +67,11 @@ export interface WireError {
 export class SupervisorError extends Error {
   override readonly name = "SupervisorError";
   readonly code: ErrorCode;
-  /** For "refused": every diagnostic the compiler gave, sorted by fact path. Empty otherwise. */
+  /**
+   * For "refused": every diagnostic the compiler gave, sorted by fact path. For "unavailable"
+   * and "sandbox-unavailable" the launcher's preflight caused: each failed check (PREFLIGHT_CODES).
+   * Empty otherwise.
+   */
   readonly diagnostics: readonly Diagnostic[];
   /** For "sandbox-unavailable": delete the sandbox and create it again (its session log resumes it). */
   readonly startFresh: boolean;

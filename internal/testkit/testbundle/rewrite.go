@@ -60,38 +60,57 @@ func Rewrite(t testing.TB, dir, name string, edit func([]byte) []byte) {
 
 // KeyInEnv makes a compiled bundle launch as every api-key launch did
 // before the model route (issue 24): the provider key in the sandbox's
-// environment, env=<placeholder of ref> in config.json and the credential
-// env grant in the manifest, which the launcher fills from its secrets.
-// Compile the scene with credential mode none (its model host is then a
-// plain egress destination, as it was) and this is the old launch whole:
-// the control of the model-key attacks.
-func KeyInEnv(t testing.TB, dir, env, ref string) {
+// environment, config.json's process.env given env=key. The product has
+// no path for this (the launcher fills no secret into a bundle and
+// refuses a placeholder); a control is a deliberately unsafe setup, so
+// the test writes the key into the spec it launches itself. Compile the
+// scene with credential mode none (its model host is then a plain egress
+// destination, as it was) and this is the old launch whole: the control
+// of the model-key attacks.
+func KeyInEnv(t testing.TB, dir, env, key string) {
 	t.Helper()
-	slot := env + "=" + bundle.SecretPlaceholder(ref)
 	Rewrite(t, dir, bundle.ConfigFile, func(b []byte) []byte {
 		var spec map[string]any
 		if err := json.Unmarshal(b, &spec); err != nil {
 			t.Fatal(err)
 		}
 		proc := spec["process"].(map[string]any)
-		proc["env"] = append(proc["env"].([]any), slot)
+		proc["env"] = append(proc["env"].([]any), env+"="+key)
 		out, err := bundle.Marshal(spec)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return out
 	})
-	Rewrite(t, dir, bundle.ManifestFile, func([]byte) []byte {
-		files, err := bundle.Read(dir)
+}
+
+// SecretSlot gives a compiled bundle the secret slot compilers wrote
+// before the model route: env=<placeholder of ref> in config.json and the
+// credential's env grant holding the placeholder in the manifest. The
+// launcher fills no slot and refuses such a bundle (PP-SECRET-SLOT).
+func SecretSlot(t testing.TB, dir, env, ref string) {
+	t.Helper()
+	ph := bundle.SecretPlaceholder(ref)
+	Rewrite(t, dir, bundle.ConfigFile, func(b []byte) []byte {
+		var spec map[string]any
+		if err := json.Unmarshal(b, &spec); err != nil {
+			t.Fatal(err)
+		}
+		proc := spec["process"].(map[string]any)
+		proc["env"] = append(proc["env"].([]any), env+"="+ph)
+		out, err := bundle.Marshal(spec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := files.Manifest()
+		return out
+	})
+	Rewrite(t, dir, bundle.ManifestFile, func(b []byte) []byte {
+		m, err := bundle.Files{bundle.ManifestFile: b}.Manifest()
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.Grants = append(m.Grants, grant.Env{Name: env, Value: bundle.SecretPlaceholder(ref),
-			Provenance: grant.Provenance{Reason: "provider API key; a placeholder the launcher replaces in its private copy", Fact: "credential.secretRef"}})
+		m.Grants = append(m.Grants, grant.Env{Name: env, Value: ph,
+			Provenance: grant.Provenance{Reason: "provider API key; a placeholder the launcher replaced in its private copy", Fact: "credential.secretRef"}})
 		out, err := bundle.MarshalManifest(m)
 		if err != nil {
 			t.Fatal(err)

@@ -2,7 +2,6 @@ package kubernetes
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,43 +11,18 @@ import (
 	"paseo.dev/paseo-policy/policy/grant"
 )
 
-// env renders one variable. A secret placeholder becomes a secretKeyRef to
-// the deployment's Secret, so no value is ever in the rendering; the marker
-// anywhere else is refused, as the launcher refuses it.
+// env renders one variable. A secret placeholder is refused, as the
+// launcher refuses it: no one fills it (the compiler writes none; a slot
+// of an older compile would put the provider key in the Pod's
+// environment, which the model route keeps outside).
 func (r *renderer) env(g grant.Env) {
 	field := fmt.Sprintf("spec.containers[0].env[%d]", len(r.ctr.Env))
-	if ref, ok := bundle.PlaceholderRef(g.Value); ok {
-		key, ok := secretKey(ref)
-		if !ok {
-			r.refuse(g.Why().Fact, "the secret reference of %s has no name a Secret key can be (letters, digits, '-', '_' and '/' only)", g.Name)
-			return
-		}
-		sel := &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: SecretName(r.m.Deployment)}, Key: key}
-		r.ctr.Env = append(r.ctr.Env, corev1.EnvVar{Name: g.Name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: sel}})
-		r.trace(r.podRef(), field, g.Name+" <- secret "+sel.Name+" key "+key, g)
-		return
-	}
 	if strings.Contains(g.Value, bundle.SecretMarker) {
-		r.refuse(g.Why().Fact, "%s holds a secret placeholder where the compiler puts none", g.Name)
+		r.refuse(g.Why().Fact, "%s holds a secret placeholder, which no one fills: compile the facts again", g.Name)
 		return
 	}
 	r.ctr.Env = append(r.ctr.Env, corev1.EnvVar{Name: g.Name, Value: g.Value})
 	r.trace(r.podRef(), field, g.Name+"="+g.Value, g)
-}
-
-// SecretName is the Secret holding a deployment's secrets, the cluster's
-// counterpart of the launcher's <secrets-dir>/<deployment>/.
-func SecretName(deployment string) string { return "paseo-" + labelValue(deployment) + "-secrets" }
-
-var secretRefChars = regexp.MustCompile(`^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$`)
-
-// secretKey is a secret reference as a Secret key: '/' becomes '.', which
-// no reference may hold, so two references never share a key.
-func secretKey(ref string) (string, bool) {
-	if !secretRefChars.MatchString(ref) {
-		return "", false
-	}
-	return strings.ReplaceAll(ref, "/", "."), true
 }
 
 // cgroup renders the memory bound as the container's memory request and

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	corev1 "k8s.io/api/core/v1"
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/policy/bundle"
@@ -51,26 +50,6 @@ func base() grant.List {
 	}
 }
 
-func TestSecretBecomesSecretKeyRef(t *testing.T) {
-	g := append(base(), grant.Env{Name: "FAKE_LLM_KEY", Value: bundle.SecretPlaceholder("alice/fake-llm"), Provenance: why("credential.secretRef")})
-	r, err := Render(bundleOf(t, g, nil, nil), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []corev1.EnvVar{{Name: "FAKE_LLM_KEY", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-		LocalObjectReference: corev1.LocalObjectReference{Name: SecretName("dep-1")}, Key: "alice.fake-llm"}}}}
-	if diff := cmp.Diff(want, r.Pod.Spec.Containers[0].Env); diff != "" {
-		t.Errorf("env (-want +got):\n%s", diff)
-	}
-	out, err := r.YAML()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bytes.Contains(out, []byte(bundle.SecretMarker)) {
-		t.Error("the rendering holds the secret placeholder")
-	}
-}
-
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
 func TestNamesAreDNSLabels(t *testing.T) {
@@ -107,7 +86,7 @@ func TestRefusals(t *testing.T) {
 			bundle.Files{bundle.MCPConfigFile: []byte("{}")}, opts, []string{"launch.mcpConfig"}},
 		{"stray placeholder", append(base(), grant.Env{Name: "X", Value: "a" + bundle.SecretPlaceholder("r"), Provenance: why("profile.p.env.X")}),
 			nil, opts, []string{"profile.p.env.X"}},
-		{"secret ref with a dot", append(base(), grant.Env{Name: "K_KEY", Value: bundle.SecretPlaceholder("a.b"), Provenance: why("credential.secretRef")}),
+		{"legacy secret slot", append(base(), grant.Env{Name: "FAKE_LLM_KEY", Value: bundle.SecretPlaceholder("alice/fake-llm"), Provenance: why("credential.secretRef")}),
 			nil, opts, []string{"credential.secretRef"}},
 		{"tmpfs without size", append(base(), grant.Mount{Destination: "/t", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid"}, Provenance: why("profile.p.mounts[9]")}),
 			nil, opts, []string{"profile.p.mounts[9]"}},

@@ -29,9 +29,9 @@ type Plan struct {
 	// never to read from again.
 	Dir string
 	// Decoded holds the bytes as read, once (Files), each document decoded
-	// once (Spec, Egress, Manifest, Pins) and the secret slots with the
-	// manifest's deployment: digests, pins and placeholders were checked
-	// on exactly these.
+	// once (Spec, Egress, Manifest, Pins) and the placeholder check
+	// (MarkersErr): digests, pins and placeholders were checked on
+	// exactly these.
 	ocicheck.Decoded
 	// Digests are the sha256 of each file as read ("sha256:<hex>"), the
 	// values the manifest's outputs were compared with.

@@ -3,7 +3,6 @@ package preflight
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -28,13 +27,13 @@ type bundleResult struct {
 }
 
 // checkBundlePlan reports the plan's verdict (readErr: why the bundle
-// could not be read). resolvePins re-resolves pinned sources by path:
-// doctor's advisory check. A launch checks each pin on the descriptor it
+// could not be read). resolvePins opens the pinned sources as a launch
+// would: doctor's advisory check. A launch checks each pin on the descriptor it
 // mounts instead (runtime/launcher/binds.go), so there it only requires pins.json
 // to belong to the manifest with one pin per host bind.
 func checkBundlePlan(plan *launchplan.Plan, readErr error, dir string, resolvePins bool) bundleResult {
 	if readErr != nil {
-		skipped := errors.New("not checked: the bundle could not be read")
+		skipped := because(ErrNotChecked, "not checked: the bundle could not be read")
 		return bundleResult{digests: readErr, hooks: skipped, pins: skipped}
 	}
 	v := plan.Verdict
@@ -68,12 +67,31 @@ func details(fs []ocicheck.Finding) string {
 	return strings.Join(out, "; ")
 }
 
+// pinsError is every pin that no longer opens as compiled; Unwrap gives
+// each one's pathsafe error (its code).
+type pinsError struct {
+	problems []error
+	of       int
+}
+
+func (e *pinsError) Error() string {
+	msgs := make([]string, len(e.problems))
+	for i, p := range e.problems {
+		msgs[i] = p.Error()
+	}
+	return fmt.Sprintf("%d of %d pinned bind source(s) changed since compile: %s", len(e.problems), e.of, strings.Join(msgs, "; "))
+}
+
+func (e *pinsError) Unwrap() []error { return e.problems }
+
 // checkPins requires pins.json to belong to this bundle's manifest with one
-// pin per host bind (bundle.PinnedBinds) and, with resolve, re-resolves every pinned bind source by path and requires
-// the same device, inode and kind as at compile time, so a directory
-// renamed away and replaced (or swapped for a symlink) since compile is
-// reported. That is advice for doctor: only the launcher's check on the
-// descriptor it mounts holds for the launch (runtime/launcher/binds.go).
+// pin per host bind (bundle.PinnedBinds) and, with resolve, opens every
+// pinned bind source as the launch opens it (pathsafe.OpenPinned) and
+// requires the same device, inode and kind as at compile time, so a
+// directory renamed away and replaced, swapped for a symlink or mounted
+// over since compile is reported. That is advice for doctor: only the
+// launcher's check on the descriptor it mounts holds for the launch
+// (runtime/launcher/binds.go), with the same opener.
 func checkPins(plan *launchplan.Plan, resolve bool) (string, error) {
 	pairs, err := plan.Binds, plan.BindsErr // without pins.json, any host bind is refused
 	if err != nil {
@@ -89,56 +107,27 @@ func checkPins(plan *launchplan.Plan, resolve bool) (string, error) {
 	for i, bp := range pairs {
 		pins[i] = bp.Pin
 	}
-	var problems []string
+	var problems []error
 	for _, p := range pins {
 		if err := checkPin(p); err != nil {
-			problems = append(problems, err.Error())
+			problems = append(problems, err)
 		}
 	}
 	if len(problems) > 0 {
-		return "", fmt.Errorf("%d of %d pinned bind source(s) changed since compile: %s", len(problems), len(pins), strings.Join(problems, "; "))
+		return "", &pinsError{problems, len(pins)}
 	}
 	return fmt.Sprintf("%d pinned bind source(s) resolve to the same device, inode and kind", len(pins)), nil
 }
 
+// checkPin opens p's source as the launch does (pathsafe.OpenPinned: beneath
+// its root, no symlinks, no mount crossing, the pinned identity), so
+// doctor's verdict on a pin is the launch's; the refusal keeps pathsafe's
+// code.
 func checkPin(p bundle.Pin) error {
-	where := fmt.Sprintf("pin %s (source %s)", p.Destination, p.Source)
-	if !filepath.IsAbs(p.Source) || filepath.Clean(p.Source) != p.Source {
-		return fmt.Errorf("%s: source is not an absolute clean path", where)
-	}
-	// No O_NOFOLLOW: with RESOLVE_NO_SYMLINKS a trailing symlink then fails
-	// with ELOOP instead of opening the link itself, so the reason is clear.
-	fd, err := unix.Openat2(unix.AT_FDCWD, p.Source, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
+	fd, err := pathsafe.Resolver{}.OpenPinned(p.Root, p.Source, pathsafe.Identity{Dev: p.Dev, Ino: p.Ino, Kind: pathsafe.Kind(p.Kind)})
 	if err != nil {
-		return fmt.Errorf("%s: %s", where, openat2Reason(err))
+		return fmt.Errorf("pin %s (source %s): %w", p.Destination, p.Source, err)
 	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("%s: stat: %v", where, err)
-	}
-	kind := string(pathsafe.KindOf(st.Mode))
-	if st.Dev != p.Dev || st.Ino != p.Ino || kind != p.Kind {
-		return fmt.Errorf("%s: now dev %d inode %d kind %s, compiled as dev %d inode %d kind %s; the path was replaced", where, st.Dev, st.Ino, kind, p.Dev, p.Ino, p.Kind)
-	}
+	unix.Close(fd)
 	return nil
-}
-
-func openat2Reason(err error) string {
-	switch {
-	case errors.Is(err, unix.ELOOP):
-		return "a path component is a symlink; pinned sources are re-resolved without following links"
-	case errors.Is(err, unix.ENOENT):
-		return "no longer exists"
-	case errors.Is(err, unix.ENOTDIR):
-		return "a component of the path is not a directory"
-	case errors.Is(err, unix.ENOSYS):
-		return "openat2 is unavailable (kernel older than 5.6)"
-	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
-		return "permission denied while resolving"
-	}
-	return "openat2: " + err.Error()
 }

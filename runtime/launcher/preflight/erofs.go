@@ -36,16 +36,17 @@ func checkErofs(bundleDir, cacheDir string) (string, error) {
 // checkErofsPlan is checkErofs on the plan as read.
 func checkErofsPlan(plan *launchplan.Plan, readErr error, cacheDir string) (string, error) {
 	if readErr != nil {
-		return "", fmt.Errorf("not checked: the bundle could not be read: %w", readErr)
+		return "", because(ErrNotChecked, "not checked: the bundle could not be read: %w", readErr)
 	}
 	if plan.Spec == nil {
-		return "", fmt.Errorf("not checked: %s is not a valid OCI runtime config", bundle.ConfigFile)
+		return "", because(ErrNotChecked, "not checked: %s is not a valid OCI runtime config", bundle.ConfigFile)
 	}
 	if plan.Manifest == nil {
-		return "", fmt.Errorf("not checked: %s does not decode", bundle.ManifestFile)
+		return "", because(ErrNotChecked, "not checked: %s does not decode", bundle.ManifestFile)
 	}
 	m := plan.Manifest
-	var checked, problems []string
+	var checked []string
+	var problems []error
 	for _, mnt := range plan.Spec.Mounts {
 		if mnt.Type != "erofs" {
 			continue
@@ -57,17 +58,17 @@ func checkErofsPlan(plan *launchplan.Plan, readErr error, cacheDir string) (stri
 			}
 		}
 		if want == "" {
-			problems = append(problems, fmt.Sprintf("EROFS mount %s of %s has no grant with a digest in the manifest", mnt.Destination, mnt.Source))
+			problems = append(problems, because(ErrNoDigestGrant, "EROFS mount %s of %s has no grant with a digest in the manifest", mnt.Destination, mnt.Source))
 			continue
 		}
 		if err := verifyErofsFile(mnt.Source, want, cacheDir); err != nil {
-			problems = append(problems, err.Error())
+			problems = append(problems, err)
 			continue
 		}
 		checked = append(checked, mnt.Destination+" "+want)
 	}
 	if len(problems) > 0 {
-		return "", fmt.Errorf("%s", strings.Join(problems, "; "))
+		return "", joined(problems)
 	}
 	if len(checked) == 0 {
 		return "no EROFS mounts", nil
@@ -82,7 +83,7 @@ func verifyErofsFile(path, want, cacheDir string) error {
 	}
 	var dst syscall.Stat_t
 	if err := syscall.Stat(filepath.Dir(path), &dst); err != nil || dst.Uid != 0 || dst.Mode&0o022 != 0 {
-		return fmt.Errorf("EROFS file %s: its directory must exist, be owned by root and be writable by no one else", path)
+		return because(ErrWritable, "EROFS file %s: its directory must exist, be owned by root and be writable by no one else", path)
 	}
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
@@ -95,7 +96,7 @@ func verifyErofsFile(path, want, cacheDir string) error {
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !fi.Mode().IsRegular() || !ok || st.Uid != 0 || fi.Mode().Perm()&0o022 != 0 {
-		return fmt.Errorf("EROFS file %s must be a regular file owned by root and writable by no one else (mode %s)", path, fi.Mode())
+		return because(ErrWritable, "EROFS file %s must be a regular file owned by root and writable by no one else (mode %s)", path, fi.Mode())
 	}
 	id, _ := identityOf(fi)
 	cache := ""
@@ -113,7 +114,7 @@ func verifyErofsFile(path, want, cacheDir string) error {
 		storeDigest(cache, path, id, sum)
 	}
 	if "sha256:"+sum != want {
-		return fmt.Errorf("EROFS file %s has sha256:%s but the bundle was compiled for %s; rebuild the image or recompile", path, sum, want)
+		return because(ErrDigestDiffers, "EROFS file %s has sha256:%s but the bundle was compiled for %s; rebuild the image or recompile", path, sum, want)
 	}
 	return nil
 }

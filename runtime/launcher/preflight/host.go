@@ -27,7 +27,7 @@ var requiredControllers = []string{"cpu", "memory", "pids"}
 
 func checkRoot(euid int) error {
 	if euid != 0 {
-		return fmt.Errorf("running as euid %d; the launcher must run as root (euid 0) to create namespaces, cgroups and nftables rules", euid)
+		return because(ErrNotRoot, "running as euid %d; the launcher must run as root (euid 0) to create namespaces, cgroups and nftables rules", euid)
 	}
 	return nil
 }
@@ -43,7 +43,7 @@ func kernelRelease() (string, error) {
 // parseKernelRelease reads major.minor from a uname release such as
 // "6.1.0-18-amd64" or "5.15.153.1-microsoft-standard-WSL2".
 func parseKernelRelease(release string) (major, minor int, err error) {
-	bad := fmt.Errorf("cannot parse kernel release %q as major.minor", release)
+	bad := because(ErrKernelRelease, "cannot parse kernel release %q as major.minor", release)
 	majStr, rest, ok := strings.Cut(release, ".")
 	if !ok {
 		return 0, 0, bad
@@ -70,7 +70,7 @@ func checkKernel(release string) error {
 		return err
 	}
 	if major < minKernelMajor || (major == minKernelMajor && minor < minKernelMinor) {
-		return fmt.Errorf("kernel %s is older than %d.%d; openat2 (needed to re-resolve pinned bind sources without following links) is missing", release, minKernelMajor, minKernelMinor)
+		return because(ErrKernelTooOld, "kernel %s is older than %d.%d; openat2 (needed to re-resolve pinned bind sources without following links) is missing", release, minKernelMajor, minKernelMinor)
 	}
 	return nil
 }
@@ -89,12 +89,12 @@ func checkCgroup(root string) (string, error) {
 		}
 		have := strings.Join(strings.Fields(string(data)), " ")
 		if missing := missingControllers(string(data)); len(missing) > 0 {
-			return "", fmt.Errorf("cgroup2 at %s lacks controller(s) %s (available: %q); they may be bound to a cgroup v1 hierarchy", root, strings.Join(missing, ", "), have)
+			return "", because(ErrControllers, "cgroup2 at %s lacks controller(s) %s (available: %q); they may be bound to a cgroup v1 hierarchy", root, strings.Join(missing, ", "), have)
 		}
 		return "cgroup2 at " + root + " with controllers " + have, nil
 	}
 	if err1 := checkCgroupV1(root); err1 != nil {
-		return "", fmt.Errorf("%v; nor is there a cgroup v1 layout: %v", err2, err1)
+		return "", because(ErrNoCgroup, "%v; nor is there a cgroup v1 layout: %v", err2, err1)
 	}
 	return "cgroup v1 at " + root + " with controllers " + strings.Join(requiredControllers, " "), nil
 }
@@ -115,12 +115,12 @@ func isCgroup2(root string) error {
 	var st unix.Statfs_t
 	if err := unix.Statfs(root, &st); err != nil {
 		if errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("%s does not exist; cgroup v2 is not mounted", root)
+			return because(ErrNoCgroup, "%s does not exist; cgroup v2 is not mounted", root)
 		}
 		return fmt.Errorf("statfs %s: %w", root, err)
 	}
 	if int64(st.Type) != unix.CGROUP2_SUPER_MAGIC {
-		return fmt.Errorf("%s is %s, not a cgroup2 mount; the launcher needs the unified hierarchy (cgroup v1 and hybrid layouts are refused)", root, fsTypeName(int64(st.Type)))
+		return because(ErrNoCgroup, "%s is %s, not a cgroup2 mount; the launcher needs the unified hierarchy (cgroup v1 and hybrid layouts are refused)", root, fsTypeName(int64(st.Type)))
 	}
 	return nil
 }

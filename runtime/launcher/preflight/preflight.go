@@ -20,6 +20,7 @@ import (
 	"os"
 	"strings"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
 )
 
@@ -41,17 +42,95 @@ const (
 	CheckBundleValid = "bundle-valid"
 )
 
+// codes is each check's stable code (package diag), carried by a failed
+// check and by the launch it refuses.
+var codes = map[string]diag.Code{
+	CheckRoot:          diag.PreflightRoot,
+	CheckKernel:        diag.PreflightKernel,
+	CheckRunscStatic:   diag.PreflightRunscStatic,
+	CheckRunscDigest:   diag.PreflightRunscDigest,
+	CheckCgroup:        diag.PreflightCgroup,
+	CheckNftables:      diag.PreflightNftables,
+	CheckBundleDigests: diag.PreflightBundleDigests,
+	CheckBundleHooks:   diag.PreflightBundleHooks,
+	CheckBundlePins:    diag.PreflightBundlePins,
+	CheckImageErofs:    diag.PreflightImageErofs,
+	CheckBundleValid:   diag.PreflightBundleValid,
+}
+
+// Code is the stable code of the check named name ("" for no such check).
+func Code(name string) diag.Code { return codes[name] }
+
 // Check is the outcome of one check. Detail says what was found when OK and
-// why the check failed when not.
+// why the check failed when not; Code is the check's code when it failed.
 type Check struct {
-	Name   string `json:"name"`
-	OK     bool   `json:"ok"`
-	Detail string `json:"detail"`
+	Name   string    `json:"name"`
+	OK     bool      `json:"ok"`
+	Code   diag.Code `json:"code,omitempty"`
+	Detail string    `json:"detail"`
+	// err is the failure, kept whole (Report.Err unwraps to it).
+	err error
+}
+
+// CheckError is one failed check: its name and code, and its error kept
+// whole (Unwrap), so errors.Is sees both the check's code
+// (errors.Is(err, diag.PreflightRunscDigest)) and the codes and sentinels
+// beneath it (a pin's diag.PathCrossMount, fs.ErrNotExist).
+type CheckError struct {
+	Check string
+	Code  diag.Code
+	Err   error
+}
+
+func (e *CheckError) Error() string { return e.Check + ": " + e.Err.Error() }
+
+func (e *CheckError) Unwrap() error { return e.Err }
+
+// Is matches the check's code.
+func (e *CheckError) Is(target error) bool { c, ok := target.(diag.Code); return ok && c == e.Code }
+
+// Error is a failed preflight: every failed check, in the order they ran.
+// The launcher returns it inside its *UnavailableError; the holder sends
+// it to the supervisor as diagnostics (Diagnostics), which answers
+// unavailable with them.
+type Error struct {
+	Failed []*CheckError
+}
+
+func (e *Error) Error() string {
+	if len(e.Failed) == 0 {
+		return "preflight: no checks ran"
+	}
+	msgs := make([]string, len(e.Failed))
+	for i, c := range e.Failed {
+		msgs[i] = c.Error()
+	}
+	return "preflight failed: " + strings.Join(msgs, "; ")
+}
+
+func (e *Error) Unwrap() []error {
+	out := make([]error, len(e.Failed))
+	for i, c := range e.Failed {
+		out[i] = c
+	}
+	return out
+}
+
+// Diagnostics are the failed checks as diagnostics: the check's code, the
+// path preflight.<check>, the check's detail (paths, digests and
+// identities, never file contents).
+func (e *Error) Diagnostics() diag.List {
+	out := make(diag.List, len(e.Failed))
+	for i, c := range e.Failed {
+		out[i] = diag.Diagnostic{Code: c.Code, Path: "preflight." + c.Check, Message: c.Err.Error()}
+	}
+	return out
 }
 
 // Report is every check in the order it ran. Its JSON form is
 //
-//	{"ok": false, "checks": [{"name": "root", "ok": true, "detail": "…"}, …]}
+//	{"ok": false, "checks": [{"name": "root", "ok": true, "detail": "…"},
+//	  {"name": "runsc-digest", "ok": false, "code": "PP-PREFLIGHT-RUNSC-DIGEST", "detail": "…"}, …]}
 type Report struct {
 	Checks []Check `json:"checks"`
 }
@@ -79,22 +158,23 @@ func (r Report) Get(name string) (Check, bool) {
 	return Check{}, false
 }
 
-// Err is nil when the report is OK and otherwise one error naming every
-// failed check with its reason.
+// Err is nil when the report is OK and otherwise an *Error naming every
+// failed check with its code and reason.
 func (r Report) Err() error {
 	if r.OK() {
 		return nil
 	}
-	if len(r.Checks) == 0 {
-		return errors.New("preflight: no checks ran")
-	}
-	var msgs []string
+	e := &Error{}
 	for _, c := range r.Checks {
 		if !c.OK {
-			msgs = append(msgs, c.Name+": "+c.Detail)
+			err := c.err
+			if err == nil { // a report read back from JSON
+				err = errors.New(c.Detail)
+			}
+			e.Failed = append(e.Failed, &CheckError{Check: c.Name, Code: codes[c.Name], Err: err})
 		}
 	}
-	return errors.New("preflight failed: " + strings.Join(msgs, "; "))
+	return e
 }
 
 // MarshalJSON adds the overall verdict next to the checks.
@@ -143,7 +223,7 @@ func Run(opts Options) Report {
 	var r Report
 	add := func(name string, err error, ok string) {
 		if err != nil {
-			r.Checks = append(r.Checks, Check{Name: name, OK: false, Detail: err.Error()})
+			r.Checks = append(r.Checks, Check{Name: name, OK: false, Code: codes[name], Detail: err.Error(), err: err})
 			return
 		}
 		r.Checks = append(r.Checks, Check{Name: name, OK: true, Detail: ok})

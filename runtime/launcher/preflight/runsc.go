@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -31,7 +30,7 @@ func inspectRunsc(path string) runscInfo { return inspectRunscCached(path, "") }
 func inspectRunscCached(path, cacheFile string) runscInfo {
 	info := runscInfo{path: path}
 	if path == "" {
-		info.openErr = errors.New("no runsc path given")
+		info.openErr = because(ErrNotGiven, "no runsc path given")
 		return info
 	}
 	f, err := os.Open(path)
@@ -47,13 +46,13 @@ func inspectRunscCached(path, cacheFile string) runscInfo {
 	}
 	switch {
 	case !st.Mode().IsRegular():
-		info.openErr = fmt.Errorf("runsc binary %s is not a regular file (%s)", path, st.Mode().Type())
+		info.openErr = because(ErrNotRegular, "runsc binary %s is not a regular file (%s)", path, st.Mode().Type())
 		return info
 	case st.Mode().Perm()&0o111 == 0:
-		info.openErr = fmt.Errorf("runsc binary %s is not executable (mode %s)", path, st.Mode().Perm())
+		info.openErr = because(ErrNotExecutable, "runsc binary %s is not executable (mode %s)", path, st.Mode().Perm())
 		return info
 	case st.Mode().Perm()&0o022 != 0:
-		info.openErr = fmt.Errorf("runsc binary %s is writable by group or others (mode %s); root would execute whatever they put there", path, st.Mode().Perm())
+		info.openErr = because(ErrWritable, "runsc binary %s is writable by group or others (mode %s); root would execute whatever they put there", path, st.Mode().Perm())
 		return info
 	}
 	id, idOK := identityOf(st)
@@ -84,16 +83,16 @@ func inspectRunscCached(path, cacheFile string) runscInfo {
 func staticELF(r io.ReaderAt) error {
 	f, err := elf.NewFile(r)
 	if err != nil {
-		return fmt.Errorf("not an ELF executable: %w", err)
+		return because(ErrNotELF, "not an ELF executable: %w", err)
 	}
 	defer f.Close()
 	if f.Type != elf.ET_EXEC && f.Type != elf.ET_DYN {
-		return fmt.Errorf("ELF type %s is not an executable", f.Type)
+		return because(ErrNotELF, "ELF type %s is not an executable", f.Type)
 	}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
 			interp, _ := io.ReadAll(io.LimitReader(p.Open(), 4096))
-			return fmt.Errorf("dynamically linked: has program interpreter %q (PT_INTERP)", string(bytes.TrimRight(interp, "\x00")))
+			return because(ErrDynamic, "dynamically linked: has program interpreter %q (PT_INTERP)", string(bytes.TrimRight(interp, "\x00")))
 		}
 	}
 	needed, err := f.DynString(elf.DT_NEEDED)
@@ -101,7 +100,7 @@ func staticELF(r io.ReaderAt) error {
 		return fmt.Errorf("reading dynamic section: %w", err)
 	}
 	if len(needed) > 0 {
-		return fmt.Errorf("dynamically linked: needs shared libraries %s (DT_NEEDED)", strings.Join(needed, ", "))
+		return because(ErrDynamic, "dynamically linked: needs shared libraries %s (DT_NEEDED)", strings.Join(needed, ", "))
 	}
 	return nil
 }
@@ -118,14 +117,14 @@ func (i runscInfo) digestErr(digestFile string) error {
 		return i.openErr
 	}
 	if digestFile == "" {
-		return errors.New("no runsc digest file given")
+		return because(ErrNotGiven, "no runsc digest file given")
 	}
 	want, err := readDigestFile(digestFile, filepath.Base(i.path))
 	if err != nil {
 		return err
 	}
 	if want != i.sha256 {
-		return fmt.Errorf("runsc binary %s has sha256 %s but %s records %s; rebuild it with tools/runsc/build.sh or fix the digest file", i.path, i.sha256, digestFile, want)
+		return because(ErrDigestDiffers, "runsc binary %s has sha256 %s but %s records %s; rebuild it with tools/runsc/build.sh or fix the digest file", i.path, i.sha256, digestFile, want)
 	}
 	return nil
 }
@@ -149,7 +148,7 @@ func readDigestFile(path, name string) (string, error) {
 		digest, rest, _ := strings.Cut(text, " ")
 		digest = strings.ToLower(digest)
 		if b, err := hex.DecodeString(digest); err != nil || len(b) != sha256.Size {
-			return "", fmt.Errorf("runsc digest file %s line %d: first field is not a sha256 hex digest", path, line)
+			return "", because(ErrDigestFile, "runsc digest file %s line %d: first field is not a sha256 hex digest", path, line)
 		}
 		entries = append(entries, entry{digest, strings.TrimPrefix(strings.TrimSpace(rest), "*")})
 	}
@@ -158,7 +157,7 @@ func readDigestFile(path, name string) (string, error) {
 	}
 	switch {
 	case len(entries) == 0:
-		return "", fmt.Errorf("runsc digest file %s has no digest", path)
+		return "", because(ErrDigestFile, "runsc digest file %s has no digest", path)
 	case len(entries) == 1:
 		return entries[0].digest, nil
 	}
@@ -167,5 +166,5 @@ func readDigestFile(path, name string) (string, error) {
 			return e.digest, nil
 		}
 	}
-	return "", fmt.Errorf("runsc digest file %s has no entry for %s", path, name)
+	return "", because(ErrDigestFile, "runsc digest file %s has no entry for %s", path, name)
 }

@@ -14,6 +14,7 @@
 package holder
 
 import (
+	"syscall"
 	"time"
 
 	"paseo.dev/paseo-policy/internal/lineserve"
@@ -32,6 +33,7 @@ const (
 	OpAck        = "ack"        // Cursor → AckResult
 	OpCloseInput = "closeInput" // Epoch → CloseResult
 	OpMCPToken   = "mcpToken"   // MCPToken → TokenResult
+	OpSignal     = "signal"     // Signal → SignalResult
 	OpStop       = "stop"       // → State, once the sandbox ended
 	OpHibernate  = "hibernate"  // → State: checkpointed, stdio and bridge kept
 	OpWake       = "wake"       // Secrets → State: restored
@@ -53,6 +55,17 @@ type Request struct {
 	// Secrets are the values a wake injects again (resolved by the
 	// supervisor as at create); kept in memory only for the wake.
 	Secrets map[string][]byte `json:"secrets,omitempty"`
+	// Signal names a signal of Signals (signal).
+	Signal string `json:"signal,omitempty"`
+}
+
+// Signals are the signals a holder sends its sandbox on request, by name
+// without "SIG" (the supervisor's signal op takes the same names).
+var Signals = map[string]syscall.Signal{"TERM": syscall.SIGTERM, "INT": syscall.SIGINT, "KILL": syscall.SIGKILL, "HUP": syscall.SIGHUP}
+
+// SignalResult answers signal with the signal sent, by its full name.
+type SignalResult struct {
+	Signal string `json:"signal"`
 }
 
 // Head is what the connection loop reads of every request.

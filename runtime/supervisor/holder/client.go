@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"syscall"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/linerpc"
 )
 
@@ -22,10 +23,12 @@ import (
 const exe = "/proc/self/exe"
 
 // LaunchError is a holder's report that its sandbox did not start.
-// Unavailable says the launcher found the sandbox cannot run on this host.
+// Unavailable says the launcher found the sandbox cannot run on this host;
+// Diagnostics are the preflight checks that refused it, with their codes.
 type LaunchError struct {
 	Message     string
 	Unavailable bool
+	Diagnostics diag.List
 }
 
 func (e *LaunchError) Error() string { return e.Message }
@@ -86,7 +89,7 @@ func Spawn(spec Spec) error {
 	if r.OK {
 		return nil
 	}
-	return &LaunchError{Message: r.Error, Unavailable: r.Unavailable}
+	return &LaunchError{Message: r.Error, Unavailable: r.Unavailable, Diagnostics: r.Diagnostics}
 }
 
 // Dead tells a holder that is gone (nothing listens on its socket, or the
@@ -185,6 +188,13 @@ func CloseInput(ctx context.Context, sock string, epoch uint64) (CloseResult, er
 // SetMCPToken hands the holder's route proxy the daemon's current bearer.
 func SetMCPToken(ctx context.Context, sock, token string) error {
 	return call(ctx, sock, Request{Op: OpMCPToken, MCPToken: token}, nil)
+}
+
+// Signal has the holder signal its sandbox (name: one of Signals).
+func Signal(ctx context.Context, sock, name string) (SignalResult, error) {
+	var r SignalResult
+	err := call(ctx, sock, Request{Op: OpSignal, Signal: name}, &r)
+	return r, err
 }
 
 // Stop stops the sandbox (the launcher tears everything down) and waits

@@ -56,7 +56,8 @@ func (h *holder) hibernate() (any, *Error) {
 }
 
 // wake restores the sandbox with the secrets the supervisor resolved now;
-// the holder's copy is cleared once the run dir holds them.
+// the holder's copy is cleared once the wake has used them (the model
+// key is kept in modelKey).
 func (h *holder) wake(secrets map[string][]byte) (any, *Error) {
 	defer func() {
 		for k := range secrets {
@@ -89,7 +90,7 @@ func (h *holder) wake(secrets map[string][]byte) (any, *Error) {
 		case errors.Is(err, execution.ErrNotRunning):
 			return nil, fail(rpcerr.State, "sandbox %s is not hibernated", h.spec.ID)
 		case errors.As(err, &ue):
-			return nil, &rpcerr.Error{Code: rpcerr.SandboxUnavailable, Message: err.Error(), StartFresh: true}
+			return nil, &rpcerr.Error{Code: rpcerr.SandboxUnavailable, Message: err.Error(), Diagnostics: launchDiagnostics(err), StartFresh: true}
 		}
 		return nil, fail(rpcerr.Internal, "wake: %v", err)
 	}

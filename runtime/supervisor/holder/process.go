@@ -14,11 +14,13 @@ import (
 	"sync"
 	"time"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/lineserve"
 	"paseo.dev/paseo-policy/runtime/bridge"
 	"paseo.dev/paseo-policy/runtime/execution"
 	"paseo.dev/paseo-policy/runtime/launcher"
 	"paseo.dev/paseo-policy/runtime/launcher/ociexec"
+	"paseo.dev/paseo-policy/runtime/launcher/preflight"
 	"paseo.dev/paseo-policy/runtime/launcher/routeproxy"
 )
 
@@ -86,6 +88,20 @@ type ready struct {
 	OK          bool   `json:"ok"`
 	Error       string `json:"error,omitempty"`
 	Unavailable bool   `json:"unavailable,omitempty"`
+	// Diagnostics are the failed preflight checks of a refused launch,
+	// each with its PP-PREFLIGHT-* code (launchDiagnostics).
+	Diagnostics diag.List `json:"diagnostics,omitempty"`
+}
+
+// launchDiagnostics are the codes a refused launch carries: each failed
+// preflight check as a diagnostic (preflight.Error), nil for another
+// refusal.
+func launchDiagnostics(err error) diag.List {
+	var pe *preflight.Error
+	if errors.As(err, &pe) {
+		return pe.Diagnostics()
+	}
+	return nil
 }
 
 // Dir holds the holders' sockets and logs (root-only, in the state root).
@@ -242,7 +258,7 @@ func (h *holder) run(readyF *os.File) int {
 	if err != nil {
 		_ = os.RemoveAll(h.spec.BundleDir)
 		var ue *launcher.UnavailableError
-		tell(readyF, ready{Error: err.Error(), Unavailable: errors.As(err, &ue)})
+		tell(readyF, ready{Error: err.Error(), Unavailable: errors.As(err, &ue), Diagnostics: launchDiagnostics(err)})
 		return 1
 	}
 	h.proc = proc
@@ -258,7 +274,8 @@ func (h *holder) run(readyF *os.File) int {
 		_ = os.RemoveAll(h.spec.BundleDir)
 	}()
 	tell(readyF, ready{OK: true})
-	// The secrets are in the sandbox's private run dir now; drop this copy.
+	// The launch has used the secrets (the model key is kept in modelKey);
+	// drop this copy.
 	for k := range secrets {
 		clear(secrets[k])
 	}

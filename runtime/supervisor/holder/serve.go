@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/internal/lineserve"
 	"paseo.dev/paseo-policy/runtime/bridge"
@@ -98,6 +101,18 @@ func (h *holder) handle(ctx context.Context, cn *lineserve.Conn, req Request) (a
 			return nil, fail(rpcerr.Malformed, "%v", err) // names no value
 		}
 		return TokenResult{MCPToken: true}, nil
+	case OpSignal:
+		// The holder owns the process: the signal goes through it
+		// (execution.Process.Signal, which waits for runsc to know the
+		// container), not around it from the supervisor.
+		sig, ok := Signals[strings.TrimPrefix(req.Signal, "SIG")]
+		if !ok {
+			return nil, fail(rpcerr.Malformed, "signal must be TERM, INT, HUP or KILL")
+		}
+		if err := h.proc.Signal(sig); err != nil {
+			return nil, fail(rpcerr.State, "%v", err)
+		}
+		return SignalResult{Signal: unix.SignalName(sig)}, nil
 	case OpStop:
 		go h.proc.Stop() // the launcher stops runsc and tears everything down
 		select {

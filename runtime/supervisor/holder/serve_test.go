@@ -9,12 +9,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"paseo.dev/paseo-policy/internal/lineserve"
 	"paseo.dev/paseo-policy/internal/testkit/skip"
 	"paseo.dev/paseo-policy/runtime/bridge"
+	"paseo.dev/paseo-policy/runtime/execution"
 	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
@@ -45,11 +47,27 @@ func newProtocolHolder(t *testing.T) (h *holder, stdin *bufio.Reader, stdout io.
 	return h, bufio.NewReader(inR), outW
 }
 
+// signalled is a process that records the signals it is sent (and fails
+// them with err); the holder calls nothing else of it here.
+type signalled struct {
+	execution.Process
+	got []syscall.Signal
+	err error
+}
+
+func (p *signalled) Signal(sig syscall.Signal) error {
+	p.got = append(p.got, sig)
+	return p.err
+}
+
 // The socket is 0600 in a 0700 directory; the ops answer with their typed
 // results and the shared error codes.
 func TestHolderAPI(t *testing.T) {
 	skip.UnlessRoot(t, "the holder answers only root peers")
-	sock, stdin, stdout := protocolHolder(t)
+	h, stdin, stdout := newProtocolHolder(t)
+	sock := Socket(h.spec.StateRoot, h.spec.ID)
+	sigs := &signalled{}
+	h.proc = sigs
 	for p, want := range map[string]os.FileMode{filepath.Dir(sock): 0o700, sock: 0o600} {
 		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != want {
 			t.Fatalf("%s: %v %v, want %v", p, fi.Mode().Perm(), err, want)
@@ -109,10 +127,23 @@ func TestHolderAPI(t *testing.T) {
 	_, err = c.Attach(ctx, 0)
 	wantCode("attach behind the ack", err, rpcerr.OutOfOrder)
 	wantCode("release while running", Release(ctx, sock), rpcerr.State)
-	wantCode("unknown op", call(ctx, sock, Request{Op: "signal"}, nil), rpcerr.UnknownOp)
+	wantCode("unknown op", call(ctx, sock, Request{Op: "bogus"}, nil), rpcerr.UnknownOp)
 	wantCode("bad token", SetMCPToken(ctx, sock, "has space"), rpcerr.Malformed)
 	if err := SetMCPToken(ctx, sock, "tok-1"); err != nil {
 		t.Fatalf("mcpToken: %v", err)
+	}
+	// signal goes to the process the holder owns; a name outside
+	// Signals is refused before it.
+	if r, err := Signal(ctx, sock, "TERM"); err != nil || r.Signal != "SIGTERM" || len(sigs.got) != 1 || sigs.got[0] != syscall.SIGTERM {
+		t.Fatalf("signal: %+v %v, the process got %v", r, err, sigs.got)
+	}
+	_, err = Signal(ctx, sock, "USR1")
+	wantCode("signal USR1", err, rpcerr.Malformed)
+	sigs.err = errors.New("no sandbox pp-t")
+	_, err = Signal(ctx, sock, "KILL")
+	wantCode("signal to a process that cannot take it", err, rpcerr.State)
+	if len(sigs.got) != 2 {
+		t.Fatalf("the process got %v", sigs.got)
 	}
 	if r, err := CloseInput(ctx, sock, att.Epoch); err != nil || !r.Closed {
 		t.Fatalf("closeInput: %+v %v", r, err)

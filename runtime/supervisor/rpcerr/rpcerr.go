@@ -37,7 +37,8 @@ const (
 	Refused Code = "refused"
 	// Unavailable: a new sandbox cannot start on this host (the launcher's
 	// preflight, a secret the bundle needs cannot be resolved). Nothing
-	// was made.
+	// was made. Diagnostics holds each failed preflight check
+	// (PP-PREFLIGHT-*, path preflight.<check>).
 	Unavailable Code = "unavailable"
 	// Fenced: a write or closeInput under an epoch that is not the newest
 	// attachment's.
@@ -73,9 +74,11 @@ var All = []Code{Malformed, UnknownOp, Forbidden, NotFound, Refused, Unavailable
 type Error struct {
 	Code    Code   `json:"code"`
 	Message string `json:"message"`
-	// Diagnostics are the compiler's, all of them, for Refused (nil
-	// otherwise): each names its PP-* code and the fact path. Messages name
-	// no secret values (package diag).
+	// Diagnostics are the compiler's, all of them, for Refused; for
+	// Unavailable and SandboxUnavailable, the launcher's preflight checks
+	// that failed (PP-PREFLIGHT-* at preflight.<check>; none for another
+	// cause); nil otherwise. Each names its PP-* code and path. Messages
+	// name no secret values (package diag).
 	Diagnostics []diag.Diagnostic `json:"diagnostics,omitempty"`
 	// StartFresh is set with SandboxUnavailable: the caller's explicit
 	// choice is to delete the sandbox and create it again (a cold start,

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
-import { ERROR_CODES, SupervisorError } from "../../src/index.js";
+import { ERROR_CODES, PREFLIGHT_CODES, SupervisorError } from "../../src/index.js";
 
 test("ERROR_CODES is docs/supervisor.md's table, in order", () => {
   const docs = readFileSync(new URL("../../../../../docs/supervisor.md", import.meta.url), "utf8");
@@ -21,6 +21,18 @@ test("ERROR_CODES is docs/supervisor.md's table, in order", () => {
     } else if (inTable) break;
   }
   assert.deepEqual(codes, [...ERROR_CODES]);
+});
+
+test("PREFLIGHT_CODES is docs/launcher.md's preflight table, in order", () => {
+  const docs = readFileSync(new URL("../../../../../docs/launcher.md", import.meta.url), "utf8");
+  const section = docs.split("\n## Preflight codes\n")[1];
+  assert.ok(section, 'docs/launcher.md has no "## Preflight codes" section');
+  const codes: string[] = [];
+  for (const line of (section.split("\n## ")[0] ?? "").split("\n")) {
+    const m = /^\| `(PP-PREFLIGHT-[A-Z-]+)` \|/.exec(line);
+    if (m?.[1]) codes.push(m[1]);
+  }
+  assert.deepEqual(codes, [...PREFLIGHT_CODES]);
 });
 
 test("SupervisorError carries the wire error's data", () => {
