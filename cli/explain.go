@@ -164,6 +164,11 @@ func detail(g grant.Grant) string {
 		return g.Mode
 	case grant.DirectFS:
 		return strconv.FormatBool(g.On)
+	case grant.FSMonitor:
+		if !g.On {
+			return "off"
+		}
+		return "gateway:" + strconv.Itoa(g.Port) + " watches " + g.Path
 	}
 	return ""
 }

@@ -70,6 +70,8 @@ const (
 	// Read-only searches answered outside gVisor (launcher option NativeSearch).
 	SearchRequest Code = "PP-SEARCH-REQUEST" // a search request off the closed list: an option, a value, a path not beneath the workspace (the client then runs the sandbox's own rg)
 	SearchJail    Code = "PP-SEARCH-JAIL"    // the search jail cannot be built as designed (no Landlock, no user namespaces): the option refuses the launch
+	// The workspace monitor.
+	FSMonitor Code = "PP-FSMONITOR" // the registry requires the workspace monitor (deployments.<id>.fsmonitor "on") where it cannot be served: network mode none has no gateway
 
 	// Renderings of a compiled bundle for another engine.
 	KubeRender Code = "PP-KUBE-RENDER" // the plan (or the cluster options) cannot be rendered for Kubernetes as it is: an image not by digest, routes without a gateway address, a bind without a pin, a writable bundle file

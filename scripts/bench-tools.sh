@@ -18,10 +18,10 @@
 # 20000; 2000 for a quick run), ROUNDS (default 5), GITCONFIG ("key=value
 # ..." Git settings for the sandbox's git only: an A/B against a run
 # without), ONLY (a regular expression of the commands to run), FSMONITOR
-# (0 leaves out the third side, a sandbox whose git the launcher's
-# workspace monitor answers: launcher.Options.FSMonitor), SEARCH (1 adds a
-# side: a sandbox whose rg the launcher's native search answers from the
-# host, launcher.Options.NativeSearch; default 0), GO (default go).
+# (0 leaves out the third side, a sandbox in network mode sandbox, whose
+# git the workspace monitor answers: the plan's default grant), SEARCH (1
+# adds a side: a sandbox whose rg the launcher's native search answers from
+# the host, launcher.Options.NativeSearch; default 0), GO (default go).
 # With more sides, each sandbox's table and summary are printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +46,7 @@ if ! (cd ./test/e2e && TOOLS_BENCH_FILES=${FILES:-20000} TOOLS_BENCH_ROUNDS=${RO
   exit 1
 fi
 grep -E '^tools: tree' "$tmp/out.txt" | sed 's/^/   /'
+grep -E '^tools: monitor' "$tmp/out.txt" | sed 's/^/   /' || true
 echo
 sed -n '/^tools: medians/,/^tools: median over/p' "$tmp/out.txt"
 echo

@@ -51,4 +51,5 @@ func (c *compilation) env(p *grant.Plan) {
 		}
 		add(k, c.prof.Env[k], "set by profile", prof+".env."+k)
 	}
+	c.fsmonitorEnv(p)
 }

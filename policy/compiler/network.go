@@ -25,6 +25,7 @@ func (c *compilation) network(p *grant.Plan) {
 	c.hostedTools = c.checkHostedTools() // whatever the launch: the registry's names are checked
 	if n.Mode != "sandbox" {
 		c.checkURLs() // still refuse bad URLs: facts must be valid whatever the registry says
+		c.fsmonitorGrant(p)
 		return
 	}
 	purposes := c.prof.Egress
@@ -56,6 +57,7 @@ func (c *compilation) network(p *grant.Plan) {
 				Provenance: why("DNS to the configured resolver only", "registry.network.resolver")})
 		}
 	}
+	c.fsmonitorGrant(p)
 }
 
 func networkReason(mode string) string {

@@ -27,7 +27,7 @@ const (
 	// gatewayName is the host name the sandbox reaches its gateway (the
 	// launcher's route proxies) by; the launcher pins it in /etc/hosts
 	// because the address is leased only at launch.
-	gatewayName   = "paseo-gateway"
+	gatewayName   = bundle.GatewayName
 	cpuPeriodUsec = 100000
 )
 
@@ -62,6 +62,9 @@ type compilation struct {
 	// checked (checkHostedTools).
 	hostedTools []string
 	models      []byte
+	// fsmon is the workspace monitor's decision (fsmonitor.go); nil when
+	// the profile does not ask for it.
+	fsmon *fsmonitorPlan
 }
 
 // Plan is what the renderers read, and all they read: the grants, and the
@@ -90,6 +93,7 @@ func (c *compilation) plan() *Plan {
 	c.limits = c.effectiveLimits()
 	c.checkCredential()
 	c.checkLoginBroker()
+	c.fsmon = c.decideFSMonitor()
 
 	p := &Plan{DNS: c.reg.Network.DNS}
 	g := &p.Plan
@@ -261,6 +265,7 @@ func (c *compilation) mounts(p *grant.Plan) {
 		Provenance: why("generated; the launcher pins egress host names here", "registry.network.dns")})
 	p.Add(grant.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: "files/resolv.conf", Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
 		Provenance: why("generated; names a resolver only when the DNS mode allows one", "registry.network.dns")})
+	c.fsmonitorMount(p)
 
 	binds := c.binds()
 	sort.SliceStable(binds, func(i, j int) bool { return binds[i].Destination < binds[j].Destination })

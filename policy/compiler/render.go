@@ -43,6 +43,9 @@ func Render(plan *Plan) (bundle.Files, *bundle.Manifest, error) {
 		if m, ok := g.(grant.Mount); ok && m.Source == bundle.ModelsFile {
 			files[bundle.ModelsFile] = plan.Models
 		}
+		if m, ok := g.(grant.FSMonitor); ok && m.On {
+			files[bundle.FSMonitorHookFile] = bundle.FSMonitorHook(gatewayName, m.Port, m.Path)
+		}
 	}
 	m := renderManifest(plan, files)
 	if files[bundle.ManifestFile], err = bundle.MarshalManifest(m); err != nil {
@@ -123,7 +126,7 @@ func renderHosts(plan *grant.Plan) []byte {
 		}
 		b.WriteString("# pin: " + n + "\n")
 	}
-	if len(plan.Of(grant.KindRoute)) > 0 {
+	if len(plan.Of(grant.KindRoute)) > 0 || fsmonitorOn(plan) {
 		b.WriteString("# gateway: " + gatewayName + "\n")
 	}
 	return []byte(b.String())
@@ -192,4 +195,15 @@ func orEmpty(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// fsmonitorOn reports whether the plan serves the workspace monitor (its
+// hook names the gateway).
+func fsmonitorOn(plan *grant.Plan) bool {
+	for _, g := range plan.Of(grant.KindFSMonitor) {
+		if g.(grant.FSMonitor).On {
+			return true
+		}
+	}
+	return false
 }

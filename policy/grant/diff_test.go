@@ -46,6 +46,10 @@ func TestDiffClassifies(t *testing.T) {
 	networkNone := NetworkMode{Mode: "none"}
 	wall := WallLimit{Wall: 60e9}
 	wallLonger := WallLimit{Wall: 120e9}
+	monitor := FSMonitor{On: true, Port: 18090, Path: "/w"}
+	monitorOff := FSMonitor{}
+	monitorElsewhere := monitor
+	monitorElsewhere.Port = 18091
 
 	cases := []struct {
 		name     string
@@ -82,6 +86,12 @@ func TestDiffClassifies(t *testing.T) {
 		{"network from none", List{networkNone}, List{network}, []string{"changed"}, true},
 		{"longer wall time", List{wall}, List{wallLonger}, []string{"widened"}, true},
 		{"shorter wall time", List{wallLonger}, List{wall}, []string{"narrowed"}, false},
+		{"monitor turned on", List{monitorOff}, List{monitor}, []string{"widened"}, true},
+		{"monitor turned off", List{monitor}, List{monitorOff}, []string{"narrowed"}, false},
+		{"monitor added on", nil, List{monitor}, []string{"added"}, true},
+		{"monitor added off", nil, List{monitorOff}, []string{"added"}, false},
+		{"monitor removed", List{monitor}, nil, []string{"removed"}, false},
+		{"monitor on another port", List{monitor}, List{monitorElsewhere}, []string{"changed"}, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -33,6 +33,7 @@ const (
 	KindRuntime   Kind = "runtime"   // a runsc flag
 	KindLimit     Kind = "limit"     // a limit the launcher enforces (output, wall time)
 	KindHostname  Kind = "hostname"  // the UTS hostname
+	KindFSMonitor Kind = "fsmonitor" // the workspace monitor the launcher serves
 )
 
 // Access says how much of the subject is granted. It is derived from the

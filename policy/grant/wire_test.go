@@ -42,6 +42,7 @@ func every() List {
 		WallLimit{Wall: 4 * time.Hour, Provenance: p("wall")},
 		NetworkMode{Mode: "sandbox", Provenance: p("net")},
 		DirectFS{Provenance: p("directfs")},
+		FSMonitor{On: true, Port: 18090, Path: "/w", Provenance: p("fsmonitor")},
 		Egress{Host: "llm.example.test", Proto: "tcp", Port: 443, Purpose: "model", Provenance: p("egress")},
 		Route{Purpose: "mcp", Proto: "tcp", Port: 6767, Method: "POST", Path: "/mcp/agents", Upstream: "http://127.0.0.1:6767/mcp/agents",
 			CallerAgentID: "a", TokenRef: "paseo/mcp", Methods: []string{"tools/list"}, Tools: []string{"list_agents"}, Provenance: p("route")},
@@ -81,7 +82,7 @@ func TestApplyToEmptySpec(t *testing.T) {
 		// one sets its part.
 		var outside bool
 		switch g.(type) {
-		case OutputLimit, WallLimit, NetworkMode, DirectFS, Egress, Route:
+		case OutputLimit, WallLimit, NetworkMode, DirectFS, FSMonitor, Egress, Route:
 			outside = true
 		}
 		if unchanged := reflect.DeepEqual(s, &specs.Spec{}); unchanged != outside {
@@ -118,6 +119,11 @@ func TestDecodeRefuses(t *testing.T) {
 		{"erofs without digest", `{"kind":"mount","subject":"/opt","access":"ro","type":"erofs","source":"/f","options":["ro"],` + why + `}`, diag.GrantInvalid},
 		{"egress port 0", `{"kind":"egress","subject":"h.test","access":"allow","proto":"tcp","purpose":"model",` + why + `}`, diag.GrantInvalid},
 		{"capabilities granted", `{"kind":"process","subject":"capabilities","access":"set","value":"CAP_SYS_ADMIN",` + why + `}`, diag.GrantInvalid},
+		{"fsmonitor of another tree", `{"kind":"fsmonitor","subject":"home","access":"allow","value":true,"port":18090,"path":"/w",` + why + `}`, diag.GrantUnknownKind},
+		{"fsmonitor off with a port", `{"kind":"fsmonitor","subject":"workspace","access":"set","value":false,"port":18090,` + why + `}`, diag.GrantInvalid},
+		{"fsmonitor on without a port", `{"kind":"fsmonitor","subject":"workspace","access":"allow","value":true,"path":"/w",` + why + `}`, diag.GrantInvalid},
+		{"fsmonitor on, access set", `{"kind":"fsmonitor","subject":"workspace","access":"set","value":true,"port":18090,"path":"/w",` + why + `}`, diag.GrantInvalid},
+		{"fsmonitor relative path", `{"kind":"fsmonitor","subject":"workspace","access":"allow","value":true,"port":18090,"path":"w",` + why + `}`, diag.GrantInvalid},
 		{"not an object", `"env"`, diag.GrantInvalid},
 	}
 	for _, tc := range cases {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -21,6 +22,7 @@ import (
 
 	"paseo.dev/paseo-policy/internal/netdest"
 	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/policy/grant"
 )
 
 // runtime-tools logs warnings through logrus's standard logger (for
@@ -170,6 +172,7 @@ func Check(d Decoded, dir string, opts Options) Result {
 		r.run(CheckPins, err)
 	}
 	r.run("egress-destinations", egressDestinations(d))
+	r.run(CheckFSMonitor, fsmonitorServed(d))
 	if d.SpecErr != nil {
 		r.run(CheckDecode, d.SpecErr)
 		return r
@@ -225,6 +228,53 @@ func (r Result) Failed(check string) []Finding {
 		}
 	}
 	return out
+}
+
+// CheckFSMonitor is the check that a bundle granting the workspace
+// monitor can be served as granted.
+const CheckFSMonitor = "fsmonitor"
+
+// fsmonitorServed checks a granted workspace monitor against the rest of
+// the bundle: network mode sandbox (it is served on the gateway), a port
+// no route has, the process's cwd as the watched path, and the hook the
+// sandbox's git runs (bound read-only at bundle.FSMonitorHookPath, named
+// by core.fsmonitor) exactly the one for that port and path.
+func fsmonitorServed(d Decoded) error {
+	if d.Manifest == nil {
+		return nil
+	}
+	var g *grant.FSMonitor
+	for _, x := range d.Manifest.Grants {
+		if m, ok := x.(grant.FSMonitor); ok && m.On {
+			g = &m
+		}
+	}
+	if g == nil {
+		return nil
+	}
+	var problems []string
+	if d.Egress == nil || d.Egress.Mode != "sandbox" {
+		problems = append(problems, "the monitor is served on the sandbox network's gateway, and the network mode is not sandbox")
+	} else if slices.ContainsFunc(d.Egress.Routes, func(r bundle.Route) bool { return r.Port == g.Port }) {
+		problems = append(problems, fmt.Sprintf("port %d is a route's", g.Port))
+	}
+	if d.Spec != nil {
+		if d.Spec.Process == nil || d.Spec.Process.Cwd != g.Path {
+			problems = append(problems, "the watched path is not the process's working directory")
+		}
+		if !slices.ContainsFunc(d.Spec.Mounts, func(m specs.Mount) bool {
+			return m.Destination == bundle.FSMonitorHookPath && m.Type == "bind" && m.Source == bundle.FSMonitorHookFile && slices.Contains(m.Options, "ro")
+		}) {
+			problems = append(problems, "the hook is not bound read-only at "+bundle.FSMonitorHookPath)
+		}
+	}
+	if !bytes.Equal(d.Files[bundle.FSMonitorHookFile], bundle.FSMonitorHook(bundle.GatewayName, g.Port, g.Path)) {
+		problems = append(problems, bundle.FSMonitorHookFile+" is not the hook for the grant's port and path")
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
 }
 
 // egressDestinations refuses an egress rule to a host the compiler would

@@ -159,6 +159,48 @@ func wantEgressFinding(t *testing.T, goldenCase, from, to string) {
 	}
 }
 
+// A granted workspace monitor that the bundle could not serve as granted
+// is a finding: a hook for another port or tree, no sandbox network, a
+// hook bound writable, a route on the monitor's port. The golden bundle
+// itself passes (TestGoldenBundlesValidate).
+func TestFSMonitorServedAsGranted(t *testing.T) {
+	src := filepath.Join("..", "..", "testdata", "host-pi-session-api-key", "golden")
+	cases := map[string]struct {
+		file, from, to string
+	}{
+		"hook for another port": {bundle.FSMonitorHookFile, "pack_sockaddr_in(18090,", "pack_sockaddr_in(18091,"},
+		"hook for another tree": {bundle.FSMonitorHookFile, "stat('/srv/paseo/workspace/proj-feature')", "stat('/')"},
+		"no gateway":            {bundle.EgressFile, `"mode": "sandbox"`, `"mode": "none"`},
+		"route on its port":     {bundle.EgressFile, `"port": 18080`, `"port": 18090`},
+		"hook bound writable": {bundle.ConfigFile, `"source": "files/fsmonitor-hook",
+      "options": [
+        "bind",
+        "ro",`, `"source": "files/fsmonitor-hook",
+      "options": [
+        "bind",
+        "rw",`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			files, err := bundle.Read(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := Files(files, src, Options{}); len(r.Failed(CheckFSMonitor)) > 0 {
+				t.Fatalf("the golden bundle fails: %+v", r.Failed(CheckFSMonitor))
+			}
+			data := string(files[tc.file])
+			if !strings.Contains(data, tc.from) {
+				t.Fatalf("golden %s lacks %q", tc.file, tc.from)
+			}
+			files[tc.file] = []byte(strings.Replace(data, tc.from, tc.to, 1))
+			if r := Files(files, src, Options{}); len(r.Failed(CheckFSMonitor)) == 0 {
+				t.Errorf("check %s did not fire; findings: %+v", CheckFSMonitor, r.Findings)
+			}
+		})
+	}
+}
+
 // Importing and running the validator leaves logrus's standard logger as
 // the program set it: its init once lowered the level for every program
 // that imported it.

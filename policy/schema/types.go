@@ -105,6 +105,8 @@ type Deployment struct {
 	// HibernateAfterSeconds is the supervisor's idle hibernation (0: off;
 	// registry.cue).
 	HibernateAfterSeconds int `json:"hibernateAfterSeconds,omitempty"`
+	// FSMonitor is "on", "off" or "" (the profile's default; registry.cue).
+	FSMonitor string `json:"fsmonitor,omitempty"`
 }
 
 // ModelGrants are a deployment's model route grants: the provider-side
@@ -215,7 +217,9 @@ type Profile struct {
 	// ModelHeaders lists, per provider API, the feature headers the model
 	// route passes on: "name: value", one entry per admitted value.
 	ModelHeaders map[string][]string `json:"modelHeaders,omitempty"`
-	Capabilities []string            `json:"capabilities"`
+	// FSMonitor: the profile asks for the workspace monitor (profile.cue).
+	FSMonitor    bool     `json:"fsmonitor,omitempty"`
+	Capabilities []string `json:"capabilities"`
 }
 
 type Word struct {

@@ -3,77 +3,56 @@ package launcher
 import (
 	"errors"
 	"fmt"
-	"net/netip"
-	"os"
-	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
-
-	rspec "github.com/opencontainers/runtime-spec/specs-go"
 
 	"paseo.dev/paseo-policy/internal/pathsafe"
-	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/runtime/launcher/fsmonitor"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 )
 
-// The workspace's fsmonitor (Options.FSMonitor; docs/spec.md, "An agent's
-// tools and the file path")
+// The workspace's fsmonitor (the plan's fsmonitor grant; docs/spec.md,
+// "An agent's tools and the file path")
 //
-// With the option on, the launcher watches the staged workspace bind (the
-// mount the sandbox's gofer serves, so host edits and the agent's writes
-// both reach the watcher) and serves its answers over TCP on the sandbox
-// network's gateway, where the private routes listen, on a port of its
-// own (FSMonitorPort, or the next one no route has): the sandbox's
-// nftables table admits that port from this sandbox's address only, as
-// it admits the routes', and the server itself answers no other address.
-// The hook, which names the gateway and the port, sits in <run>/fsmonitor,
-// a directory bound read-only into the sandbox at fsmonitor.Dir. It adds
-// two things to the run copy of config.json beyond the three launch-time
-// fields (runstate.go): that bind, and core.fsmonitor = the hook as one
-// more of the Git settings in the process's GIT_CONFIG_COUNT/KEY_n/VALUE_n.
-// runsc's flags are the launcher's fixed ones: no host Unix socket is
-// connectable from the sandbox (runsc's --host-uds stays off).
+// When the plan grants the monitor, the launcher watches the staged
+// workspace bind (the mount the sandbox's gofer serves, so host edits and
+// the agent's writes both reach the watcher) and serves its answers over
+// TCP on the sandbox network's gateway, where the private routes listen,
+// on the grant's port: the sandbox's nftables table admits that port from
+// this sandbox's address only, as it admits the routes', and the server
+// itself answers no other address. The hook (the bundle's
+// files/fsmonitor-hook, bound read-only at bundle.FSMonitorHookPath) and
+// core.fsmonitor in the process's Git settings are compiled grants: the
+// launcher adds nothing to the run copy for the monitor. The plan's
+// validator (ocicheck CheckFSMonitor, before anything is made) checked the
+// hook is the one the grant's port and path give, bound read-only, and
+// that the port is no route's. runsc's flags are
+// the launcher's fixed ones: no host Unix socket is connectable from the
+// sandbox (runsc's --host-uds stays off).
 //
-// The monitor needs the gateway: a bundle whose network mode is none is
-// refused with the option (ErrFSMonitorNoGateway), never served another
-// way. It applies only where the process's cwd is a staged directory bind
-// (the workspace): anything else refuses the launch, since a monitor that
-// watched another tree than the one Git scans would answer wrongly.
+// The monitor needs the gateway: a plan that grants it with network mode
+// none is refused (ErrFSMonitorNoGateway; the compiler never makes one),
+// never served another way. It applies only where the process's cwd is
+// the grant's path and a staged directory bind (the workspace): anything
+// else refuses the launch, since a monitor that watched another tree than
+// the one Git scans would answer wrongly.
 
-// FSMonitorPort is the monitor's port on the gateway, unless a route of
-// the bundle has it (then the next port no route has).
-const FSMonitorPort = 18090
-
-// ErrFSMonitorNoGateway refuses the monitor for a bundle without a sandbox
-// network: it is served on the gateway only.
+// ErrFSMonitorNoGateway refuses a plan that grants the monitor without a
+// sandbox network: it is served on the gateway only.
 var ErrFSMonitorNoGateway = errors.New("fsmonitor: the workspace monitor is served on the sandbox network's gateway only, which needs network mode sandbox")
 
 // fsmonitorState is what the launch made for the monitor.
 type fsmonitorState struct {
-	dir  string // <run>/fsmonitor
-	cwd  string // the workspace in the sandbox
-	port int    // on the gateway
+	port int // on the gateway
 	w    *fsmonitor.Watcher
 	srv  *fsmonitor.Server
-}
-
-// fsmonitorPort is FSMonitorPort or the next port no route has.
-func fsmonitorPort(routes []bundle.Route) int {
-	p := FSMonitorPort
-	for slices.ContainsFunc(routes, func(r bundle.Route) bool { return r.Port == p }) {
-		p++
-	}
-	return p
 }
 
 // startFSMonitor watches the workspace's staged bind; the network phase
 // serves it (serveFSMonitor).
 func (l *launch) startFSMonitor() error {
+	g := l.plan.FSMonitor
 	p := l.spec.Process
-	if p == nil || p.Cwd == "" {
-		return errors.New("fsmonitor: the process has no working directory")
+	if p == nil || p.Cwd == "" || p.Cwd != g.Path {
+		return fmt.Errorf("fsmonitor: the grant watches %s, which is not the process's working directory", g.Path)
 	}
 	var src string
 	for _, b := range l.state.binds {
@@ -84,21 +63,17 @@ func (l *launch) startFSMonitor() error {
 	if src == "" {
 		return fmt.Errorf("fsmonitor: the working directory %s is not a staged directory bind (the workspace)", p.Cwd)
 	}
-	dir := filepath.Join(l.run.dir, "fsmonitor")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return fmt.Errorf("fsmonitor: %w", err)
-	}
 	w, err := fsmonitor.Watch(src, fsmonitor.DefaultLimits)
 	if err != nil {
 		return err
 	}
 	l.cleanup.push("fsmonitor watcher", w.Close)
-	l.state.fsmonitor = &fsmonitorState{dir: dir, cwd: p.Cwd, port: fsmonitorPort(l.plan.Routes), w: w}
+	l.state.fsmonitor = &fsmonitorState{port: g.Port, w: w}
 	return nil
 }
 
 // serveFSMonitor listens on the gateway's monitor port, for the sandbox's
-// address only, and writes the hook that asks there.
+// address only (the compiled hook asks there, by the gateway's name).
 func (l *launch) serveFSMonitor(n *sandboxnet.Network) error {
 	st := l.state.fsmonitor
 	ln, err := n.ListenGateway(st.port)
@@ -114,10 +89,6 @@ func (l *launch) serveFSMonitor(n *sandboxnet.Network) error {
 		return err
 	})
 	st.srv = srv
-	hook := fsmonitor.HookFor(netip.AddrPortFrom(n.Gateway, uint16(st.port)), st.cwd)
-	if err := os.WriteFile(filepath.Join(st.dir, "hook"), []byte(hook), 0o555); err != nil {
-		return fmt.Errorf("fsmonitor: %w", err)
-	}
 	return nil
 }
 
@@ -125,33 +96,4 @@ func (l *launch) serveFSMonitor(n *sandboxnet.Network) error {
 type FSMonitorStats struct {
 	Lists, Everything, Events, Overflows, Refused uint64
 	Degraded                                      bool
-}
-
-// withFSMonitor adds the monitor's bind and Git setting to the run copy.
-func withFSMonitor(spec *rspec.Spec, st *fsmonitorState) error {
-	spec.Mounts = append(spec.Mounts, rspec.Mount{Destination: fsmonitor.Dir, Type: "bind", Source: st.dir,
-		Options: []string{"rbind", "ro", "nosuid", "nodev"}})
-	env := spec.Process.Env
-	n, at := 0, -1
-	for i, e := range env {
-		if v, ok := strings.CutPrefix(e, "GIT_CONFIG_COUNT="); ok {
-			c, err := strconv.Atoi(v)
-			if err != nil || c < 0 || c > 100 {
-				return fmt.Errorf("fsmonitor: GIT_CONFIG_COUNT=%q", v)
-			}
-			n, at = c, i
-		}
-		if k, v, _ := strings.Cut(e, "="); strings.HasPrefix(k, "GIT_CONFIG_KEY_") && strings.EqualFold(v, "core.fsmonitor") {
-			return fmt.Errorf("fsmonitor: the compiled env already sets %s", e)
-		}
-	}
-	count := "GIT_CONFIG_COUNT=" + strconv.Itoa(n+1)
-	if at >= 0 {
-		env[at] = count
-	} else {
-		env = append(env, count)
-	}
-	env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=core.fsmonitor", n), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", n, fsmonitor.HookPath))
-	spec.Process.Env = env
-	return nil
 }

@@ -112,13 +112,6 @@ type Options struct {
 	// Launch only returns when the sandbox has ended.
 	OnStart func()
 
-	// FSMonitor answers the sandbox's git from the host: which names in
-	// the workspace changed since it last asked (fsmonitor.go), served on
-	// the sandbox network's gateway. Off unless set; a bundle whose
-	// network mode has no gateway (none) is refused with it
-	// (ErrFSMonitorNoGateway).
-	FSMonitor bool
-
 	// NativeSearch answers the sandbox's rg from the host, in a jail of
 	// its own (nativesearch.go): an operator's opt-in that widens the
 	// trusted boundary. Off unless set; a bundle without a gateway is
@@ -154,7 +147,8 @@ type Result struct {
 	// Routes counts, per private route, requests forwarded to the daemon
 	// and requests refused by the proxy.
 	Routes map[string]RouteStats `json:"routes,omitempty"`
-	// FSMonitor is the workspace monitor's counters (Options.FSMonitor).
+	// FSMonitor is the workspace monitor's counters, when the plan grants
+	// it (fsmonitor.go).
 	FSMonitor *FSMonitorStats `json:"fsmonitor,omitempty"`
 	// NativeSearch is the search server's counters (Options.NativeSearch).
 	NativeSearch *nativesearch.Stats `json:"nativeSearch,omitempty"`
@@ -411,7 +405,7 @@ func (l *launch) prepare() error {
 	if plan.Network != "none" && plan.Network != "sandbox" {
 		return fmt.Errorf("network mode %q is not one this launcher enforces", plan.Network)
 	}
-	if l.opts.FSMonitor && plan.Network != "sandbox" {
+	if plan.FSMonitor != nil && plan.Network != "sandbox" {
 		return fmt.Errorf("%w (this bundle's is %q)", ErrFSMonitorNoGateway, plan.Network)
 	}
 	if l.opts.NativeSearch && plan.Network != "sandbox" {
@@ -440,7 +434,7 @@ func (l *launch) prepare() error {
 	if err := l.checkAuthFileStaged(); err != nil {
 		return err
 	}
-	if l.opts.FSMonitor {
+	if plan.FSMonitor != nil {
 		if err := l.startFSMonitor(); err != nil {
 			return err
 		}
@@ -799,6 +793,12 @@ func (r *runDir) materialize(plan *launchplan.Plan) (*rspec.Spec, error) {
 		// Read by the agent through the gofer, so readable inside the
 		// sandbox; the run dir (0700) keeps it from everyone else.
 		if err := r.writeFile(bundle.MCPConfigFile, mcp, 0o444); err != nil {
+			return nil, err
+		}
+	}
+	if hook, ok := files[bundle.FSMonitorHookFile]; ok {
+		// Run by the sandbox's git: executable, read-only.
+		if err := r.writeFile(bundle.FSMonitorHookFile, hook, 0o555); err != nil {
 			return nil, err
 		}
 	}

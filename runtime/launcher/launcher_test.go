@@ -37,8 +37,6 @@ type sandbox struct {
 	onNetwork func(*sandboxnet.Network)
 	// modelRoots verify the test model's TLS certificate (the model route).
 	modelRoots *x509.CertPool
-	// fsmonitor is Options.FSMonitor.
-	fsmonitor bool
 }
 
 // compileScript compiles the reference facts with the pi-session argv
@@ -71,7 +69,7 @@ func (s *sandbox) launch(t *testing.T, secrets SecretSource) (Result, string, st
 	res, err := Launch(context.Background(), Options{
 		BundleDir: s.bundle, StateRoot: s.state, RunscPath: s.runsc,
 		Secrets: secrets, Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Log: &log,
-		Uplink: s.uplink, Resolve: s.resolve, ModelRoots: s.modelRoots, OnNetwork: s.onNetwork, FSMonitor: s.fsmonitor,
+		Uplink: s.uplink, Resolve: s.resolve, ModelRoots: s.modelRoots, OnNetwork: s.onNetwork,
 	})
 	// Every launch's teardown must be whole, whatever the launch did.
 	if len(res.Teardown) > 0 || log.Len() > 0 {

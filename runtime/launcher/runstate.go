@@ -37,8 +37,8 @@ type runtimeState struct {
 	// binds are the bind sources staged in the run dir (binds.go); every
 	// bind with a host source must be one of them.
 	binds []stagedBind
-	// fsmonitor, when the launch serves one, adds its bind and Git
-	// setting (fsmonitor.go).
+	// fsmonitor is the workspace monitor, when the plan grants one
+	// (fsmonitor.go); it adds nothing to the run copy.
 	fsmonitor *fsmonitorState
 	// search, when the launch answers rg from the host, adds the client's
 	// bind and PATH entry (nativesearch.go).
@@ -84,11 +84,6 @@ func (r *runDir) writeSpec(spec *rspec.Spec, st runtimeState) error {
 	}
 	if err := useStaged(spec, st.binds, r.dir); err != nil {
 		return err
-	}
-	if st.fsmonitor != nil {
-		if err := withFSMonitor(spec, st.fsmonitor); err != nil {
-			return err
-		}
 	}
 	if st.search != nil {
 		if err := withNativeSearch(spec, st.search); err != nil {

@@ -46,13 +46,15 @@ package e2e
 //	                       profile could ship
 //	TOOLS_BENCH_ONLY       a regular expression: only the commands it matches
 //	TOOLS_BENCH_FSMONITOR  "0" leaves out the third side (default on): a
-//	                       second sandbox, the same but for the launcher's
-//	                       workspace monitor (launcher.Options.FSMonitor)
-//	                       answering its git, on a third copy of the tree
+//	                       second sandbox, the same but in network mode
+//	                       sandbox, where the plan grants the workspace
+//	                       monitor by default (the product's path), which
+//	                       answers its git, on a third copy of the tree
 //	TOOLS_BENCH_SEARCH     "1" adds a side (default off): a sandbox, the same
 //	                       but for the launcher's native search
-//	                       (launcher.Options.NativeSearch) answering its rg,
-//	                       on a copy of the tree of its own
+//	                       (launcher.Options.NativeSearch) answering its rg
+//	                       (the plan's monitor on too, as network mode
+//	                       sandbox grants it), on a copy of the tree of its own
 
 import (
 	"bufio"
@@ -351,9 +353,10 @@ func toolsStartScript(tb testing.TB) string {
 
 // startToolsSandbox compiles the pi-session profile for the scene at host
 // (whose workspace and repository r already holds) and launches its
-// server in one sandbox for the whole benchmark; with fsmon, the launcher
-// answers the sandbox's git from its workspace monitor
-// (launcher.Options.FSMonitor).
+// server in one sandbox for the whole benchmark; with fsmon, the
+// deployment's network mode is sandbox, where the plan grants the
+// workspace monitor by default (grant fsmonitor workspace): the product's
+// own path, no option of the benchmark's.
 func startToolsSandbox(tb testing.TB, im imageInfo, host string, r *toolsRepo, name string, fsmon bool) *toolsSide {
 	tb.Helper()
 	return startToolsSandboxWith(tb, im, host, r, name, toolsSandboxOpts{fsmon: fsmon})
@@ -417,7 +420,7 @@ func startToolsSandboxWith(tb testing.TB, im imageInfo, host string, r *toolsRep
 	go func() {
 		defer close(done)
 		res, lerr = launcher.Launch(lctx, launcher.Options{BundleDir: sc.Bundle, StateRoot: sc.State, RunscPath: sc.Runsc, ID: id,
-			Secrets: secrets, Stdin: inR, Stdout: outW, Stderr: s.stderr, FSMonitor: o.fsmon, NativeSearch: o.search, Uplink: uplink, Resolve: resolve})
+			Secrets: secrets, Stdin: inR, Stdout: outW, Stderr: s.stderr, NativeSearch: o.search, Uplink: uplink, Resolve: resolve})
 		outW.Close()
 	}()
 	s.finish = sync.OnceValue(func() launcher.Result {
@@ -431,6 +434,14 @@ func startToolsSandboxWith(tb testing.TB, im imageInfo, host string, r *toolsRep
 		cancel()
 		if lerr != nil || res.ExitCode != 0 {
 			tb.Errorf("the sandbox: %v, exit %d (%s); stderr: %s", lerr, res.ExitCode, res.Reason, s.stderr)
+		}
+		// The monitor side must have been answered by the monitor the
+		// plan granted, not merely run in network mode sandbox.
+		if st := res.FSMonitor; st != nil {
+			fmt.Printf("tools: monitor (%s): %d lists, %d everything, %d events, %d overflows, degraded %v\n", name, st.Lists, st.Everything, st.Events, st.Overflows, st.Degraded)
+		}
+		if o.fsmon && (res.FSMonitor == nil || res.FSMonitor.Lists == 0) {
+			tb.Errorf("the %s side: the workspace monitor did not answer a list: %+v", name, res.FSMonitor)
 		}
 		return res
 	})

@@ -34,9 +34,9 @@ import (
 // launcher's TestWorkspaceCoherence and its control.
 func TestPiToolsGitSeesHostEdits(t *testing.T) { piToolsGitSeesHostEdits(t, false) }
 
-// The same with the workspace monitor (launcher.Options.FSMonitor): the
-// sandbox's git asks the host which names changed, and every status must
-// still say what a full scan says.
+// The same with the workspace monitor (the plan's fsmonitor grant, on by
+// default in network mode sandbox): the sandbox's git asks the host which
+// names changed, and every status must still say what a full scan says.
 func TestPiToolsGitWithFSMonitor(t *testing.T) { piToolsGitSeesHostEdits(t, true) }
 
 func piToolsGitSeesHostEdits(t *testing.T, fsmon bool) (*toolsSide, *toolsRepo) {

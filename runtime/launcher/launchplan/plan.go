@@ -50,6 +50,9 @@ type Plan struct {
 	Network string
 	Routes  []bundle.Route
 	Limits  Limits
+	// FSMonitor is the workspace monitor the launch serves (the plan's
+	// fsmonitor grant, when on), or nil.
+	FSMonitor *grant.FSMonitor
 
 	// Verdict is ocicheck's judgement of Files: digests, secret
 	// placeholders, pins, egress destinations, the OCI runtime-tools
@@ -79,6 +82,13 @@ func FromFiles(dir string, files bundle.Files) *Plan {
 		p.Network, p.Routes = p.Egress.Mode, p.Egress.Routes
 	}
 	p.Limits = limitsOf(p.Decoded)
+	if p.Manifest != nil {
+		for _, g := range p.Manifest.Grants {
+			if m, ok := g.(grant.FSMonitor); ok && m.On {
+				p.FSMonitor = &m
+			}
+		}
+	}
 	p.Verdict = ocicheck.Check(p.Decoded, dir, ocicheck.Options{})
 	return p
 }

@@ -1,0 +1,60 @@
+package bundle
+
+import (
+	"strconv"
+	"strings"
+)
+
+// FSMonitorHookFile is the workspace monitor's core.fsmonitor hook, when
+// the plan grants the monitor (grant.FSMonitor): bound read-only, and
+// executable, at FSMonitorHookPath in the sandbox.
+const (
+	FSMonitorHookFile = "files/fsmonitor-hook"
+	FSMonitorHookPath = "/run/paseo/fsmonitor/hook"
+	// GatewayName is the host name the sandbox reaches its gateway by:
+	// the launcher pins it in /etc/hosts (a "# gateway:" line of the
+	// compiled hosts file), since the address is leased only at launch.
+	GatewayName = "paseo-gateway"
+)
+
+// FSMonitorHook returns the hook (Git's fsmonitor protocol 2): Perl, the
+// smallest real client in the image (perl-base's Socket, which Git's own
+// fsmonitor-watchman sample uses too; no binary added to the image). It
+// connects over TCP to host:port (in a bundle, the gateway's name, which
+// the launcher pins in /etc/hosts, and the grant's port), sends
+// "since TOKEN", half-closes and copies the answer to stdout. Any failure
+// (nothing listening, a refused request, an empty answer, ten seconds
+// without one) exits non-zero with nothing on stdout: Git then scans as
+// it would without a monitor.
+//
+// The names the watcher answers are relative to the workspace, so the hook
+// answers only for the worktree that is the workspace: Git runs it in the
+// worktree's top directory, and for any other repository (one the agent
+// cloned beneath the workspace or made in /tmp) it exits non-zero, the
+// same full scan, rather than hand Git names of another tree.
+func FSMonitorHook(host string, port int, worktree string) []byte {
+	return []byte(`#!/usr/bin/perl
+use Socket;
+alarm 10;
+my ($v, $t) = @ARGV;
+exit 1 unless defined $t && $v eq "2";
+my @here = stat(".");
+my @ws = stat(` + perlQuote(worktree) + `);
+exit 1 unless @here && @ws && $here[0] == $ws[0] && $here[1] == $ws[1];
+my $ip = inet_aton(` + perlQuote(host) + `) or exit 1;
+socket(my $s, AF_INET, SOCK_STREAM, 0) or exit 1;
+connect($s, pack_sockaddr_in(` + strconv.Itoa(port) + `, $ip)) or exit 1;
+syswrite($s, "since $t\n") or exit 1;
+shutdown($s, 1);
+my ($r, $b) = ("", "");
+while (sysread($s, $b, 65536)) { $r .= $b }
+exit 1 unless length $r;
+binmode STDOUT;
+print $r;
+`)
+}
+
+// perlQuote is s as a Perl single-quoted string.
+func perlQuote(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
