@@ -21,8 +21,16 @@ func (r *renderer) env(g grant.Env) {
 		r.refuse(g.Why().Fact, "%s holds a secret placeholder, which no one fills: compile the facts again", g.Name)
 		return
 	}
-	r.ctr.Env = append(r.ctr.Env, corev1.EnvVar{Name: g.Name, Value: g.Value})
-	r.trace(r.podRef(), field, g.Name+"="+g.Value, g)
+	v := g.Value
+	if strings.HasPrefix(g.Name, "GIT_CONFIG_VALUE_") && v == bundle.FSMonitorHookPath {
+		// The workspace monitor's hook: no launcher serves it in a Pod, and
+		// a hook left out (or one that waited on the gateway) would cost
+		// every git command an error or a timeout; false is Git's own
+		// "no monitor", a full scan as with the monitor off.
+		v = "false"
+	}
+	r.ctr.Env = append(r.ctr.Env, corev1.EnvVar{Name: g.Name, Value: v})
+	r.trace(r.podRef(), field, g.Name+"="+v, g)
 }
 
 // cgroup renders the memory bound as the container's memory request and

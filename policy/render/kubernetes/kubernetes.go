@@ -273,7 +273,7 @@ func (r *renderer) grant(g grant.Grant) {
 			r.gap(g, "the node's runsc config for the gvisor handler (network = sandbox, gVisor's own stack in the pod's netns); the NetworkPolicy filters it")
 		}
 	case grant.FSMonitor:
-		r.gap(g, "none in a Pod: no launcher serves the workspace monitor there, so the sandbox's git finds no answer and scans the workspace in full, as with the monitor off")
+		r.gap(g, "none in a Pod: no launcher serves the workspace monitor there; its hook is not mounted and core.fsmonitor is rendered false, so the sandbox's git scans the workspace in full, as with the monitor off")
 	case grant.Egress:
 		r.egress = append(r.egress, g)
 	case grant.Route:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -139,5 +140,50 @@ func TestReadOnlyFlagsCarried(t *testing.T) {
 	}
 	if s := r.Pod.Spec.Volumes[2].EmptyDir.SizeLimit.String(); s != "16Mi" {
 		t.Errorf("tmpfs size limit %s, want 16Mi", s)
+	}
+}
+
+// TestFSMonitorNotServedInAPod: no launcher serves the workspace monitor in
+// a Pod, so its hook is not mounted (or put in the ConfigMap) and its Git
+// setting is core.fsmonitor=false, a full scan, rather than a hook that
+// fails or waits on the gateway in every git command.
+func TestFSMonitorNotServedInAPod(t *testing.T) {
+	w := why("profile.pi-session.fsmonitor")
+	g := append(base(),
+		grant.Env{Name: "GIT_CONFIG_COUNT", Value: "1", Provenance: w},
+		grant.Env{Name: "GIT_CONFIG_KEY_0", Value: "core.fsmonitor", Provenance: w},
+		grant.Env{Name: "GIT_CONFIG_VALUE_0", Value: bundle.FSMonitorHookPath, Provenance: w},
+		grant.Mount{Destination: bundle.FSMonitorHookPath, Type: "bind", Source: bundle.FSMonitorHookFile, Options: []string{"bind", "ro"}, Provenance: w},
+		grant.FSMonitor{On: true, Port: 18090, Path: "/ws", Provenance: w},
+	)
+	r, err := Render(bundleOf(t, g, nil, bundle.Files{bundle.FSMonitorHookFile: []byte("#!/usr/bin/perl\n")}), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, e := range r.Pod.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	if env["GIT_CONFIG_KEY_0"] != "core.fsmonitor" || env["GIT_CONFIG_VALUE_0"] != "false" {
+		t.Errorf("the monitor's Git setting in a Pod: %q=%q, want core.fsmonitor=false", env["GIT_CONFIG_KEY_0"], env["GIT_CONFIG_VALUE_0"])
+	}
+	for _, m := range r.Pod.Spec.Containers[0].VolumeMounts {
+		if m.MountPath == bundle.FSMonitorHookPath {
+			t.Errorf("the hook is mounted: %+v", m)
+		}
+	}
+	if r.ConfigMap != nil {
+		if _, ok := r.ConfigMap.Data["fsmonitor-hook"]; ok {
+			t.Error("the hook is in the ConfigMap")
+		}
+	}
+	gaps := 0
+	for _, gp := range r.Gaps {
+		if gp.Grant == bundle.FSMonitorHookPath || strings.HasPrefix(gp.Grant, "fsmonitor") || strings.Contains(gp.Grant, bundle.FSMonitorHookPath) {
+			gaps++
+		}
+	}
+	if gaps != 2 {
+		t.Errorf("want the monitor grant and its hook mount listed as gaps, got %d: %+v", gaps, r.Gaps)
 	}
 }

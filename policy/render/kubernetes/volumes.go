@@ -45,6 +45,8 @@ func (r *renderer) mount(g grant.Mount) {
 			r.hosts = &g
 		case "/etc/resolv.conf":
 			r.resolv = &g
+		case bundle.FSMonitorHookPath:
+			r.gap(g, "none in a Pod: no launcher serves the workspace monitor there, so its hook is not mounted and core.fsmonitor is rendered false (the env entry traced to the same grant)")
 		default:
 			r.fileMount(g)
 		}
