@@ -15,6 +15,7 @@ import (
 
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/runtime/launcher/fsmonitor"
@@ -95,7 +96,7 @@ func TestFSMonitorRefusedWithoutGateway(t *testing.T) {
 	_, err := Launch(context.Background(), Options{BundleDir: s.bundle, StateRoot: s.state, RunscPath: s.runsc,
 		Secrets: staticSecret("v"), Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Log: &log, FSMonitor: true})
 	var ue *UnavailableError
-	if !errors.As(err, &ue) || !errors.Is(err, ErrFSMonitorNoGateway) || !strings.Contains(err.Error(), `"none"`) {
+	if !errors.As(err, &ue) || !errors.Is(err, ErrFSMonitorNoGateway) || !errors.Is(err, diag.LaunchBundle) {
 		t.Fatalf("launch: %v, want ErrFSMonitorNoGateway", err)
 	}
 	if out.Len() > 0 || log.Len() > 0 {

@@ -28,6 +28,7 @@ import (
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/childproc"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/runtime/execution"
@@ -193,7 +194,7 @@ func (l *launch) startModelRoute(n *sandboxnet.Network, r bundle.Route) (*routep
 		secrets, deployment, ref := l.opts.Secrets, l.m.Deployment, r.TokenRef
 		key = func() ([]byte, error) { return secrets(deployment, ref) }
 	default:
-		return nil, fmt.Errorf("route %s: secret %s (the provider key): no secret source", r.Purpose, r.TokenRef)
+		return nil, refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: secret %s (the provider key): no secret source", r.Purpose, r.TokenRef))
 	}
 	v, err := key()
 	valid := err == nil && routeproxy.ValidToken(v)
@@ -202,7 +203,7 @@ func (l *launch) startModelRoute(n *sandboxnet.Network, r bundle.Route) (*routep
 		if err == nil {
 			err = routeproxy.ErrBadToken
 		}
-		return nil, fmt.Errorf("route %s: secret %s (the provider key): %w", r.Purpose, r.TokenRef, err)
+		return nil, refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: secret %s (the provider key): %w", r.Purpose, r.TokenRef, err))
 	}
 	// The provider's name must resolve, to addresses egress could have, at
 	// launch, as an egress rule's must; each connection resolves again.
@@ -241,19 +242,19 @@ func routeToken(opts Options, files bundle.Files, deployment string, r bundle.Ro
 		if !configured {
 			return &routeproxy.Token{}, nil
 		}
-		return nil, fmt.Errorf("route %s: no daemon token was handed over and no secret source holds its tokenRef", r.Purpose)
+		return nil, refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: no daemon token was handed over and no secret source holds its tokenRef", r.Purpose))
 	}
 	v, err := opts.Secrets(deployment, r.TokenRef)
 	if err != nil {
 		if !configured {
 			return &routeproxy.Token{}, nil
 		}
-		return nil, fmt.Errorf("route %s: %w", r.Purpose, err)
+		return nil, refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: %w", r.Purpose, err))
 	}
 	defer clear(v)
 	tok := &routeproxy.Token{}
 	if err := tok.Set(v); err != nil {
-		return nil, fmt.Errorf("route %s: secret %s: %w", r.Purpose, r.TokenRef, err)
+		return nil, refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: secret %s: %w", r.Purpose, r.TokenRef, err))
 	}
 	return tok, nil
 }
@@ -287,6 +288,7 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 		res = l.res
 	}()
 	if err := l.phases(ctx); err != nil {
+		err = coded(err)
 		return res, &UnavailableError{Reason: err.Error(), Err: err}
 	}
 	return res, nil
@@ -369,7 +371,7 @@ func (l *launch) phases(ctx context.Context) error {
 func (l *launch) prepare() error {
 	plan, err := launchplan.Load(l.opts.BundleDir)
 	if err != nil {
-		return err
+		return refused(diag.LaunchBundle, "bundle", err)
 	}
 	pre := preflightOptions(l.opts)
 	pre.Plan = plan
@@ -380,10 +382,10 @@ func (l *launch) prepare() error {
 	// decoded field is set.
 	l.plan, l.files, l.m = plan, plan.Files, plan.Manifest
 	if plan.Network != "none" && plan.Network != "sandbox" {
-		return fmt.Errorf("network mode %q is not one this launcher enforces", plan.Network)
+		return refused(diag.LaunchBundle, "bundle", fmt.Errorf("network mode %q is not one this launcher enforces", plan.Network))
 	}
 	if l.opts.FSMonitor && plan.Network != "sandbox" {
-		return fmt.Errorf("%w (this bundle's is %q)", ErrFSMonitorNoGateway, plan.Network)
+		return refused(diag.LaunchBundle, "bundle", fmt.Errorf("%w (this bundle's is %q)", ErrFSMonitorNoGateway, plan.Network))
 	}
 	l.limits = plan.Limits
 	l.rs = &runsc{path: l.opts.RunscPath, root: filepath.Join(l.opts.StateRoot, "runsc"), network: plan.Network}
@@ -426,7 +428,7 @@ func (l *launch) prepare() error {
 func (l *launch) claim() error {
 	run, err := newRunDir(l.opts.StateRoot, l.opts.ID)
 	if err != nil {
-		return err
+		return idRefused(err)
 	}
 	undoRun := func(err error) error {
 		if rerr := run.remove(); rerr != nil {
@@ -439,7 +441,7 @@ func (l *launch) claim() error {
 	// even when this launcher has no record of it.
 	if known, err := l.rs.knows(l.opts.ID); err != nil || known {
 		if err == nil {
-			err = fmt.Errorf("container id %s already exists in the runsc root", l.opts.ID)
+			err = refused(diag.LaunchID, "id", fmt.Errorf("container id %s already exists in the runsc root", l.opts.ID))
 		}
 		return undoRun(err)
 	}
@@ -447,7 +449,7 @@ func (l *launch) claim() error {
 		Network: l.plan.Network, Uplink: l.opts.Uplink, Started: time.Now().UTC(), RanBefore: l.ranBefore(),
 		LauncherPID: os.Getpid(), LauncherStart: processStart(os.Getpid())}
 	if err := writeRecord(l.opts.StateRoot, rec); err != nil {
-		return undoRun(err)
+		return undoRun(idRefused(err))
 	}
 	stateRoot := l.opts.StateRoot
 	l.cleanup.push("record", func() error {
@@ -719,7 +721,7 @@ type runDir struct {
 
 func newRunDir(stateRoot, id string) (*runDir, error) {
 	if strings.ContainsAny(id, "/\x00") || id == "" || id == "." || id == ".." {
-		return nil, fmt.Errorf("invalid container id")
+		return nil, refused(diag.LaunchID, "id", errors.New("invalid container id"))
 	}
 	base := filepath.Join(stateRoot, "run")
 	if err := os.MkdirAll(base, 0o700); err != nil {
