@@ -5,6 +5,7 @@ import (
 	"io/fs"
 
 	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/internal/pathsafe"
 	"paseo.dev/paseo-policy/runtime/launcher/preflight"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 )
@@ -38,15 +39,19 @@ func refused(code diag.Code, step string, err error) error {
 
 // coded is a phase's error with a code: a failed preflight and a
 // PhaseError keep theirs; an error another layer marked (a name that did
-// not resolve, a held auth.json) gets the code for it; anything else is
-// a host-side fault, diag.LaunchHost.
+// not resolve, a held auth.json, a pin staging refused) gets the code for
+// it; anything else is a host-side fault, diag.LaunchHost.
 func coded(err error) error {
 	var pre *preflight.Error
 	var pe *PhaseError
 	var re *sandboxnet.ResolveError
+	var pse *pathsafe.Error
 	switch {
 	case errors.As(err, &pre), errors.As(err, &pe):
 		return err
+	case errors.As(err, &pse):
+		// Staging refused a pin: pathsafe's code says how (PP-PATH-*).
+		return &PhaseError{Code: pse.Code, Step: "bind", Err: err}
 	case errors.As(err, &re):
 		return &PhaseError{Code: diag.LaunchResolve, Step: "resolve", Err: err}
 	case errors.Is(err, ErrAuthFileInUse):
