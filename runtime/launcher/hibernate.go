@@ -103,6 +103,12 @@ func Checkpoint(o CheckpointOptions) (img *Image, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// Right after a launch started runsc, runsc may not know the container
+	// yet and its checkpoint would fail ("loading container: file does not
+	// exist"): wait as Kill does.
+	if err := (Inventory{StateRoot: o.StateRoot, RunscPath: o.RunscPath}).awaitStarted(o.ID); err != nil {
+		return nil, err
+	}
 	img = &Image{ID: o.ID, Network: rec.Network, Files: map[string]string{}}
 	if rec.Network == "sandbox" {
 		link, ok, err := sandboxnet.LeasedLink(filepath.Join(o.StateRoot, "net"), o.Pool, o.ID)
