@@ -111,3 +111,18 @@ const (
 	PreflightImageErofs    Code = "PP-PREFLIGHT-IMAGE-EROFS"    // an EROFS image file config.json mounts has no digest grant or another digest
 	PreflightBundleValid   Code = "PP-PREFLIGHT-BUNDLE-VALID"   // another finding of the bundle validator (ocicheck)
 )
+
+// The launcher's refusals after preflight (runtime/launcher), one code per
+// kind of launch-phase failure: a refused launch or wake carries one, at
+// the path launch.<phase>. docs/launcher.md, "Launch codes", lists them.
+const (
+	LaunchBundle        Code = "PP-LAUNCH-BUNDLE"          // the bundle cannot be read as a launch plan, or asks for what this launcher does not enforce (a network mode, the workspace monitor without the sandbox network)
+	LaunchSecret        Code = "PP-LAUNCH-SECRET"          // a secret the launch needs (the model key, the MCP bearer) is not found, cannot be read, or is not a valid token; or there is no secret source
+	LaunchResolve       Code = "PP-LAUNCH-RESOLVE"         // an egress host or the model provider's host does not resolve, has no IPv4 address, or resolves to an unsafe destination
+	LaunchID            Code = "PP-LAUNCH-ID"              // the container id is not a valid name, or is in use: its run dir or record exists, or runsc knows it
+	LaunchAuthFileInUse Code = "PP-LAUNCH-AUTHFILE-IN-USE" // another sandbox (running, hibernated, or with a record and no launcher) holds the oauth-file auth.json
+	LaunchStateDir      Code = "PP-LAUNCH-STATE-DIR"       // a dir of the launcher's state root (the locks dir) is not root's 0700
+	LaunchHibernatePath Code = "PP-LAUNCH-HIBERNATE-PATH"  // the checkpoint dir is not root's 0700, or a dir on the way to it is not root's, or is writable by group or others and not sticky
+	LaunchWake          Code = "PP-LAUNCH-WAKE"            // a wake cannot restore: no id, no checkpoint, an image file changed, another network mode, the wall time used up
+	LaunchHost          Code = "PP-LAUNCH-HOST"            // another step on this host failed (the sandbox network, staging the run dir, starting runsc): a fault here, not the bundle's
+)

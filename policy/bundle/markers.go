@@ -48,6 +48,9 @@ func (e *MarkerError) Error() string {
 	return fmt.Sprintf("%s %s: %v", e.Code, where, e.Unwrap())
 }
 
+// Is matches the marker's code (errors.Is(err, diag.SecretMarker)).
+func (e *MarkerError) Is(target error) bool { c, ok := target.(diag.Code); return ok && c == e.Code }
+
 func (e *MarkerError) Unwrap() error {
 	if e.Code == diag.SecretSlot {
 		return ErrSecretSlot

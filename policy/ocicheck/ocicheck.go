@@ -35,6 +35,10 @@ import (
 type Finding struct {
 	Check  string `json:"check"`
 	Detail string `json:"detail"`
+	// Err is the error the finding was read from (one error may give
+	// several findings), kept for its codes and sentinels
+	// (errors.Is(f.Err, diag.SecretMarker)); not part of the report.
+	Err error `json:"-"`
 }
 
 // Options tune a validation run.
@@ -63,7 +67,7 @@ func (r *Result) run(name string, err error) {
 		if line == "" || strings.HasSuffix(line, "errors occurred:") || strings.HasSuffix(line, "error occurred:") {
 			continue
 		}
-		r.Findings = append(r.Findings, Finding{Check: name, Detail: line})
+		r.Findings = append(r.Findings, Finding{Check: name, Detail: line, Err: err})
 	}
 }
 

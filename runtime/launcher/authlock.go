@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/grant"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
@@ -120,7 +121,7 @@ func openLocksDir(stateRoot string) (*os.File, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Uid != 0 || st.Mode&0o7777 != 0o700 {
 		unix.Close(fd)
-		return nil, fmt.Errorf("locks dir %s is not a root-only (0700) directory", p)
+		return nil, refused(diag.LaunchStateDir, "state-dir", fmt.Errorf("locks dir %s is not a root-only (0700) directory", p))
 	}
 	return os.NewFile(uintptr(fd), p), nil
 }

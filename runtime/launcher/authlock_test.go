@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 )
 
@@ -104,6 +105,7 @@ func wantAuthInUse(t *testing.T, err error, owner string) {
 	if !errors.As(err, &ue) {
 		t.Fatalf("second launch: got %v, want sandbox-unavailable", err)
 	}
+	wantUnavailableIs(t, err, diag.LaunchAuthFileInUse)
 	if !errors.Is(err, ErrAuthFileInUse) || !strings.Contains(ue.Reason, owner) {
 		t.Errorf("%v: not ErrAuthFileInUse, or the reason does not name its owner %s", err, owner)
 	}
@@ -273,7 +275,7 @@ func TestAuthFileLockDirRootOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, _, err := s.launch(t, nil)
-	wantUnavailable(t, err, "root-only")
+	wantUnavailableIs(t, err, diag.LaunchStateDir)
 	s.assertNotStartedOAuth(t)
 }
 

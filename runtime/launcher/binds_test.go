@@ -281,7 +281,7 @@ func TestBindPinsRefused(t *testing.T) {
 		defer restore()
 		_, _, _, err := s.launch(t, staticSecret("v"))
 		wantUnavailableIs(t, err, diag.PathSymlink)
-		wantUnavailable(t, err, strings.ToLower("pin "+ws)) // names the pin
+		wantReasonNames(t, err, strings.ToLower("pin "+ws)) // names the pin
 		s.assertNotStarted(t)
 	})
 	t.Run("root swapped for a symlink", func(t *testing.T) {
@@ -291,7 +291,7 @@ func TestBindPinsRefused(t *testing.T) {
 		defer restore()
 		_, _, _, err := s.launch(t, staticSecret("v"))
 		wantUnavailableIs(t, err, diag.PathSymlink)
-		wantUnavailable(t, err, strings.ToLower("root "+root)) // names the root
+		wantReasonNames(t, err, strings.ToLower("root "+root)) // names the root
 		s.assertNotStarted(t)
 	})
 	t.Run("unpinned bind", func(t *testing.T) {

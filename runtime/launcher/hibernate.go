@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 )
 
@@ -100,6 +101,12 @@ func Checkpoint(o CheckpointOptions) (img *Image, err error) {
 	}
 	rec, err := recordOf(o.StateRoot, o.ID)
 	if err != nil {
+		return nil, err
+	}
+	// Right after a launch started runsc, runsc may not know the container
+	// yet and its checkpoint would fail ("loading container: file does not
+	// exist"): wait as Kill does.
+	if err := (Inventory{StateRoot: o.StateRoot, RunscPath: o.RunscPath}).awaitStarted(o.ID); err != nil {
 		return nil, err
 	}
 	img = &Image{ID: o.ID, Network: rec.Network, Files: map[string]string{}}
@@ -195,7 +202,8 @@ func Hibernated(stateRoot, id string) bool {
 // the caller to delete when it starts fresh.
 func Wake(ctx context.Context, opts Options) (res Result, err error) {
 	if opts.ID == "" {
-		return Result{}, &UnavailableError{Reason: "wake: no container id: a wake restores a hibernated container by its id; start the agent fresh"}
+		err := refused(diag.LaunchWake, "wake", errors.New("no container id: a wake restores a hibernated container by its id"))
+		return Result{}, &UnavailableError{Reason: "wake: " + err.Error() + "; start the agent fresh", Err: err}
 	}
 	l := newLaunch(opts)
 	defer func() {
@@ -203,6 +211,7 @@ func Wake(ctx context.Context, opts Options) (res Result, err error) {
 		res = l.res
 	}()
 	if err := l.wakePhases(ctx); err != nil {
+		err = coded(err)
 		return res, &UnavailableError{Reason: "wake: " + err.Error() + "; the checkpoint was not restored, start the agent fresh", Err: err}
 	}
 	return res, nil
@@ -230,11 +239,11 @@ func (l *launch) ranBefore() time.Duration {
 
 func (l *launch) wakePhases(ctx context.Context) error {
 	if _, err := newRunDirName(l.opts.ID); err != nil {
-		return err
+		return refused(diag.LaunchID, "id", err)
 	}
 	img, err := loadImage(l.opts.StateRoot, l.opts.ID)
 	if err != nil {
-		return err
+		return refused(diag.LaunchWake, "wake", err)
 	}
 	l.wake = &wake{img: img, imageDir: imageDir(l.opts.StateRoot, l.opts.ID)}
 	onStart := l.opts.OnStart
@@ -243,11 +252,11 @@ func (l *launch) wakePhases(ctx context.Context) error {
 		return err
 	}
 	if l.plan.Network != img.Network {
-		return fmt.Errorf("the bundle's network mode is %s, the checkpoint's %s", l.plan.Network, img.Network)
+		return refused(diag.LaunchWake, "wake", fmt.Errorf("the bundle's network mode is %s, the checkpoint's %s", l.plan.Network, img.Network))
 	}
 	if l.limits.Wall > 0 {
 		if l.limits.Wall <= img.Ran {
-			return fmt.Errorf("the sandbox has run %v of its wall time %v", img.Ran.Round(time.Second), l.limits.Wall)
+			return refused(diag.LaunchWake, "wake", fmt.Errorf("the sandbox has run %v of its wall time %v", img.Ran.Round(time.Second), l.limits.Wall))
 		}
 		l.limits.Wall -= img.Ran
 	}

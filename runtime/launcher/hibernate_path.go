@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"paseo.dev/paseo-policy/diag"
 )
 
 // Why a path is enough for an image (threat 67)
@@ -29,18 +31,18 @@ import (
 func checkRootOnlyDir(dir string) error {
 	fi, err := os.Lstat(dir)
 	if err != nil {
-		return fmt.Errorf("no checkpoint: %w", err)
+		return refused(diag.LaunchWake, "wake", fmt.Errorf("no checkpoint: %w", err))
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !fi.IsDir() || !ok || st.Uid != 0 || fi.Mode().Perm() != 0o700 {
-		return fmt.Errorf("checkpoint dir %s is not a root-only (0700) directory", dir)
+		return refused(diag.LaunchHibernatePath, "hibernate-path", fmt.Errorf("checkpoint dir %s is not a root-only (0700) directory", dir))
 	}
 	abs, err := filepath.Abs(filepath.Dir(dir))
 	if err != nil {
 		return err
 	}
 	if err := checkRootChain(abs, 0); err != nil {
-		return fmt.Errorf("checkpoint dir %s: %w", dir, err)
+		return refused(diag.LaunchHibernatePath, "hibernate-path", fmt.Errorf("checkpoint dir %s: %w", dir, err))
 	}
 	return nil
 }

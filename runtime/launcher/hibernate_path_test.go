@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/testkit/skip"
 )
 
@@ -99,7 +100,7 @@ func TestCheckpointRefusesAnOpenChain(t *testing.T) {
 	if err := os.Chmod(above, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Checkpoint(CheckpointOptions{ID: id, StateRoot: s.state, RunscPath: s.runsc}); err == nil || !strings.Contains(err.Error(), "writable by group or others") {
+	if _, err := Checkpoint(CheckpointOptions{ID: id, StateRoot: s.state, RunscPath: s.runsc}); !errors.Is(err, diag.LaunchHibernatePath) {
 		t.Fatalf("checkpoint under a world-writable %s: %v, want refused", above, err)
 	}
 	if _, err := os.Lstat(HibernateDir(s.state, id)); !os.IsNotExist(err) {
@@ -122,7 +123,7 @@ func TestCheckpointRefusesAnOpenChain(t *testing.T) {
 	r = s.startRun(t, id, key, true)
 	r.ended(t)
 	var ue *UnavailableError
-	if !errors.As(r.err, &ue) || !strings.Contains(ue.Reason, "writable by group or others") {
+	if !errors.As(r.err, &ue) || !errors.Is(r.err, diag.LaunchHibernatePath) || !hasCode(ue.Diagnostics(), diag.LaunchHibernatePath) {
 		t.Fatalf("wake under a world-writable %s: %v, want sandbox-unavailable", above, r.err)
 	}
 	if err := os.Chmod(above, 0o700); err != nil {

@@ -240,20 +240,13 @@ func TestWakeFailsClosed(t *testing.T) {
 	}
 	r.ended(t)
 
-	// reason is a code or sentinel in the refusal's chain (an error), or,
-	// where the refusal has none, text its reason holds (a string).
-	wantRefused := func(what string, src SecretSource, reason any) {
+	// reason is a code or sentinel in the refusal's chain.
+	wantRefused := func(what string, src SecretSource, reason error) {
 		t.Helper()
 		r := s.startRun(t, id, src, true)
 		r.ended(t)
 		var ue *UnavailableError
-		ok := errors.As(r.err, &ue) && strings.Contains(ue.Reason, "start the agent fresh")
-		switch reason := reason.(type) {
-		case error:
-			ok = ok && errors.Is(r.err, reason)
-		case string:
-			ok = ok && strings.Contains(ue.Reason, reason)
-		}
+		ok := errors.As(r.err, &ue) && errors.Is(r.err, reason) && len(ue.Diagnostics()) > 0
 		if !ok {
 			t.Fatalf("%s: wake returned %v, want sandbox-unavailable with %v", what, r.err, reason)
 		}
@@ -279,12 +272,12 @@ func TestWakeFailsClosed(t *testing.T) {
 	}
 	f.Write([]byte{0})
 	f.Close()
-	wantRefused("changed image", key, "does not match the digest")
+	wantRefused("changed image", key, diag.LaunchWake)
 
 	if err := RemoveHibernation(s.state, id); err != nil {
 		t.Fatal(err)
 	}
-	wantRefused("no image", key, "no checkpoint")
+	wantRefused("no image", key, diag.LaunchWake)
 	s.assertClean(t)
 	if ents, _ := os.ReadDir(filepath.Join(s.state, "hibernate")); len(ents) > 0 {
 		t.Errorf("images left behind: %v", ents)
@@ -346,7 +339,7 @@ func TestWakeKeepsWallTime(t *testing.T) {
 	r = s.startRun(t, id, key, true)
 	r.ended(t)
 	var ue *UnavailableError
-	if !errors.As(r.err, &ue) || !strings.Contains(ue.Reason, "wall time") {
+	if !errors.As(r.err, &ue) || !errors.Is(r.err, diag.LaunchWake) {
 		t.Fatalf("a wake past the wall time: %v", r.err)
 	}
 	if err := RemoveHibernation(s.state, id); err != nil {

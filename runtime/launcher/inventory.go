@@ -163,8 +163,8 @@ func (inv Inventory) Kill(id string, sig unix.Signal) error {
 	return inv.runsc().run(append(args, id, unix.SignalName(sig))...)
 }
 
-// startWait bounds how long Kill waits for a launching sandbox's
-// container to exist.
+// startWait bounds how long Kill (and Checkpoint) waits for a launching
+// sandbox's container to exist.
 const startWait = 30 * time.Second
 
 // awaitStarted returns once runsc reports container id past its creation.
@@ -172,8 +172,9 @@ const startWait = 30 * time.Second
 // run` until the end, but runsc knows the container only a moment after it
 // starts: a signal in that window (a client's cancel right after
 // createSandbox) would fail inside runsc with "loading container: file
-// does not exist" and leave the agent running. It fails if the launcher
-// ends or the wait runs out first.
+// does not exist" and leave the agent running; a checkpoint in that
+// window (a hibernate right after createSandbox) fails the same way.
+// It fails if the launcher ends or the wait runs out first.
 //
 // It waits on events, not a clock: runsc writes the container's state in
 // its root (created, then running), the launcher's record changes or goes

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 )
@@ -239,7 +240,7 @@ func TestGCHalfCreatedAndDuplicateID(t *testing.T) {
 	t.Cleanup(func() { _ = exec.Command(s.runsc, "--root", root, "delete", "--force", "half").Run() })
 	_, err = Launch(context.Background(), Options{BundleDir: s.bundle, StateRoot: s.state, RunscPath: s.runsc,
 		ID: "half", Secrets: staticSecret("v"), Stdout: io.Discard})
-	wantUnavailable(t, err, "already exists")
+	wantUnavailableIs(t, err, diag.LaunchID)
 	entries, err := s.inventory().PS()
 	if err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/childproc"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/runtime/execution"
@@ -197,7 +198,7 @@ func (l *launch) startModelRoute(n *sandboxnet.Network, r bundle.Route) (*routep
 		// deployment's auth.json and refreshes it there; no key is handed.
 		var err error
 		if login, err = routeproxy.OpenLogin(r, n.Dialer(l.opts.Resolve), l.opts.ModelRoots); err != nil {
-			return nil, err
+			return nil, refused(diag.LaunchSecret, "secret", err)
 		}
 		key = login.Key()
 	case l.opts.ModelKey != nil:
@@ -206,7 +207,7 @@ func (l *launch) startModelRoute(n *sandboxnet.Network, r bundle.Route) (*routep
 		secrets, deployment, ref := l.opts.Secrets, l.m.Deployment, r.TokenRef
 		key = func() ([]byte, error) { return secrets(deployment, ref) }
 	default:
-		return nil, fmt.Errorf("route %s: secret %s (the provider key): no secret source", r.Purpose, r.TokenRef)
+		return nil, refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: secret %s (the provider key): no secret source", r.Purpose, r.TokenRef))
 	}
 	fail := func(err error) (*routeproxy.Proxy, error) {
 		if login != nil {
@@ -222,9 +223,9 @@ func (l *launch) startModelRoute(n *sandboxnet.Network, r bundle.Route) (*routep
 			err = routeproxy.ErrBadToken
 		}
 		if login != nil {
-			return fail(fmt.Errorf("route %s: the subscription login %s of %s: %w", r.Purpose, r.LoginEntry, r.LoginFile, err))
+			return fail(refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: the subscription login %s of %s: %w", r.Purpose, r.LoginEntry, r.LoginFile, err)))
 		}
-		return nil, fmt.Errorf("route %s: secret %s (the provider key): %w", r.Purpose, r.TokenRef, err)
+		return nil, refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: secret %s (the provider key): %w", r.Purpose, r.TokenRef, err))
 	}
 	// The provider's name must resolve, to addresses egress could have, at
 	// launch, as an egress rule's must; each connection resolves again.
@@ -264,19 +265,19 @@ func routeToken(opts Options, files bundle.Files, deployment string, r bundle.Ro
 		if !configured {
 			return &routeproxy.Token{}, nil
 		}
-		return nil, fmt.Errorf("route %s: no daemon token was handed over and no secret source holds its tokenRef", r.Purpose)
+		return nil, refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: no daemon token was handed over and no secret source holds its tokenRef", r.Purpose))
 	}
 	v, err := opts.Secrets(deployment, r.TokenRef)
 	if err != nil {
 		if !configured {
 			return &routeproxy.Token{}, nil
 		}
-		return nil, fmt.Errorf("route %s: %w", r.Purpose, err)
+		return nil, refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: %w", r.Purpose, err))
 	}
 	defer clear(v)
 	tok := &routeproxy.Token{}
 	if err := tok.Set(v); err != nil {
-		return nil, fmt.Errorf("route %s: secret %s: %w", r.Purpose, r.TokenRef, err)
+		return nil, refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: secret %s: %w", r.Purpose, r.TokenRef, err))
 	}
 	return tok, nil
 }
@@ -310,6 +311,7 @@ func Launch(ctx context.Context, opts Options) (res Result, err error) {
 		res = l.res
 	}()
 	if err := l.phases(ctx); err != nil {
+		err = coded(err)
 		return res, &UnavailableError{Reason: err.Error(), Err: err}
 	}
 	return res, nil
@@ -392,7 +394,7 @@ func (l *launch) phases(ctx context.Context) error {
 func (l *launch) prepare() error {
 	plan, err := launchplan.Load(l.opts.BundleDir)
 	if err != nil {
-		return err
+		return refused(diag.LaunchBundle, "bundle", err)
 	}
 	pre := preflightOptions(l.opts)
 	pre.Plan = plan
@@ -403,10 +405,10 @@ func (l *launch) prepare() error {
 	// decoded field is set.
 	l.plan, l.files, l.m = plan, plan.Files, plan.Manifest
 	if plan.Network != "none" && plan.Network != "sandbox" {
-		return fmt.Errorf("network mode %q is not one this launcher enforces", plan.Network)
+		return refused(diag.LaunchBundle, "bundle", fmt.Errorf("network mode %q is not one this launcher enforces", plan.Network))
 	}
 	if plan.FSMonitor != nil && plan.Network != "sandbox" {
-		return fmt.Errorf("%w (this bundle's is %q)", ErrFSMonitorNoGateway, plan.Network)
+		return refused(diag.LaunchBundle, "bundle", fmt.Errorf("%w (this bundle's is %q)", ErrFSMonitorNoGateway, plan.Network))
 	}
 	if l.opts.NativeSearch && plan.Network != "sandbox" {
 		return fmt.Errorf("%w (this bundle's is %q)", ErrNativeSearchNoGateway, plan.Network)
@@ -457,7 +459,7 @@ func (l *launch) prepare() error {
 func (l *launch) claim() error {
 	run, err := newRunDir(l.opts.StateRoot, l.opts.ID)
 	if err != nil {
-		return err
+		return idRefused(err)
 	}
 	undoRun := func(err error) error {
 		if rerr := run.remove(); rerr != nil {
@@ -470,7 +472,7 @@ func (l *launch) claim() error {
 	// even when this launcher has no record of it.
 	if known, err := l.rs.knows(l.opts.ID); err != nil || known {
 		if err == nil {
-			err = fmt.Errorf("container id %s already exists in the runsc root", l.opts.ID)
+			err = refused(diag.LaunchID, "id", fmt.Errorf("container id %s already exists in the runsc root", l.opts.ID))
 		}
 		return undoRun(err)
 	}
@@ -478,7 +480,7 @@ func (l *launch) claim() error {
 		Network: l.plan.Network, Uplink: l.opts.Uplink, Started: time.Now().UTC(), RanBefore: l.ranBefore(),
 		LauncherPID: os.Getpid(), LauncherStart: processStart(os.Getpid())}
 	if err := writeRecord(l.opts.StateRoot, rec); err != nil {
-		return undoRun(err)
+		return undoRun(idRefused(err))
 	}
 	stateRoot := l.opts.StateRoot
 	l.cleanup.push("record", func() error {
@@ -759,7 +761,7 @@ type runDir struct {
 
 func newRunDir(stateRoot, id string) (*runDir, error) {
 	if strings.ContainsAny(id, "/\x00") || id == "" || id == "." || id == ".." {
-		return nil, fmt.Errorf("invalid container id")
+		return nil, refused(diag.LaunchID, "id", errors.New("invalid container id"))
 	}
 	base := filepath.Join(stateRoot, "run")
 	if err := os.MkdirAll(base, 0o700); err != nil {

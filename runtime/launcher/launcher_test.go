@@ -18,6 +18,7 @@ import (
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/runtime/launcher/preflight"
+	"paseo.dev/paseo-policy/runtime/launcher/routeproxy"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 )
 
@@ -169,7 +170,7 @@ func TestLaunchFailsClosed(t *testing.T) {
 		world := testnet.New(t)
 		s.uplink = world.Uplink
 		_, _, _, err := s.launch(t, nil)
-		wantUnavailable(t, err, "secret alice/fake-llm")
+		wantUnavailableIs(t, err, diag.LaunchSecret)
 		s.assertNotStarted(t)
 	})
 	t.Run("tampered bundle", func(t *testing.T) {
@@ -200,7 +201,7 @@ func TestLaunchFailsClosed(t *testing.T) {
 		s := compileScriptFacts(t, script, `{"network":{"mode":"sandbox"}}`, directModel)
 		s.uplink = testnet.New(t).Uplink
 		_, _, _, err := s.launch(t, staticSecret("v"))
-		wantUnavailable(t, err, "resolving egress host")
+		wantUnavailableIs(t, err, diag.LaunchResolve)
 		s.assertNotStarted(t)
 	})
 	t.Run("subscription login missing", func(t *testing.T) {
@@ -222,14 +223,17 @@ func TestLaunchFailsClosed(t *testing.T) {
 		s := sceneSandbox(sc)
 		s.uplink = testnet.New(t).Uplink
 		_, _, _, err := s.launch(t, nil)
-		wantUnavailable(t, err, "subscription login fake")
+		wantUnavailableIs(t, err, diag.LaunchSecret, routeproxy.ErrLoginRevoked)
+		if strings.Contains(err.Error(), "s3cr3t") {
+			t.Error("the refusal names a token of the file's other entries")
+		}
 		s.assertNotStarted(t)
 	})
 	t.Run("model route host that cannot be resolved", func(t *testing.T) {
 		s := compileScript(t, script, `{"network":{"mode":"sandbox"}}`)
 		s.uplink = testnet.New(t).Uplink
 		_, _, _, err := s.launch(t, staticSecret("v"))
-		wantUnavailable(t, err, "resolving llm.example.test")
+		wantUnavailableIs(t, err, diag.LaunchResolve)
 		s.assertNotStarted(t)
 	})
 }
@@ -256,14 +260,34 @@ func wantUnavailableIs(t *testing.T, err error, targets ...error) {
 			t.Errorf("%v is not %q", err, target)
 		}
 	}
+	// Every refusal carries a code to the supervisor, and the codes asked
+	// for that are a step's or a check's are among them.
+	diags := ue.Diagnostics()
+	if len(diags) == 0 {
+		t.Errorf("%v carries no code", err)
+	}
+	for _, target := range targets {
+		if c, ok := target.(diag.Code); ok && (strings.HasPrefix(string(c), "PP-LAUNCH-") || strings.HasPrefix(string(c), "PP-PREFLIGHT-")) && !hasCode(diags, c) {
+			t.Errorf("diagnostics %v lack %s", diags, c)
+		}
+	}
 	if strings.Contains(ue.Error(), "s3cr3t") {
 		t.Error("error mentions a secret value")
 	}
 }
 
-// wantUnavailable is wantUnavailableIs for a refusal without a code: its
-// reason must mention substr.
-func wantUnavailable(t *testing.T, err error, substr string) {
+func hasCode(l diag.List, c diag.Code) bool {
+	for _, d := range l {
+		if d.Code == c {
+			return true
+		}
+	}
+	return false
+}
+
+// wantReasonNames is for a refusal whose code is asserted apart: its
+// reason must name what was refused (a pin, a root: the fact path).
+func wantReasonNames(t *testing.T, err error, substr string) {
 	t.Helper()
 	var ue *UnavailableError
 	if !errors.As(err, &ue) {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
@@ -50,7 +51,7 @@ func TestLaunchFailureAfterNetworkUndoesEverything(t *testing.T) {
 	if !networked {
 		t.Fatalf("the launch ended before its network existed: %v", err)
 	}
-	wantUnavailable(t, err, "run copy of config.json")
+	wantUnavailableIs(t, err, diag.LaunchHost)
 	if res.ID != id || len(res.Packets) == 0 {
 		t.Errorf("result %+v: want the id and the network's packet counters", res)
 	}

@@ -35,7 +35,7 @@ func TestLaunchSecretsDirScoped(t *testing.T) {
 	t.Run("another deployment's ref", func(t *testing.T) {
 		s, _ := modelRouteSandbox(t, askModels, `{"credential":{"secretRef":"bob/fake-llm"}}`, "bob-key")
 		_, _, _, err := s.launch(t, SecretsDir(dir))
-		wantUnavailable(t, err, "")
+		wantUnavailableIs(t, err, diag.LaunchSecret)
 		if !errors.Is(err, ErrSecretUnknown) {
 			t.Errorf("refused for %v, want ErrSecretUnknown", err)
 		}
@@ -84,7 +84,7 @@ func TestLaunchRefusesPlaceholders(t *testing.T) {
 				}
 				return
 			}
-			wantUnavailable(t, err, strings.ToLower(string(c.code)))
+			wantUnavailableIs(t, err, diag.PreflightBundleValid, c.code)
 			s.assertNotStarted(t)
 		})
 	}

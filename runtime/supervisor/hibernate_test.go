@@ -221,3 +221,28 @@ func TestIdleHibernation(t *testing.T) {
 }
 
 func asError(err error, e **Error) bool { return errors.As(err, e) }
+
+// A hibernate right after createSandbox, before the first turn, lands in
+// the moment when the launch has started runsc but runsc does not know
+// the container yet (the window Inventory.Kill waits out): runsc
+// checkpoint would fail with "loading container: file does not exist"
+// and the caller get internal. The checkpoint waits as kill does; the
+// sandbox hibernates, a write wakes it and Pi answers, delete leaves
+// nothing.
+func TestHibernateRightAfterCreate(t *testing.T) {
+	f := newFixture(t, 200)
+	c := f.dial(t)
+	in := f.create(t, c)
+	h := &hibernateSession{t: t, id: in.Sandbox, tr: &transcript{}}
+	if err := h.attach(c); err != nil {
+		t.Fatal(err)
+	}
+	h.hibernate()
+	if got := h.messageCount(); got != 0 { // the write woke it
+		t.Fatalf("after the wake Pi has %d messages, want 0", got)
+	}
+	if err := c.Call(tctx(t), Request{Op: "delete", Sandbox: h.id}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.assertNothingLeft(t)
+}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/runtime/launcher"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
@@ -70,17 +71,17 @@ func (s *Server) prepare(spec *holder.Spec, files bundle.Files) *Error {
 	}
 	refs, err := launcher.SecretRefs(files)
 	if err != nil {
-		return fail(rpcerr.Unavailable, "%v", err)
+		return unavailable(diag.LaunchBundle, "bundle", "%v", err)
 	}
 	// Secrets are looked up in the deployment the peer is bound to and the
 	// facts name (create checked both), never in another's.
 	for _, ref := range refs {
 		if s.cfg.Secrets == nil {
-			return fail(rpcerr.Unavailable, "the bundle needs secret %s and the supervisor has no secret source", ref)
+			return unavailable(diag.LaunchSecret, "secret", "the bundle needs secret %s and the supervisor has no secret source", ref)
 		}
 		v, err := s.cfg.Secrets(spec.Deployment, ref)
 		if err != nil {
-			return fail(rpcerr.Unavailable, "%v", err)
+			return unavailable(diag.LaunchSecret, "secret", "%v", err)
 		}
 		if spec.Secrets == nil {
 			spec.Secrets = map[string][]byte{}
@@ -133,6 +134,15 @@ func (s *Server) prepare(spec *holder.Spec, files bundle.Files) *Error {
 		spec.Pins[host] = addrs
 	}
 	return nil
+}
+
+// unavailable is a launch the supervisor refuses before any holder runs,
+// with the launch step's code as the launcher's own refusal carries it
+// (launch.<step>).
+func unavailable(code diag.Code, step, format string, a ...any) *Error {
+	e := fail(rpcerr.Unavailable, format, a...)
+	e.Diagnostics = diag.List{{Code: code, Path: "launch." + step, Message: e.Message}}
+	return e
 }
 
 // spawn starts a holder for spec and waits until its sandbox runs (or the

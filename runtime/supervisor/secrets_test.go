@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/policy/schema"
 	"paseo.dev/paseo-policy/runtime/launcher"
@@ -72,8 +73,12 @@ func testSupervisorScopesSecrets(t *testing.T, network func(*fixture)) {
 			t.Fatal("the facts name no alice/fake-llm to replace")
 		}
 		err := c.Call(tctx(t), Request{Op: "createSandbox", Deployment: "host-alice", Facts: facts}, nil)
-		if !isCode(err, rpcerr.Unavailable) {
+		var e *Error
+		if !asError(err, &e) || e.Code != rpcerr.Unavailable {
 			t.Fatalf("host-alice naming %s: %v, want %s", ref, err, rpcerr.Unavailable)
+		}
+		if len(e.Diagnostics) != 1 || e.Diagnostics[0].Code != diag.LaunchSecret || e.Diagnostics[0].Path != "launch.secret" {
+			t.Errorf("host-alice naming %s: diagnostics %+v, want one %s at launch.secret", ref, e.Diagnostics, diag.LaunchSecret)
 		}
 		for _, leak := range []string{"bob-key", "bob-other", "bob/other"} {
 			if strings.Contains(err.Error(), leak) {
@@ -91,4 +96,44 @@ func testSupervisorScopesSecrets(t *testing.T, network func(*fixture)) {
 		t.Fatal(err)
 	}
 	f.assertNothingLeft(t)
+}
+
+// A launch step's refusal reaches the caller as data, as a preflight
+// check's does: the model provider's name does not resolve, so the
+// launcher in the holder refuses with PP-LAUNCH-RESOLVE at
+// launch.resolve, carried through the holder's ready pipe; nothing is
+// left.
+func TestLaunchRefusalCodesAsData(t *testing.T) {
+	world := testnet.New(t)
+	f := newFixture(t, 200)
+	f.stop()
+	var reg map[string]any
+	if err := json.Unmarshal(f.sc.Registry, &reg); err != nil {
+		t.Fatal(err)
+	}
+	reg["network"] = map[string]any{"mode": "sandbox", "dns": "pinned"}
+	data, _ := json.Marshal(reg)
+	f.cfg.Registry = schema.Input{Name: "registry.json", Data: data}
+	f.cfg.Uplink = world.Uplink
+	f.cfg.Resolve = func(_ context.Context, host string) ([]netip.Addr, error) {
+		return nil, fmt.Errorf("unknown host %s", host)
+	}
+	f.start(t)
+	c := f.dial(t)
+	err := c.Call(tctx(t), Request{Op: "createSandbox", Deployment: "host-alice", Facts: f.sc.Facts}, nil)
+	var e *Error
+	if !asError(err, &e) || e.Code != rpcerr.Unavailable {
+		t.Fatalf("createSandbox: %v, want unavailable", err)
+	}
+	if len(e.Diagnostics) != 1 || e.Diagnostics[0].Code != diag.LaunchResolve || e.Diagnostics[0].Path != "launch.resolve" || !strings.Contains(e.Diagnostics[0].Message, "llm.example.test") {
+		t.Errorf("diagnostics %+v, want one %s at launch.resolve naming the host", e.Diagnostics, diag.LaunchResolve)
+	}
+	var list []Info
+	if err := c.Call(tctx(t), Request{Op: "list"}, &list); err != nil || len(list) != 0 {
+		t.Errorf("after the refusal: %v %v", list, err)
+	}
+	entries, err := launcher.Inventory{StateRoot: f.sc.State, RunscPath: f.sc.Runsc}.PS()
+	if err != nil || len(entries) != 0 {
+		t.Errorf("left after the refusal: %+v %v", entries, err)
+	}
 }

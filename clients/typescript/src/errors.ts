@@ -46,8 +46,30 @@ export const PREFLIGHT_CODES = [
 export type PreflightCode = (typeof PREFLIGHT_CODES)[number];
 
 /**
- * One diagnostic: a stable PP-* code and the path that caused it (a compiler's fact path, or
- * `preflight.<check>` for a failed preflight check, whose code is one of PREFLIGHT_CODES).
+ * The launcher's launch-step codes, in the order docs/launcher.md ("Launch codes") lists them: an
+ * "unavailable" (or "sandbox-unavailable") error a launch step refused after preflight carries one
+ * diagnostic with its code and the path `launch.<step>`. test/unit/codes.test.ts holds this list
+ * to that table.
+ */
+export const LAUNCH_CODES = [
+  "PP-LAUNCH-BUNDLE",
+  "PP-LAUNCH-SECRET",
+  "PP-LAUNCH-RESOLVE",
+  "PP-LAUNCH-ID",
+  "PP-LAUNCH-AUTHFILE-IN-USE",
+  "PP-LAUNCH-STATE-DIR",
+  "PP-LAUNCH-HIBERNATE-PATH",
+  "PP-LAUNCH-WAKE",
+  "PP-LAUNCH-HOST",
+] as const;
+
+export type LaunchCode = (typeof LAUNCH_CODES)[number];
+
+/**
+ * One diagnostic: a stable PP-* code and the path that caused it (a compiler's fact path,
+ * `preflight.<check>` for a failed preflight check, whose code is one of PREFLIGHT_CODES, or
+ * `launch.<step>` for a launch step's refusal, whose code is one of LAUNCH_CODES or, for a
+ * pin staging refused at `launch.bind`, a PP-PATH-* code).
  */
 export interface Diagnostic {
   code: string;
@@ -69,7 +91,8 @@ export class SupervisorError extends Error {
   readonly code: ErrorCode;
   /**
    * For "refused": every diagnostic the compiler gave, sorted by fact path. For "unavailable"
-   * and "sandbox-unavailable" the launcher's preflight caused: each failed check (PREFLIGHT_CODES).
+   * and "sandbox-unavailable": each failed preflight check (PREFLIGHT_CODES), or the launch step
+   * that refused (LAUNCH_CODES).
    * Empty otherwise.
    */
   readonly diagnostics: readonly Diagnostic[];

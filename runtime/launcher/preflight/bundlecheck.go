@@ -46,18 +46,34 @@ func checkBundlePlan(plan *launchplan.Plan, readErr error, dir string, resolvePi
 	}
 	r.pinsOK, r.pins = checkPins(plan, resolvePins)
 	var rest []string
+	var errs []error
 	for _, f := range v.Findings {
 		switch f.Check {
 		case ocicheck.CheckDigests, ocicheck.CheckDecode, ocicheck.CheckNoHooks, ocicheck.CheckPins:
 			continue // reported above (pins: the plan's pairing is the same check)
 		}
 		rest = append(rest, f.Check+": "+f.Detail)
+		if f.Err != nil { // one error's findings repeat it, which errors.Is does not mind
+			errs = append(errs, f.Err)
+		}
 	}
 	if len(rest) > 0 {
-		r.invalid = fmt.Errorf("%d finding(s) of the bundle validator: %s", len(rest), strings.Join(rest, "; "))
+		r.invalid = &findingsError{msg: fmt.Sprintf("%d finding(s) of the bundle validator: %s", len(rest), strings.Join(rest, "; ")), errs: errs}
 	}
 	return r
 }
+
+// findingsError is the validator's other findings: the text lists each,
+// Unwrap gives the errors they came from (a placeholder's
+// diag.SecretMarker, a slot's diag.SecretSlot).
+type findingsError struct {
+	msg  string
+	errs []error
+}
+
+func (e *findingsError) Error() string { return e.msg }
+
+func (e *findingsError) Unwrap() []error { return e.errs }
 
 func details(fs []ocicheck.Finding) string {
 	out := make([]string, len(fs))

@@ -351,7 +351,7 @@ func resolveRules(ctx context.Context, cfg Config, rules []bundle.EgressRule) ([
 			// still names one was not compiled here, so it fails closed
 			// before anything is resolved.
 			if v := netdest.Host(r.Host); v.Unsafe() {
-				return nil, nil, fmt.Errorf("egress host %s: unsafe destination: %s", r.Host, v.Why)
+				return nil, nil, &ResolveError{Err: fmt.Errorf("egress host %s: unsafe destination: %s", r.Host, v.Why)}
 			}
 			if a, err := netip.ParseAddr(r.Host); err == nil {
 				addrs = []netip.Addr{a.Unmap()}
@@ -360,7 +360,7 @@ func resolveRules(ctx context.Context, cfg Config, rules []bundle.EgressRule) ([
 				got, err := cfg.Resolve(rctx, r.Host)
 				cancel()
 				if err != nil {
-					return nil, nil, fmt.Errorf("resolving egress host %s: %w", r.Host, err)
+					return nil, nil, &ResolveError{Err: fmt.Errorf("resolving egress host %s: %w", r.Host, err)}
 				}
 				for _, g := range got {
 					if g = g.Unmap(); g.Is4() {
@@ -370,13 +370,13 @@ func resolveRules(ctx context.Context, cfg Config, rules []bundle.EgressRule) ([
 				slices.SortFunc(addrs, func(a, b netip.Addr) int { return a.Compare(b) })
 				addrs = slices.Compact(addrs)
 				if len(addrs) == 0 {
-					return nil, nil, fmt.Errorf("egress host %s has no IPv4 address", r.Host)
+					return nil, nil, &ResolveError{Err: fmt.Errorf("egress host %s has no IPv4 address", r.Host)}
 				}
 				pins = append(pins, Pin{Host: r.Host, Addrs: addrs})
 			}
 			for _, a := range addrs {
 				if err := checkDestination(a); err != nil {
-					return nil, nil, fmt.Errorf("egress host %s: %w", r.Host, err)
+					return nil, nil, &ResolveError{Err: fmt.Errorf("egress host %s: %w", r.Host, err)}
 				}
 			}
 			resolved[r.Host] = addrs
@@ -553,8 +553,20 @@ func (n *Network) CheckHost(ctx context.Context, resolve Resolver, host string) 
 	if err == nil && len(addrs) == 0 {
 		err = fmt.Errorf("%s has no IPv4 address", host)
 	}
-	return err
+	if err != nil {
+		return &ResolveError{Err: err}
+	}
+	return nil
 }
+
+// ResolveError is a host name (an egress rule's, or CheckHost's) that
+// cannot be pinned: it does not resolve, has no IPv4 address, or names or
+// resolves to an unsafe destination. Its text is Err's.
+type ResolveError struct{ Err error }
+
+func (e *ResolveError) Error() string { return e.Err.Error() }
+
+func (e *ResolveError) Unwrap() error { return e.Err }
 
 // resolveSafe is host's IPv4 addresses, each held to checkDestination.
 func resolveSafe(ctx context.Context, resolve Resolver, host string) ([]netip.Addr, error) {

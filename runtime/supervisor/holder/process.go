@@ -20,7 +20,6 @@ import (
 	"paseo.dev/paseo-policy/runtime/execution"
 	"paseo.dev/paseo-policy/runtime/launcher"
 	"paseo.dev/paseo-policy/runtime/launcher/ociexec"
-	"paseo.dev/paseo-policy/runtime/launcher/preflight"
 	"paseo.dev/paseo-policy/runtime/launcher/routeproxy"
 )
 
@@ -88,18 +87,19 @@ type ready struct {
 	OK          bool   `json:"ok"`
 	Error       string `json:"error,omitempty"`
 	Unavailable bool   `json:"unavailable,omitempty"`
-	// Diagnostics are the failed preflight checks of a refused launch,
-	// each with its PP-PREFLIGHT-* code (launchDiagnostics).
+	// Diagnostics are a refused launch's codes: the failed preflight
+	// checks (PP-PREFLIGHT-*) or the launch step's (PP-LAUNCH-*)
+	// (launchDiagnostics).
 	Diagnostics diag.List `json:"diagnostics,omitempty"`
 }
 
-// launchDiagnostics are the codes a refused launch carries: each failed
-// preflight check as a diagnostic (preflight.Error), nil for another
-// refusal.
+// launchDiagnostics are the codes a refused launch carries
+// (UnavailableError.Diagnostics): each failed preflight check, or the
+// launch step's PP-LAUNCH-* code; nil for an error that is no refusal.
 func launchDiagnostics(err error) diag.List {
-	var pe *preflight.Error
-	if errors.As(err, &pe) {
-		return pe.Diagnostics()
+	var ue *launcher.UnavailableError
+	if errors.As(err, &ue) {
+		return ue.Diagnostics()
 	}
 	return nil
 }

@@ -38,7 +38,8 @@ const (
 	// Unavailable: a new sandbox cannot start on this host (the launcher's
 	// preflight, a secret the bundle needs cannot be resolved). Nothing
 	// was made. Diagnostics holds each failed preflight check
-	// (PP-PREFLIGHT-*, path preflight.<check>).
+	// (PP-PREFLIGHT-*, path preflight.<check>), or the launch step that
+	// refused (PP-LAUNCH-*, path launch.<step>).
 	Unavailable Code = "unavailable"
 	// Fenced: a write or closeInput under an epoch that is not the newest
 	// attachment's.
@@ -76,7 +77,8 @@ type Error struct {
 	Message string `json:"message"`
 	// Diagnostics are the compiler's, all of them, for Refused; for
 	// Unavailable and SandboxUnavailable, the launcher's preflight checks
-	// that failed (PP-PREFLIGHT-* at preflight.<check>; none for another
+	// that failed (PP-PREFLIGHT-* at preflight.<check>) or the launch
+	// step that refused (PP-LAUNCH-* at launch.<step>; none for another
 	// cause); nil otherwise. Each names its PP-* code and path. Messages
 	// name no secret values (package diag).
 	Diagnostics []diag.Diagnostic `json:"diagnostics,omitempty"`

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
-import { ERROR_CODES, PREFLIGHT_CODES, SupervisorError } from "../../src/index.js";
+import { ERROR_CODES, LAUNCH_CODES, PREFLIGHT_CODES, SupervisorError } from "../../src/index.js";
 
 test("ERROR_CODES is docs/supervisor.md's table, in order", () => {
   const docs = readFileSync(new URL("../../../../../docs/supervisor.md", import.meta.url), "utf8");
@@ -33,6 +33,18 @@ test("PREFLIGHT_CODES is docs/launcher.md's preflight table, in order", () => {
     if (m?.[1]) codes.push(m[1]);
   }
   assert.deepEqual(codes, [...PREFLIGHT_CODES]);
+});
+
+test("LAUNCH_CODES is docs/launcher.md's launch table, in order", () => {
+  const docs = readFileSync(new URL("../../../../../docs/launcher.md", import.meta.url), "utf8");
+  const section = docs.split("\n## Launch codes\n")[1];
+  assert.ok(section, 'docs/launcher.md has no "## Launch codes" section');
+  const codes: string[] = [];
+  for (const line of (section.split("\n## ")[0] ?? "").split("\n")) {
+    const m = /^\| `(PP-LAUNCH-[A-Z-]+)` \|/.exec(line);
+    if (m?.[1]) codes.push(m[1]);
+  }
+  assert.deepEqual(codes, [...LAUNCH_CODES]);
 });
 
 test("SupervisorError carries the wire error's data", () => {
