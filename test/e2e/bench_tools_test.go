@@ -362,10 +362,11 @@ func startToolsSandbox(tb testing.TB, im imageInfo, host string, r *toolsRepo, n
 	return startToolsSandboxWith(tb, im, host, r, name, toolsSandboxOpts{fsmon: fsmon})
 }
 
-// toolsSandboxOpts are the launcher's options a tools sandbox runs with:
-// the workspace monitor (launcher.Options.FSMonitor) and the native
-// search (launcher.Options.NativeSearch); either puts the sandbox in
-// network mode sandbox, in a test world of its own.
+// toolsSandboxOpts say how a tools sandbox runs: fsmon in network mode
+// sandbox, where the plan grants the workspace monitor by default; search
+// with the launcher's native search (launcher.Options.NativeSearch), also
+// in network mode sandbox (so with the monitor too). Either puts the
+// sandbox in a test world of its own.
 type toolsSandboxOpts struct{ fsmon, search bool }
 
 func startToolsSandboxWith(tb testing.TB, im imageInfo, host string, r *toolsRepo, name string, o toolsSandboxOpts) *toolsSide {
