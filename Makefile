@@ -37,6 +37,10 @@ containerd:
 # closed there; routeproxy's differential test runs the host's node beside
 # it). docs/spec.md says what stays unproven.
 CROSS_TEST := ./policy/schema ./policy/grant ./policy/bundle ./internal/pathform ./runtime/bridge ./internal/testkit/piproto ./runtime/launcher/routeproxy
+# The subscription-login routes open the deployment's auth.json dir with
+# openat2, which qemu-user 7.2 lacks (they fail closed there, as every
+# openat2 path does): those tests run natively in unit, not under qemu.
+CROSS_SKIP := ^(TestCodex|TestLoginRoute)
 QEMU_ARM64 ?= qemu-aarch64-static
 cross:
 	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -o $(BIN)/linux-arm64/ ./cmd/... ./test/cmd/...
@@ -44,7 +48,7 @@ cross:
 	GOARCH=arm64 tools/runsc/build.sh $(CURDIR)/$(BIN)/linux-arm64/runsc
 	@command -v $(QEMU_ARM64) >/dev/null || { echo "cross: $(QEMU_ARM64) is missing (apt-get install qemu-user-static)"; exit 1; }
 	$(QEMU_ARM64) $(BIN)/linux-arm64/runsc --version
-	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) test -exec $(QEMU_ARM64) -count=1 $(CROSS_TEST)
+	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) test -exec $(QEMU_ARM64) -count=1 -skip '$(CROSS_SKIP)' $(CROSS_TEST)
 
 # As root, the real Pi in gVisor through the supervisor on one scripted
 # turn (test/cmd/paseo-demo, docs/demo.md), which needs the pinned runsc and the
