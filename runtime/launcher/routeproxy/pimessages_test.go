@@ -14,7 +14,8 @@ import (
 // The pi-messages route (Pi's own message protocol, the Radius gateway's):
 // a bearer key, POST <prefix>/messages only, a body policy of Pi's own
 // Context. Pi's bodies are recorded from pi-ai 1.6.0's own client
-// (testdata/record-pi-messages.mjs; 0.84.2 has no pi-messages).
+// (testdata/record-pi-messages.mjs; 0.84.2 has no pi-messages) and from
+// the real Pi's session (e2e TestPiModelRoutePiMessages, model fake-1).
 
 var piMessagesRoute = bundle.Route{Purpose: "model", Listen: "gateway", Port: 18080, Path: "/v1",
 	Upstream: "https://llm.example.test:8443/v1", TokenRef: "alice/k", API: "pi-messages",
@@ -80,7 +81,7 @@ var piMessagesInjections = []injection{
 }
 
 func TestModelRoutePiMessages(t *testing.T) {
-	for _, pb := range apiBodies(t, "pi-messages", 3) {
+	for _, pb := range apiBodies(t, "pi-messages", 10) {
 		f, body := pb.name, pb.body
 		rt := piMessagesRoute
 		rt.Model = pb.model
