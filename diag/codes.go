@@ -66,6 +66,7 @@ const (
 	ModelRoute        Code = "PP-MODEL-ROUTE"           // the model route cannot be built as the facts and the daemon's models.json say (no TLS, an API the profile does not route, models.json headers or another base URL)
 	ModelHostedTool   Code = "PP-MODEL-HOSTED-TOOL"     // the registry grants a provider-side tool the model route does not know, twice, or an MCP connector (never grantable)
 	ModelSigned       Code = "PP-MODEL-SIGNED"          // api-key mode for an API whose requests are signed or carry a minted token (Bedrock SigV4, Vertex ADC): no static key the route could add
+	ModelNotTurn      Code = "PP-MODEL-NOT-TURN"        // the model's API is one of Pi's that carries no agent turn (a classifier or image generation): Pi's agent never streams a turn through it
 
 	// Read-only searches answered outside gVisor (launcher option NativeSearch).
 	SearchRequest Code = "PP-SEARCH-REQUEST" // a search request off the closed list: an option, a value, a path not beneath the workspace (the client then runs the sandbox's own rg)

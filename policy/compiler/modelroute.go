@@ -236,6 +236,19 @@ var signedAPIs = map[string]string{
 	"google-vertex":           "authenticates with Google Application Default Credentials (an OAuth access token minted from a service account or user login by the Google auth library)",
 }
 
+// notTurnAPIs are Pi 1.6.0's API modules (pi-ai dist/api) that carry no
+// agent turn: Pi registers them as classifiers or image generators, never
+// as a model's stream, so a model of one of them could not answer Pi's
+// agent and the route has no turn of theirs to forward. Each is named so
+// the refusal says what it is rather than that the route knows no header.
+var notTurnAPIs = map[string]string{
+	"llama-cpp-classify":               "is a classifier (llama.cpp's /tokenize, /apply-template and /completion, label probabilities)",
+	"openai-decisions":                 "is a classifier (OpenAI's Decisions, POST /v1/decisions)",
+	"typesafe-system-one":              "is a classifier (the System One protocol, POST <baseUrl>/systemone)",
+	"cloudflare-workers-ai-system-one": "is a classifier (System One on Workers AI, POST <baseUrl>/run)",
+	"openrouter-images":                "is image generation (OpenRouter's chat completions with image output, Pi's images registry)",
+}
+
 // modelProviderKeys are the provider keys of Pi 0.84.2's models.json the
 // generated file carries over for the selected provider; the others are
 // refused (headers and oauth would carry credentials into the bundle or
@@ -296,6 +309,10 @@ func (c *compilation) modelsDoc(daemon []byte, port int) []byte {
 	}
 	if why, ok := signedAPIs[api]; ok {
 		c.diags.Addf(diag.ModelSigned, "model.api", "API %s %s: there is no static key the model route could add outside the sandbox, so an api-key launch of it is refused", api, why)
+		return nil
+	}
+	if what, ok := notTurnAPIs[api]; ok {
+		c.diags.Addf(diag.ModelNotTurn, "model.api", "API %s %s, not a provider API Pi streams an agent's turn through: the model route refuses it", api, what)
 		return nil
 	}
 	if c.loginBrokered() {

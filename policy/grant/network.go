@@ -156,6 +156,9 @@ var ModelCredentials = map[string]string{
 	"azure-openai-responses": "api-key",
 	// Pi's own Mistral client sends the key as a bearer.
 	"mistral-conversations": "authorization-bearer",
+	// Pi's own message protocol (pi-messages, the Radius gateway's) sends
+	// the key as a bearer.
+	"pi-messages": "authorization-bearer",
 }
 
 // ModelLoginCredential is a login route's credential: the login's access

@@ -117,6 +117,16 @@ func TestPiModelRouteMistral(t *testing.T) {
 		`"tool_calls":[`, `"role":"tool"`, `"tools":[`, `"type":"image_url"`, `"image_url":"data:image/png;base64,`)
 }
 
+// Pi's own message protocol (the Radius gateway's): a bearer key,
+// <baseUrl>/messages, Pi's Context as the body (thinking with its
+// signature, tool calls and results, images inline, the tools in the
+// system message's toolsAdded).
+func TestPiModelRoutePiMessages(t *testing.T) {
+	piRouteSession(t, "pi-messages", "/messages",
+		`"type":"thinking"`, `"thinkingSignature":"sig-fake-`, `"type":"toolCall"`, `"role":"toolResult"`,
+		`"reasoning":"high"`, `"toolsAdded":[`, `"type":"image"`, `"mimeType":"image/png"`)
+}
+
 // pngPixel is a 1x1 PNG, as a client's paste.
 const pngPixel = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 
@@ -269,6 +279,12 @@ func corpusBody(t *testing.T, e *env, b []byte) []byte {
 	// The session id Pi sends as its cache key is new at every run.
 	if m, ok := v.(map[string]any); ok && m["prompt_cache_key"] != nil {
 		m["prompt_cache_key"] = "pi-session-id"
+	}
+	// pi-messages sends it as options.sessionId.
+	if m, ok := v.(map[string]any); ok {
+		if o, ok := m["options"].(map[string]any); ok && o["sessionId"] != nil {
+			o["sessionId"] = "pi-session-id"
+		}
 	}
 	out, _ := json.MarshalIndent(v, "", " ")
 	// The host paths Pi saw (its cwd, in the system prompt) as the daemon

@@ -448,6 +448,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.chat(w, r, rec, body)
+	case r.URL.Path == messagesPath && r.Method == http.MethodPost && isPiMessages(body):
+		s.piMessages(w, r, rec, body)
 	case (r.URL.Path == responsesPath || r.URL.Path == messagesPath) && r.Method == http.MethodPost:
 		s.streamAPI(w, r, rec, body)
 	case r.URL.Path == modelsPath || strings.HasPrefix(r.URL.Path, modelsPath+"/"):

@@ -437,3 +437,62 @@ var mistralBody = obj(fields{
 	"conversation_id": refused(ReasonProviderState, "a stored conversation is provider-side state"),
 	"document_url":    refused(ReasonRemoteContent, "a document by URL is fetched by the provider"),
 })
+
+// ---- pi-messages ----
+//
+// Pi's own message protocol (pi-ai 1.6.0 api/pi-messages.js, the Radius
+// gateway's wire form): one POST of {model, context, options} to
+// <baseUrl>/messages, context being Pi's own Context (types.d.ts: system,
+// user, assistant and toolResult messages; text, image, thinking and
+// toolCall parts; tools of name, description and JSON schema). Images are
+// inline base64 (data and mimeType), never a URL; a tool has no type, so
+// no hosted tool can be named in it.
+
+var piText = fields{"text": str, "textSignature": str}
+
+var piImage = fields{"data": str, "mimeType": imageType}
+
+var piUserParts = arr(tagged("type", map[string]fields{"text": piText, "image": piImage}, partKind))
+
+var piTool = obj(fields{"name": str, "description": str, "parameters": freeObject,
+	"constrainedSampling": byKind(map[kind]check{kindBool: only(false, ReasonShape), kindObject: freeObject})})
+
+var piMessage = tagged("role", map[string]fields{
+	"system": {"content": byKind(map[kind]check{kindString: str, kindArray: arr(tagged("type", map[string]fields{"text": piText}, partKind))}),
+		"sections":     freeObject,
+		"toolsAdded":   arr(piTool),
+		"toolsRemoved": arr(obj(fields{"name": str})),
+		"timestamp":    num},
+	"user": {"content": byKind(map[kind]check{kindString: str, kindArray: piUserParts}), "timestamp": num},
+	// The assistant's turn as Pi recorded it: what the model answered,
+	// with Pi's own bookkeeping (usage, stop reason, diagnostics).
+	"assistant": {"content": arr(tagged("type", map[string]fields{
+		"text":     piText,
+		"thinking": {"thinking": str, "thinkingSignature": str, "redacted": boolean},
+		"toolCall": {"id": str, "name": str, "arguments": freeObject, "thoughtSignature": str, "namespace": str, "argumentsError": str},
+	}, partKind)),
+		"api": str, "provider": str, "model": str, "responseModel": str, "responseId": str,
+		"providerThinkingLevel": str, "thinkingLevel": str, "diagnostics": arr(freeObject), "usage": freeObject,
+		"stopReason": str, "errorMessage": str, "rawStopReason": str, "endTurn": boolean, "timestamp": num, "durationMs": num,
+		"deferred": refused(ReasonProviderState, "a deferred response is a handle to provider-side state")},
+	"toolResult": {"toolCallId": str, "toolName": str, "content": piUserParts, "details": free, "usage": freeObject,
+		"nestedCalls": freeObject, "isError": boolean, "timestamp": num, "durationMs": num},
+}, shapeOf)
+
+var piMessagesBody = obj(fields{
+	"model": theModel,
+	"context": obj(fields{
+		"systemPrompt": str,
+		"messages":     arr(piMessage),
+		"tools":        arr(piTool),
+	}),
+	"options": obj(fields{
+		"temperature":    num,
+		"maxTokens":      num,
+		"reasoning":      enum("minimal", "low", "medium", "high", "xhigh"),
+		"cacheRetention": enum("none", "short", "long"),
+		"sessionId":      str,
+		"toolChoice": byKind(map[kind]check{kindString: enum("auto", "none", "required"),
+			kindObject: tagged("type", map[string]fields{"function": {"function": obj(fields{"name": str})}}, toolKind)}),
+	}),
+})

@@ -339,6 +339,8 @@ var BodyPolicies = map[string]*BodyPolicy{
 	// AZURE_OPENAI_DEPLOYMENT_NAME_MAP says otherwise).
 	"azure-openai-responses": {API: "azure-openai-responses", body: withModel(responsesBody)},
 	"mistral-conversations":  {API: "mistral-conversations", body: withModel(mistralBody)},
+	// Pi's own message protocol (the Radius gateway's; apis.go).
+	"pi-messages": {API: "pi-messages", body: withModel(piMessagesBody)},
 	// OpenAI's ChatGPT subscription (a login route only; codex.go).
 	"openai-codex-responses": {API: "openai-codex-responses", body: withModel(codexBody)},
 }

@@ -113,6 +113,14 @@ var bodyAttacks = []struct {
 	{"anthropic-messages", "unknown top-level", `{"model":"m-1","max_tokens":10,"messages":[],"context_management":{}}`, ReasonUnknownMember, "context_management"},
 	{"anthropic-messages", "tool of an empty type", `{"model":"m-1","max_tokens":10,"messages":[],"tools":[{"type":"","name":"x","input_schema":{}}]}`, ReasonShape, "tools[0].type"},
 	{"anthropic-messages", "thinking of a wrong type", `{"model":"m-1","max_tokens":10,"messages":[],"thinking":{"type":"enabled","budget_tokens":"all"}}`, ReasonShape, "thinking.budget_tokens"},
+	{"pi-messages", "other model", `{"model":"m-big","context":{"messages":[]}}`, ReasonForeignModel, "model"},
+	{"pi-messages", "image by URL", `{"model":"m-1","context":{"messages":[{"role":"user","content":[{"type":"image_url","image_url":"https://attacker.test/x"}],"timestamp":1}]}}`, ReasonRemoteContent, "context.messages[0].content[0].type"},
+	{"pi-messages", "image with a URL", `{"model":"m-1","context":{"messages":[{"role":"user","content":[{"type":"image","url":"https://attacker.test/x","mimeType":"image/png"}],"timestamp":1}]}}`, ReasonUnknownMember, "context.messages[0].content[0].url"},
+	{"pi-messages", "document as an image", `{"model":"m-1","context":{"messages":[{"role":"toolResult","toolCallId":"c","toolName":"read","content":[{"type":"image","data":"JVBE","mimeType":"application/pdf"}],"isError":false,"timestamp":1}]}}`, ReasonShape, "context.messages[0].content[0].mimeType"},
+	{"pi-messages", "deferred handle", `{"model":"m-1","context":{"messages":[{"role":"assistant","content":[],"deferred":{"id":"d"}}]}}`, ReasonProviderState, "context.messages[0].deferred"},
+	{"pi-messages", "typed tool", `{"model":"m-1","context":{"messages":[],"tools":[{"type":"web_search","name":"w","description":"d","parameters":{}}]}}`, ReasonUnknownMember, "context.tools[0].type"},
+	{"pi-messages", "sampling params", `{"model":"m-1","context":{"messages":[]},"options":{"samplingParams":{"top_k":1}}}`, ReasonUnknownMember, "options.samplingParams"},
+	{"pi-messages", "unknown top-level", `{"model":"m-1","context":{"messages":[]},"gateway":{}}`, ReasonUnknownMember, "gateway"},
 }
 
 func TestBodyPolicyRefusesAttacks(t *testing.T) {
