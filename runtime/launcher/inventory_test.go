@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -38,7 +39,10 @@ func (w *lineWaiter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.buf.Write(p)
-	if strings.Contains(w.buf.String(), w.want) {
+	// A whole line, not a substring: a library's warning ("not supported
+	// yet") once passed for the sandbox's "up".
+	lines := strings.Split(w.buf.String(), "\n")
+	if slices.Contains(lines[:len(lines)-1], w.want) {
 		w.once.Do(func() { close(w.seen) })
 	}
 	return len(p), nil
