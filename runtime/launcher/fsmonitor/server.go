@@ -2,12 +2,12 @@ package fsmonitor
 
 import (
 	"bufio"
-	"errors"
 	"net"
 	"net/netip"
 	"strings"
-	"sync"
 	"time"
+
+	"paseo.dev/paseo-policy/runtime/launcher/peerserve"
 )
 
 // The protocol (TCP): one request per connection, a line
@@ -28,98 +28,32 @@ const (
 
 // Server answers the monitor's requests from a Watcher.
 type Server struct {
-	w    *Watcher
-	ln   net.Listener
-	peer netip.Addr
-	wg   sync.WaitGroup
-	sem  chan struct{}
-	once sync.Once
-	// Refused counts connections closed without an answer.
-	mu      sync.Mutex
-	refused uint64
+	w  *Watcher
+	ps *peerserve.Server
 }
 
 // Serve answers requests on ln, a TCP listener (the launcher's is on the
 // sandbox network's gateway, which nftables opens to this sandbox's
 // address only), until Close. A connection from any address but peer is
-// closed unanswered: the check holds even where a rule would not (a
-// process on the uplink host connecting to the gateway).
+// closed unanswered (peerserve): the check holds even where a rule would
+// not (a process on the uplink host connecting to the gateway).
 func Serve(w *Watcher, ln net.Listener, peer netip.Addr) *Server {
-	s := &Server{w: w, ln: ln, peer: peer.Unmap(), sem: make(chan struct{}, maxConns)}
-	s.wg.Add(1)
-	go s.accept()
+	s := &Server{w: w}
+	s.ps = peerserve.Serve(ln, peer, maxConns, s.answer)
 	return s
 }
 
 // Refused is how many connections were closed without an answer.
-func (s *Server) Refused() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.refused
-}
+func (s *Server) Refused() uint64 { return s.ps.Refused() }
 
 // Close stops listening and waits for the connections being answered.
-func (s *Server) Close() error {
-	var err error
-	s.once.Do(func() {
-		err = s.ln.Close()
-		s.wg.Wait()
-	})
-	return err
-}
-
-func (s *Server) accept() {
-	defer s.wg.Done()
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		if !s.from(c) {
-			s.refuse(c)
-			continue
-		}
-		select {
-		case s.sem <- struct{}{}:
-		default:
-			s.refuse(c) // too many at once: this one scans
-			continue
-		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			defer func() { <-s.sem }()
-			s.answer(c)
-		}()
-	}
-}
-
-// from reports whether c comes from the peer's address.
-func (s *Server) from(c net.Conn) bool {
-	a, ok := c.RemoteAddr().(*net.TCPAddr)
-	if !ok {
-		return false
-	}
-	ap := a.AddrPort()
-	return ap.Addr().Unmap() == s.peer
-}
-
-func (s *Server) refuse(c net.Conn) {
-	s.mu.Lock()
-	s.refused++
-	s.mu.Unlock()
-	c.Close()
-}
+func (s *Server) Close() error { return s.ps.Close() }
 
 func (s *Server) answer(c net.Conn) {
 	c.SetDeadline(time.Now().Add(connDeadline))
 	tok, ok := readRequest(c)
 	if !ok {
-		s.refuse(c)
+		s.ps.Refuse(c)
 		return
 	}
 	next, names := s.w.Since(tok)

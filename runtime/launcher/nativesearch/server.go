@@ -3,13 +3,14 @@ package nativesearch
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"sync"
 	"time"
+
+	"paseo.dev/paseo-policy/runtime/launcher/peerserve"
 )
 
 // The protocol (TCP on the sandbox network's gateway): one request per
@@ -33,12 +34,8 @@ const (
 // Server answers one sandbox's searches.
 type Server struct {
 	j    Jail
-	ln   net.Listener
-	peer netip.Addr
-	wg   sync.WaitGroup
-	conn chan struct{}
+	ps   *peerserve.Server
 	run  chan struct{}
-	once sync.Once
 	ctx  context.Context
 	stop context.CancelFunc
 
@@ -52,32 +49,30 @@ type Stats struct {
 }
 
 // Serve answers requests on ln (the launcher's is on the gateway, which
-// nftables opens to this sandbox's address only) until Close; the server
-// itself closes a connection from any address but peer unanswered.
+// nftables opens to this sandbox's address only) until Close; a
+// connection from any address but peer is closed unanswered (peerserve).
 func Serve(j Jail, ln net.Listener, peer netip.Addr) *Server {
 	ctx, stop := context.WithCancel(context.Background())
-	s := &Server{j: j, ln: ln, peer: peer.Unmap(), conn: make(chan struct{}, maxConns), run: make(chan struct{}, maxRunning), ctx: ctx, stop: stop}
-	s.wg.Add(1)
-	go s.accept()
+	s := &Server{j: j, run: make(chan struct{}, maxRunning), ctx: ctx, stop: stop}
+	s.ps = peerserve.Serve(ln, peer, maxConns, s.answer)
 	return s
 }
 
-// Stats are the counters so far.
+// Stats are the counters so far: Refused counts the connections closed
+// unanswered, by admission or for a request not read.
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stats
+	st := s.stats
+	st.Refused = s.ps.Refused()
+	return st
 }
 
-// Close stops listening, kills the searches running and waits for them.
+// Close kills the searches running, stops listening and waits for the
+// connections being answered.
 func (s *Server) Close() error {
-	var err error
-	s.once.Do(func() {
-		err = s.ln.Close()
-		s.stop()
-		s.wg.Wait()
-	})
-	return err
+	s.stop()
+	return s.ps.Close()
 }
 
 func (s *Server) count(f func(*Stats)) {
@@ -86,47 +81,14 @@ func (s *Server) count(f func(*Stats)) {
 	s.mu.Unlock()
 }
 
-func (s *Server) accept() {
-	defer s.wg.Done()
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		a, ok := c.RemoteAddr().(*net.TCPAddr)
-		if !ok || a.AddrPort().Addr().Unmap() != s.peer {
-			s.count(func(st *Stats) { st.Refused++ })
-			c.Close()
-			continue
-		}
-		select {
-		case s.conn <- struct{}{}:
-		default:
-			s.count(func(st *Stats) { st.Refused++ })
-			c.Close()
-			continue
-		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			defer func() { <-s.conn }()
-			s.answer(c)
-		}()
-	}
-}
-
 func (s *Server) answer(c net.Conn) {
-	defer c.Close()
 	c.SetReadDeadline(time.Now().Add(readDeadline))
 	b, err := io.ReadAll(io.LimitReader(c, MaxRequest+1))
 	if err != nil {
-		s.count(func(st *Stats) { st.Refused++ })
+		s.ps.Refuse(c)
 		return
 	}
+	defer c.Close()
 	res, err := s.search(b)
 	c.SetWriteDeadline(time.Now().Add(readDeadline + s.j.Limits.Wall))
 	if err != nil {
