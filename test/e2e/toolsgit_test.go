@@ -276,8 +276,9 @@ func hostUDSControl(t *testing.T, im imageInfo, ws string) string {
 	out, err := exec.Command(runsc, args...).CombinedOutput()
 	exec.Command(runsc, "--root", root, "delete", "--force", id).Run()
 	// runsc leaves an nsfs mount under its root (as the launcher's
-	// teardown knows).
-	unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH)
+	// teardown knows), at times stacked: detach until none is left.
+	for unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH) == nil {
+	}
 	if err != nil {
 		t.Fatalf("control: runsc %q: %v: %s", args, err, out)
 	}
