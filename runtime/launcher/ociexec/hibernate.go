@@ -143,12 +143,16 @@ func (r *inputRelay) open() io.Reader {
 	return &relayReader{r: r, gen: r.gen}
 }
 
-// pause stops handing out input and waits until the last chunk handed out
-// was written on; it fails (and resumes) if that takes longer than d.
+// pause waits until the sandbox has taken every byte of input it was
+// given (none held by the relay, none handed out and not yet written on),
+// then stops handing out input; it fails, handing out on, if that takes
+// longer than d. Input the relay still holds counts as not taken: pausing
+// first would have let a hibernate through whenever the relay had not yet
+// handed the sandbox the chunk it would block on (a flake of
+// TestHibernateRefusedInputPending).
 func (r *inputRelay) pause(d time.Duration) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.paused = true
 	t := time.AfterFunc(d, func() {
 		r.mu.Lock()
 		r.cond.Broadcast()
@@ -156,14 +160,13 @@ func (r *inputRelay) pause(d time.Duration) error {
 	})
 	defer t.Stop()
 	deadline := time.Now().Add(d)
-	for r.inflight && time.Now().Before(deadline) {
+	for (r.inflight || r.held != nil) && time.Now().Before(deadline) {
 		r.cond.Wait()
 	}
-	if r.inflight {
-		r.paused = false
-		r.cond.Broadcast()
+	if r.inflight || r.held != nil {
 		return fmt.Errorf("hibernate: %w", execution.ErrInputPending)
 	}
+	r.paused = true
 	return nil
 }
 
