@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/render/kubernetes"
 )
 
@@ -20,6 +21,29 @@ var kubernetesGoldenOptions = kubernetes.Options{
 // compares the objects with testdata/<case>/golden/kubernetes.yaml. It is its own
 // test over the same cases as TestGolden so it moves with them as a whole.
 func TestGoldenKubernetes(t *testing.T) {
+	testGoldenRendering(t, "kubernetes.yaml", func(files bundle.Files) (clusterRendering, error) {
+		k, err := kubernetes.Render(files, kubernetesGoldenOptions)
+		if err != nil {
+			return clusterRendering{}, err
+		}
+		y, err := k.YAML()
+		return clusterRendering{yaml: y, trace: k.Trace, gaps: k.Gaps}, err
+	})
+}
+
+// clusterRendering is what the golden tests read of a cluster rendering
+// (Kubernetes or agent-sandbox): its bytes and its account of the grants.
+type clusterRendering struct {
+	yaml  []byte
+	trace []kubernetes.Trace
+	gaps  []kubernetes.Gap
+}
+
+// testGoldenRendering renders every case that compiles with render and
+// compares the bytes with testdata/<case>/golden/<file>: no secret of the
+// case input in them, every grant rendered or listed with its stand-in,
+// and the same bytes from a second rendering.
+func testGoldenRendering(t *testing.T, file string, render func(bundle.Files) (clusterRendering, error)) {
 	for _, name := range caseNames(t) {
 		t.Run(name, func(t *testing.T) {
 			gc, in, res := caseInputs(t, name)
@@ -30,26 +54,23 @@ func TestGoldenKubernetes(t *testing.T) {
 			if r == nil {
 				t.Fatalf("compile: %v", diags)
 			}
-			k, err := kubernetes.Render(r.Files, kubernetesGoldenOptions)
+			k, err := render(r.Files)
 			if err != nil {
 				t.Fatalf("render: %v", err)
 			}
-			got, err := k.YAML()
-			if err != nil {
-				t.Fatal(err)
-			}
+			got := k.yaml
 			for _, s := range gc.Secrets {
 				if bytes.Contains(got, []byte(s)) {
-					t.Errorf("kubernetes.yaml contains a secret from the case input")
+					t.Errorf("%s contains a secret from the case input", file)
 				}
 			}
 			// Every grant is rendered (a field traces to it) or listed with
 			// what stands in for it: nothing of the plan is dropped unsaid.
 			accounted := map[string]bool{}
-			for _, tr := range k.Trace {
+			for _, tr := range k.trace {
 				accounted[tr.Grant] = true
 			}
-			for _, g := range k.Gaps {
+			for _, g := range k.gaps {
 				accounted[g.Grant] = true
 			}
 			for _, g := range r.Manifest.Grants {
@@ -57,13 +78,13 @@ func TestGoldenKubernetes(t *testing.T) {
 					t.Errorf("grant %s is neither rendered nor listed as a gap", g.Key())
 				}
 			}
-			compareGolden(t, filepath.Join(goldenDir(name), "kubernetes.yaml"), got)
+			compareGolden(t, filepath.Join(goldenDir(name), file), got)
 			// Determinism: the same bundle renders to the same bytes.
-			k2, err := kubernetes.Render(r.Files, kubernetesGoldenOptions)
+			again, err := render(r.Files)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if again, _ := k2.YAML(); !bytes.Equal(got, again) {
+			if !bytes.Equal(got, again.yaml) {
 				t.Error("a second rendering of the same bundle gave other bytes")
 			}
 		})
