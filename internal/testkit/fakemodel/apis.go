@@ -119,34 +119,14 @@ func (s *Server) streamAPI(w http.ResponseWriter, r *http.Request, rec *Recorded
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "fakemodel serves this API streaming only.")
 		return
 	}
-	turn, idx, n := s.take(prompt)
-	rec.Turn, rec.Done, rec.Status = idx, idx < 0, http.StatusOK
-	s.record(rec)
-	calls, err := s.buildCalls(turn)
-	if err != nil {
-		s.update(rec, func(r *Recorded) { r.Status = http.StatusInternalServerError })
-		writeError(w, http.StatusInternalServerError, "server_error", "", "fakemodel script: "+err.Error())
+	st, ok := s.openStream(w, r, rec, prompt, len(its))
+	if !ok {
 		return
 	}
-	out := len(turn.Content) + len(turn.Reasoning)
-	for _, c := range calls {
-		out += len(c.name) + len(c.args)
-	}
-	in := 10 * max(1, len(its))
-	if turn.PromptTokens != 0 {
-		in = turn.PromptTokens
-	}
-	e := &sse{w: w, r: r, t: turn}
-	e.flusher, _ = w.(http.Flusher)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	var ok bool
 	if anthropic {
-		ok = s.messagesStream(e, fmt.Sprintf("msg_fake%06d", n), turn, calls, in, max(1, out/4))
+		ok = s.messagesStream(st.e, fmt.Sprintf("msg_fake%06d", st.n), st.turn, st.calls, st.in, st.out)
 	} else {
-		ok = s.responsesStream(e, fmt.Sprintf("resp_fake%06d", n), turn, calls, in, max(1, out/4))
+		ok = s.responsesStream(st.e, fmt.Sprintf("resp_fake%06d", st.n), st.turn, st.calls, st.in, st.out)
 	}
 	s.update(rec, func(r *Recorded) {
 		if ok {
@@ -345,4 +325,44 @@ func (s *Server) messagesStream(e *sse, id string, t Turn, calls []builtCall, in
 	return e.send("message_delta", map[string]any{"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil},
 		"usage": map[string]any{"output_tokens": out}}) &&
 		e.send("message_stop", map[string]any{})
+}
+
+// streamedTurn is the script's next turn, opened as an SSE answer.
+type streamedTurn struct {
+	e       *sse
+	turn    Turn
+	n       int
+	calls   []builtCall
+	in, out int // the usage reported: prompt and output tokens
+}
+
+// openStream takes the script's next turn for prompt, records rec and
+// opens the SSE answer (items: the request's messages, for the prompt
+// tokens reported when the turn names none); false when the script's
+// tool calls cannot be built, answered 500.
+func (s *Server) openStream(w http.ResponseWriter, r *http.Request, rec *Recorded, prompt string, items int) (streamedTurn, bool) {
+	turn, idx, n := s.take(prompt)
+	rec.Turn, rec.Done, rec.Status = idx, idx < 0, http.StatusOK
+	s.record(rec)
+	calls, err := s.buildCalls(turn)
+	if err != nil {
+		s.update(rec, func(r *Recorded) { r.Status = http.StatusInternalServerError })
+		writeError(w, http.StatusInternalServerError, "server_error", "", "fakemodel script: "+err.Error())
+		return streamedTurn{}, false
+	}
+	out := len(turn.Content) + len(turn.Reasoning)
+	for _, c := range calls {
+		out += len(c.name) + len(c.args)
+	}
+	in := 10 * max(1, items)
+	if turn.PromptTokens != 0 {
+		in = turn.PromptTokens
+	}
+	e := &sse{w: w, r: r, t: turn}
+	e.flusher, _ = w.(http.Flusher)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	return streamedTurn{e: e, turn: turn, n: n, calls: calls, in: in, out: max(1, out/4)}, true
 }

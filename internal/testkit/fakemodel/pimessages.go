@@ -55,30 +55,11 @@ func (s *Server) piMessages(w http.ResponseWriter, r *http.Request, rec *Recorde
 	for _, t := range req.Context.Tools {
 		rec.Tools = append(rec.Tools, t.Name)
 	}
-	turn, idx, n := s.take(prompt)
-	rec.Turn, rec.Done, rec.Status = idx, idx < 0, http.StatusOK
-	s.record(rec)
-	calls, err := s.buildCalls(turn)
-	if err != nil {
-		s.update(rec, func(r *Recorded) { r.Status = http.StatusInternalServerError })
-		writeError(w, http.StatusInternalServerError, "server_error", "", "fakemodel script: "+err.Error())
+	st, ok := s.openStream(w, r, rec, prompt, len(its))
+	if !ok {
 		return
 	}
-	out := len(turn.Content) + len(turn.Reasoning)
-	for _, c := range calls {
-		out += len(c.name) + len(c.args)
-	}
-	in := 10 * max(1, len(its))
-	if turn.PromptTokens != 0 {
-		in = turn.PromptTokens
-	}
-	e := &sse{w: w, r: r, t: turn}
-	e.flusher, _ = w.(http.Flusher)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	ok := s.piMessagesStream(e, fmt.Sprintf("pim_fake%06d", n), turn, calls, in, max(1, out/4))
+	ok = s.piMessagesStream(st.e, fmt.Sprintf("pim_fake%06d", st.n), st.turn, st.calls, st.in, st.out)
 	s.update(rec, func(r *Recorded) {
 		if ok {
 			r.Completed = true
