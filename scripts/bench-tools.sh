@@ -16,8 +16,8 @@
 #
 # Knobs (environment): FILES (tracked files in the generated tree, default
 # 20000; 2000 for a quick run), ROUNDS (default 5), GITCONFIG ("key=value
-# ..." Git settings for the sandbox's git only: an A/B against a run
-# without), ONLY (a regular expression of the commands to run), FSMONITOR
+# ..." Git settings for the git of the side named sandbox only: an A/B
+# against a run without, or the issue's start with Git's defaults), ONLY (a regular expression of the commands to run), FSMONITOR
 # (0 leaves out the third side, a sandbox in network mode sandbox, whose
 # git the workspace monitor answers: the plan's default grant), SEARCH (1
 # adds a side: a sandbox whose rg the launcher's native search answers from

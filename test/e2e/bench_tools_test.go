@@ -40,10 +40,12 @@ package e2e
 //
 //	TOOLS_BENCH_FILES      tracked files in the generated tree (default 20000)
 //	TOOLS_BENCH_ROUNDS     rounds (default 5)
-//	TOOLS_BENCH_GITCONFIG  "key=value ..." Git settings for the sandbox's
-//	                       git only (GIT_CONFIG_COUNT/KEY_n/VALUE_n in its
-//	                       server's environment): an A/B of settings the
-//	                       profile could ship
+//	TOOLS_BENCH_GITCONFIG  "key=value ..." Git settings for the side named
+//	                       sandbox only (GIT_CONFIG_COUNT/KEY_n/VALUE_n in
+//	                       its server's environment; the monitor and search
+//	                       sides keep the profile's): an A/B of settings
+//	                       the profile could ship, or, with Git's defaults,
+//	                       the starting point in the same run
 //	TOOLS_BENCH_ONLY       a regular expression: only the commands it matches
 //	TOOLS_BENCH_FSMONITOR  "0" leaves out the third side (default on): a
 //	                       second sandbox, the same but in network mode
@@ -376,7 +378,7 @@ func startToolsSandboxWith(tb testing.TB, im imageInfo, host string, r *toolsRep
 		tb.Fatal(err)
 	}
 	server := toolsServer
-	if kv := strings.Fields(os.Getenv("TOOLS_BENCH_GITCONFIG")); len(kv) > 0 {
+	if kv := strings.Fields(os.Getenv("TOOLS_BENCH_GITCONFIG")); len(kv) > 0 && name == "sandbox" {
 		var exports []string
 		for i, s := range kv {
 			k, v, ok := strings.Cut(s, "=")
