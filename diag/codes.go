@@ -127,3 +127,13 @@ const (
 	LaunchWake          Code = "PP-LAUNCH-WAKE"            // a wake cannot restore: no id, no checkpoint, an image file changed, another network mode, the wall time used up
 	LaunchHost          Code = "PP-LAUNCH-HOST"            // another step on this host failed (the sandbox network, staging the run dir, starting runsc): a fault here, not the bundle's
 )
+
+// The cluster gateway's refusals at start (runtime/gateway, `paseo-policy
+// gateway`): nothing listens unless every check passed. docs/kubernetes.md,
+// "The cluster gateway", lists them.
+const (
+	GatewayBundle  Code = "PP-GATEWAY-BUNDLE"  // the bundle cannot be read or fails verification (ocicheck), has no route, or has a route the gateway does not serve (a subscription login, a listener other than the gateway)
+	GatewaySecret  Code = "PP-GATEWAY-SECRET"  // a route's credential file is missing, not given, given for a route the bundle lacks, a symlink or behind one, not a regular file, open to others or writable by its group, too large, or not a valid token
+	GatewayResolve Code = "PP-GATEWAY-RESOLVE" // the model provider's host does not resolve, has no IPv4 address, or resolves to an unsafe destination
+	GatewayListen  Code = "PP-GATEWAY-LISTEN"  // the listen address is not an IP address, or a route's port cannot be listened on
+)
