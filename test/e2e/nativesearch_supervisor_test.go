@@ -32,6 +32,7 @@ func TestPiGrepNativeSearchThroughSupervisor(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			in, out := grepThroughSupervisor(t, native)
+			t.Logf("the search server's counters: %+v", in.Search)
 			if !strings.Contains(out, "needle.txt:1: the NEEDLE_7f3c line") {
 				t.Errorf("Pi's grep result lacks the match; its output ends: %q", tailOf(out, 1500))
 			}
@@ -50,11 +51,15 @@ func TestPiGrepNativeSearchThroughSupervisor(t *testing.T) {
 // returns the sandbox's Info once it exited and Pi's output.
 func grepThroughSupervisor(t *testing.T, native bool) (supervisor.Info, string) {
 	e := newEnv(t,
-		fakemodel.Turn{ToolCalls: []fakemodel.ToolCall{{Name: "grep", Arguments: map[string]any{"pattern": "NEEDLE_7f3c", "path": "."}}}},
+		fakemodel.Turn{ToolCalls: []fakemodel.ToolCall{{Name: "grep", Arguments: map[string]any{"pattern": "NEEDLE_7f3c", "path": "notes"}}}},
 		fakemodel.Text("found it"))
 	e.settings = `{"packages":["/opt/pi/node_modules/pi-mcp-adapter"],"defaultTools":["+grep"]}`
 	sc := e.scene(t, "pi-session", "")
-	write(t, filepath.Join(sc.Workspace(), "needle.txt"), "the NEEDLE_7f3c line\n")
+	write(t, filepath.Join(sc.Workspace(), "notes", "needle.txt"), "the NEEDLE_7f3c line\n")
+	// The workspace is the deployment user's, as a daemon's is: rg reads
+	// the worktree's .git file (root's 0600 in the scene) for its ignore
+	// rules, and reports it, and Pi the error, when it cannot.
+	chownTree(t, sc.Workspace(), daemonUID, daemonUID)
 	reg := sc.Registry
 	if native {
 		var err error
