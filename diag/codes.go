@@ -68,9 +68,10 @@ const (
 	ModelSigned       Code = "PP-MODEL-SIGNED"          // api-key mode for an API whose requests are signed or carry a minted token (Bedrock SigV4, Vertex ADC): no static key the route could add
 	ModelNotTurn      Code = "PP-MODEL-NOT-TURN"        // the model's API is one of Pi's that carries no agent turn (a classifier or image generation): Pi's agent never streams a turn through it
 
-	// Read-only searches answered outside gVisor (launcher option NativeSearch).
+	// Read-only searches answered outside gVisor (grant search workspace).
+	SearchGateway Code = "PP-SEARCH-GATEWAY" // the registry turns the native search on (deployments.<id>.search "native") where it cannot be served: network mode none has no gateway
 	SearchRequest Code = "PP-SEARCH-REQUEST" // a search request off the closed list: an option, a value, a path not beneath the workspace (the client then runs the sandbox's own rg)
-	SearchJail    Code = "PP-SEARCH-JAIL"    // the search jail cannot be built as designed (no Landlock, no user namespaces): the option refuses the launch
+	SearchJail    Code = "PP-SEARCH-JAIL"    // the search jail cannot be built as designed (no Landlock, no user namespaces): a plan that grants the search is refused at launch
 	// The workspace monitor.
 	FSMonitor Code = "PP-FSMONITOR" // the registry requires the workspace monitor (deployments.<id>.fsmonitor "on") where it cannot be served: network mode none has no gateway
 

@@ -23,6 +23,7 @@ import (
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/pathform"
+	"paseo.dev/paseo-policy/policy/bundle"
 )
 
 // Request is one search: rg's options in the order given, the positional
@@ -41,26 +42,28 @@ type Option struct {
 	Value string // for Valued options only
 }
 
-// Flags are rg's options without a value that a request may carry: none
-// runs anything, follows a link, reads a file the request names apart
-// from the paths, or writes.
-var Flags = map[string]bool{
-	"ignore-case": true, "case-sensitive": true, "smart-case": true,
-	"fixed-strings": true, "word-regexp": true, "line-regexp": true, "invert-match": true,
-	"count": true, "count-matches": true, "files-with-matches": true, "files-without-match": true, "files": true,
-	"line-number": true, "no-line-number": true, "column": true, "no-heading": true, "heading": true,
-	"with-filename": true, "no-filename": true, "only-matching": true, "vimgrep": true, "json": true,
-	"hidden": true, "no-ignore": true, "no-ignore-vcs": true, "no-config": true, "null": true,
-	"color=never": true, "multiline": true, "trim": true, "byte-offset": true, "sort=path": true,
-	"no-messages": true, "quiet": true, "stats": true,
-}
+// Flags are rg's options without a value that a request may carry, and
+// Valued those with a value, each with its value's check: both from the
+// one closed list the compiled client forwards (bundle.SearchOptions).
+var Flags, Valued = options()
 
-// Valued are rg's options with a value, each with its value's check.
-var Valued = map[string]func(string) bool{
-	"glob": anyText, "iglob": anyText, "regexp": anyText, "replace": anyText,
-	"type": typeName, "type-not": typeName,
-	"context": number, "after-context": number, "before-context": number,
-	"max-count": number, "max-depth": number, "max-columns": number,
+func options() (map[string]bool, map[string]func(string) bool) {
+	flags, valued := map[string]bool{}, map[string]func(string) bool{}
+	for k, v := range bundle.SearchOptions {
+		switch v {
+		case bundle.SearchFlag:
+			flags[k] = true
+		case bundle.SearchText:
+			valued[k] = anyText
+		case bundle.SearchNumber:
+			valued[k] = number
+		case bundle.SearchType:
+			valued[k] = typeName
+		default:
+			panic("nativesearch: bundle.SearchOptions has a value kind this server cannot check: " + string(v))
+		}
+	}
+	return flags, valued
 }
 
 func anyText(s string) bool { return len(s) <= 4096 && !strings.ContainsRune(s, 0) }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"paseo.dev/paseo-policy/policy/bundle"
 )
 
 // serveJail serves f's jail on a loopback listener for peer; the jail's
@@ -66,7 +68,7 @@ func TestServerRefusesOtherAddresses(t *testing.T) {
 func runClient(t *testing.T, f jailFixture, addr netip.AddrPort, dir string, stdin io.Reader, args ...string) (string, string, int) {
 	t.Helper()
 	script := filepath.Join(t.TempDir(), "rg")
-	if err := os.WriteFile(script, []byte(client(addr, f.ws, f.rg)), 0o755); err != nil {
+	if err := os.WriteFile(script, bundle.SearchClientFor(addr.Addr().String(), int(addr.Port()), f.ws, f.rg), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("/usr/bin/perl", append([]string{script}, args...)...)
