@@ -28,6 +28,7 @@ import (
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/render/kubernetes"
 	"paseo.dev/paseo-policy/runtime/gateway"
+	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 )
 
 // Addresses on the node's pod network (the CNI bridge pkube0, whose IPAM
@@ -165,21 +166,25 @@ func TestGatewayOnContainerdRunsc(t *testing.T) {
 	t.Cleanup(func() { fm.Close() })
 
 	// The gateway, listening in the node's namespace on its address. Its
-	// dialer reaches the provider's name at the model's address (from that
-	// namespace: the gateway's own egress, which no rule of the Pod's
-	// touches); the production dialer (sandboxnet.SafeDialer) would refuse
-	// this benchmarking-range address, as runtime/gateway's tests show.
+	// dialer is the production one (sandboxnet.SafeDialer: the provider's
+	// addresses checked at each dial), run from the node's namespace (the
+	// gateway's own egress, which no rule of the Pod's touches), with the
+	// provider's name resolved to the model's address as a cluster's DNS
+	// would.
+	resolve := func(_ context.Context, host string) ([]netip.Addr, error) {
+		if host != providerName {
+			return nil, fmt.Errorf("%s: no such host", host)
+		}
+		return []netip.Addr{providerIP}, nil
+	}
+	safeDial := sandboxnet.SafeDialer(resolve)
 	var gw *gateway.Gateway
 	if err := nsutil.Do(nodeNS, func() (err error) {
 		gw, err = gateway.Start(gateway.Options{Bundle: s.Bundle, Listen: gatewayAddr, ModelKeyFile: keyFile, MCPTokenFile: tokenFile,
-			ModelRoots: ca.Roots, Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				if addr != providerName+":8443" {
-					return nil, fmt.Errorf("dial %s: not the provider", addr)
-				}
+			ModelRoots: ca.Roots, Resolve: resolve, Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 				var c net.Conn
 				err := nsutil.Do(nodeNS, func() (err error) {
-					var d net.Dialer
-					c, err = d.DialContext(ctx, network, providerIP.String()+":8443")
+					c, err = safeDial(ctx, network, addr)
 					return err
 				})
 				return c, err
