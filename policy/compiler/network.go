@@ -2,7 +2,6 @@ package compiler
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -13,8 +12,6 @@ import (
 	"paseo.dev/paseo-policy/internal/netdest"
 	"paseo.dev/paseo-policy/policy/grant"
 )
-
-func parseIP(s string) net.IP { return net.ParseIP(s) }
 
 // network adds the runsc network flag and, in sandbox mode, one egress or
 // route grant per destination the profile's purposes and the facts require.

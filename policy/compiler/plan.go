@@ -23,7 +23,6 @@ const (
 	sandboxTmp  = "/tmp"
 	sandboxLang = "C.UTF-8"
 	hostname    = "paseo-sandbox"
-	gatewayHost = "gateway"
 	// gatewayName is the host name the sandbox reaches its gateway (the
 	// launcher's route proxies) by; the launcher pins it in /etc/hosts
 	// because the address is leased only at launch.
@@ -67,21 +66,7 @@ type compilation struct {
 	fsmon *fsmonitorPlan
 }
 
-// Plan is what the renderers read, and all they read: the grants, and the
-// decisions about a launch that are not authority (the manifest's header,
-// the DNS mode egress.json records, the identity each bind source resolved
-// to). Render is a function of it alone.
-type Plan struct {
-	grant.Plan
-	Header bundle.Manifest // manifest.json without its grants and outputs
-	DNS    string          // registry.network.dns
-	Pins   []bundle.Pin    // one per bind with a host source, by destination
-	// Models is files/models.json when the model route is granted: the
-	// daemon's entry for the selected provider, pointed at the route.
-	Models []byte
-}
-
-func (c *compilation) plan() *Plan {
+func (c *compilation) plan() *bundle.Plan {
 	f := c.facts
 	dep, ok := c.reg.Deployments[f.Deployment.ID]
 	if !ok {
@@ -95,7 +80,7 @@ func (c *compilation) plan() *Plan {
 	c.checkLoginBroker()
 	c.fsmon = c.decideFSMonitor()
 
-	p := &Plan{DNS: c.reg.Network.DNS}
+	p := &bundle.Plan{DNS: c.reg.Network.DNS}
 	g := &p.Plan
 	c.rootfs(g)
 	c.process(g)
@@ -381,7 +366,7 @@ func (c *compilation) binds() []grant.Mount {
 	if f.Launch.MCPConfig != "" && c.usesSlot("mcp-config") && c.mcpRouted() && c.src.lexical("launch.mcpConfig", f.Launch.MCPConfig) {
 		// The daemon's own file names its loopback, which the sandbox cannot
 		// reach, and may list other servers; the sandbox gets a generated one
-		// at the same path instead (render.go renderMCPConfig).
+		// at the same path instead (policy/render/oci renderMCPConfig).
 		out = append(out, grant.Mount{Destination: f.Launch.MCPConfig, Type: "bind", Source: bundle.MCPConfigFile,
 			Options:    []string{"bind", "ro", "nosuid", "nodev", "noexec"},
 			Provenance: why("generated MCP config: only Paseo's server, through the launcher's proxy on the gateway; no bearer (the proxy adds the daemon's)", "launch.mcpConfig")})
