@@ -75,7 +75,12 @@ func Compile(in Inputs, opts Options) (*Result, diag.List) {
 	if prof == nil {
 		return nil, l.Sorted()
 	}
-	c := &compilation{facts: facts, reg: reg, prof: prof, res: opts.Resolver, diags: &l}
+	c := newCompilation(facts, reg, prof, opts.Resolver, &l)
+	if c == nil {
+		return nil, l.Sorted()
+	}
+	// The phases run whatever newCompilation refused, so that every
+	// refusal of the launch is reported at once.
 	plan := c.plan()
 	if len(l) > 0 {
 		return nil, l.Sorted()
