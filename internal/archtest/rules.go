@@ -132,6 +132,16 @@ const hostGit = "internal/hostgit"
 
 var hostGitUsers = []string{"runtime/gitadopt", "runtime/gitimport"}
 
+// renderers are the renderings of a plan (the OCI bundle runsc runs, the
+// Kubernetes and agent-sandbox objects): they read the plan's types
+// (policy/grant, policy/bundle) and never what builds a plan or runs one,
+// so a rendering can say nothing the plan does not.
+const renderers = "policy/render"
+
+// notForRenderers are what a rendering must not depend on, even
+// transitively, nor on any package below them.
+var notForRenderers = []string{"policy/compiler", "policy/schema", "policy/profiles", "runtime"}
+
 // Check returns every violation in pkgs, sorted. A rule that names a
 // package pkgs lacks is a violation too: after a move the rules must move
 // with it instead of silently allowing nothing or guarding nothing.
@@ -155,7 +165,7 @@ func Check(pkgs []Package) []Violation {
 			}
 		}
 	}
-	for _, root := range testSupport {
+	for _, root := range append(append([]string{renderers}, notForRenderers...), testSupport...) {
 		if !anyWithin(pkgs, root) {
 			add("stale-rule", root, "", "a rule names this folder but the module has no package below it; update internal/archtest")
 		}
@@ -194,6 +204,14 @@ func Check(pkgs []Package) []Violation {
 			for _, d := range p.Deps {
 				if isCUE(d) || within(d, notOnLaunchSide) {
 					add("launch-reads-output-only", p.Path, d, "the launch side reads the compiler's output, it never compiles or evaluates CUE")
+				}
+			}
+		}
+		if within(p.Path, []string{renderers}) {
+			for _, d := range p.Deps {
+				// known: the module's own runtime/, not the standard library's.
+				if known[d] && within(d, notForRenderers) {
+					add("renderers-read-the-plan", p.Path, d, "a rendering reads the plan's types (policy/grant, policy/bundle); it never compiles, evaluates CUE or runs a sandbox")
 				}
 			}
 		}

@@ -13,7 +13,7 @@ func baseline() []Package {
 	}
 	// Module packages no rule names, for edges to them (the standard
 	// library's runtime is no module package).
-	for _, n := range append([]string{"runtime/supervisor/rpcerr", "policy/bundle", "runtime/supervisor", "diag"}, append(supervisorClients, notForClients...)...) {
+	for _, n := range append([]string{"runtime/supervisor/rpcerr", "policy/bundle", "policy/grant", "policy/render/oci", "policy/render/kubernetes", "runtime/supervisor", "diag"}, append(supervisorClients, notForClients...)...) {
 		pkgs = append(pkgs, Package{Path: n})
 	}
 	return pkgs
@@ -99,6 +99,13 @@ func TestRules(t *testing.T) {
 		{"the server loop uses x/sys and the standard library's runtime", "internal/lineserve", imports("golang.org/x/sys/unix", "runtime", "runtime/cgo"), ""},
 		{"the server loop imports the supervisor's error codes", "internal/lineserve", imports("runtime/supervisor/rpcerr"), "line-carriers-know-no-layer"},
 		{"the client loop depends on the bundle", "internal/linerpc", deps("policy/bundle"), "line-carriers-know-no-layer"},
+		{"the OCI rendering reads the plan's types", "policy/render/oci", imports("policy/grant", "policy/bundle"), ""},
+		{"the compiler calls the OCI rendering", "policy/compiler", imports("policy/render/oci"), ""},
+		{"a rendering uses the standard library's runtime", "policy/render/kubernetes", imports("runtime"), ""},
+		{"the OCI rendering depends on the compiler", "policy/render/oci", deps("policy/compiler"), "renderers-read-the-plan"},
+		{"a rendering evaluates the schema", "policy/render/kubernetes", deps("policy/schema"), "renderers-read-the-plan"},
+		{"a rendering depends on the launcher", "policy/render/kubernetes", deps("runtime/launcher"), "renderers-read-the-plan"},
+		{"a new rendering depends on the supervisor", "policy/render/other", deps("runtime/supervisor"), "renderers-read-the-plan"},
 		{"the supervisor and the holder import the server loop", "runtime/supervisor/holder", imports("internal/lineserve"), ""},
 	}
 	if vs := Check(baseline()); len(vs) != 0 {
