@@ -15,12 +15,10 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -171,116 +169,6 @@ const (
 // RouteStats is what one route proxy did: the execution seam's neutral
 // counters (execution.RouteStats), which the launcher fills.
 type RouteStats = execution.RouteStats
-
-// startRoute runs the proxy of one private route on the sandbox's gateway.
-func startRoute(n *sandboxnet.Network, r bundle.Route, tok *routeproxy.Token) (*routeproxy.Proxy, error) {
-	proxy, err := routeproxy.New(r, routeproxy.Limits{}, tok)
-	if err != nil {
-		return nil, err
-	}
-	l, err := n.ListenGateway(r.Port)
-	if err != nil {
-		return nil, fmt.Errorf("route %s: listening on the gateway: %w", r.Purpose, err)
-	}
-	proxy.Serve(l)
-	return proxy, nil
-}
-
-// startModelRoute runs the model route's proxy on the gateway. The key
-// must be there at launch, as a missing credential always refused one;
-// after that a request the key source cannot serve gets 503.
-func (l *launch) startModelRoute(n *sandboxnet.Network, r bundle.Route) (*routeproxy.Proxy, error) {
-	var key func() ([]byte, error)
-	var login *routeproxy.Login
-	switch {
-	case r.LoginFile != "":
-		// A subscription login (oauth-broker): the route reads it from the
-		// deployment's auth.json and refreshes it there; no key is handed.
-		var err error
-		if login, err = routeproxy.OpenLogin(r, n.Dialer(l.opts.Resolve), l.opts.ModelRoots); err != nil {
-			return nil, refused(diag.LaunchSecret, "secret", err)
-		}
-		key = login.Key()
-	case l.opts.ModelKey != nil:
-		key = l.opts.ModelKey
-	case l.opts.Secrets != nil:
-		secrets, deployment, ref := l.opts.Secrets, l.m.Deployment, r.TokenRef
-		key = func() ([]byte, error) { return secrets(deployment, ref) }
-	default:
-		return nil, refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: secret %s (the provider key): no secret source", r.Purpose, r.TokenRef))
-	}
-	fail := func(err error) (*routeproxy.Proxy, error) {
-		if login != nil {
-			login.Close()
-		}
-		return nil, err
-	}
-	v, err := key()
-	valid := err == nil && routeproxy.ValidToken(v)
-	clear(v)
-	if !valid {
-		if err == nil {
-			err = routeproxy.ErrBadToken
-		}
-		if login != nil {
-			return fail(refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: the subscription login %s of %s: %w", r.Purpose, r.LoginEntry, r.LoginFile, err)))
-		}
-		return nil, refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: secret %s (the provider key): %w", r.Purpose, r.TokenRef, err))
-	}
-	// The provider's name must resolve, to addresses egress could have, at
-	// launch, as an egress rule's must; each connection resolves again.
-	u, err := url.Parse(r.Upstream)
-	if err != nil {
-		return fail(fmt.Errorf("route %s: upstream: %w", r.Purpose, err))
-	}
-	if err := n.CheckHost(context.Background(), l.opts.Resolve, u.Hostname()); err != nil {
-		return fail(fmt.Errorf("route %s: the provider host: %w", r.Purpose, err))
-	}
-	proxy, err := routeproxy.NewModel(r, routeproxy.ModelOptions{Key: key, Dial: n.Dialer(l.opts.Resolve), Roots: l.opts.ModelRoots, Login: login})
-	if err != nil {
-		return fail(err)
-	}
-	ln, err := n.ListenGateway(r.Port)
-	if err != nil {
-		proxy.Close()
-		return nil, fmt.Errorf("route %s: listening on the gateway: %w", r.Purpose, err)
-	}
-	proxy.Serve(ln)
-	return proxy, nil
-}
-
-// routeToken is where the route's proxy finds the daemon's bearer: the
-// caller's holder, or (none given) a holder filled once from the secrets
-// under the route's tokenRef. The value stays in this process. Without
-// the generated MCP config nothing in the sandbox is set up to use the
-// route, so a token that cannot be found leaves the holder empty (the
-// route answers 503); with it, the launch is refused, as a missing
-// credential is, rather than start an agent whose Paseo tools all fail.
-func routeToken(opts Options, files bundle.Files, deployment string, r bundle.Route) (*routeproxy.Token, error) {
-	if opts.MCPToken != nil {
-		return opts.MCPToken, nil
-	}
-	_, configured := files[bundle.MCPConfigFile]
-	if r.TokenRef == "" || opts.Secrets == nil {
-		if !configured {
-			return &routeproxy.Token{}, nil
-		}
-		return nil, refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: no daemon token was handed over and no secret source holds its tokenRef", r.Purpose))
-	}
-	v, err := opts.Secrets(deployment, r.TokenRef)
-	if err != nil {
-		if !configured {
-			return &routeproxy.Token{}, nil
-		}
-		return nil, refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: %w", r.Purpose, err))
-	}
-	defer clear(v)
-	tok := &routeproxy.Token{}
-	if err := tok.Set(v); err != nil {
-		return nil, refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: secret %s: %w", r.Purpose, r.TokenRef, err))
-	}
-	return tok, nil
-}
 
 // Launch runs the bundle to completion, in phases (prepare, network,
 // start, wait, teardown). Each phase pushes the undo of what it makes onto
@@ -567,23 +455,6 @@ func (l *launch) teardown() {
 	logFailures(l.opts.Log, l.opts.ID, l.res.Teardown)
 }
 
-// recordRoute puts a closed proxy's counters into the result.
-func (l *launch) recordRoute(purpose string, proxy *routeproxy.Proxy) {
-	if l.res.Routes == nil {
-		l.res.Routes = map[string]RouteStats{}
-	}
-	s := &proxy.Stats
-	l.res.Routes[purpose] = RouteStats{Forwarded: s.Forwarded.Load(), Refused: s.Refused.Load(),
-		OutOfScope: s.OutOfScope.Load(), Filtered: s.Filtered.Load(),
-		RefusedConns: s.RefusedConns.Load(), Cut: s.Cut.Load(), Scrubbed: s.Scrubbed.Load(),
-		Decompressed: s.Decompressed.Load()}
-	if m := s.Refusals(); len(m) > 0 {
-		rs := l.res.Routes[purpose]
-		rs.ByReason = m
-		l.res.Routes[purpose] = rs
-	}
-}
-
 // start fills the launch-time fields into the run copy of config.json and
 // writes it, makes the memory cgroup and starts runsc with the launcher's
 // stdio.
@@ -717,119 +588,6 @@ func newID() string {
 	return "pp-" + hex.EncodeToString(b[:])
 }
 
-// limitWriter passes output through and calls onLimit once when the total
-// across it and shared passes limit; output past the limit is dropped.
-// stdout and stderr have one limitWriter each, written by exec's two
-// copiers at once, so the shared total is counted under the total's lock.
-type limitWriter struct {
-	w       io.Writer
-	limit   int64
-	shared  *limitWriter
-	onLimit func()
-
-	mu    sync.Mutex // of the total: guards n and fired
-	n     int64
-	fired bool
-}
-
-func (l *limitWriter) Write(p []byte) (int, error) {
-	total := l
-	if l.shared != nil {
-		total = l.shared
-	}
-	total.mu.Lock()
-	if total.limit > 0 && total.n+int64(len(p)) > total.limit {
-		fire := !total.fired
-		total.fired = true
-		total.mu.Unlock()
-		if fire && l.onLimit != nil {
-			l.onLimit()
-		}
-		return len(p), nil
-	}
-	total.n += int64(len(p))
-	total.mu.Unlock()
-	_, err := l.w.Write(p)
-	return len(p), err
-}
-
-// runDir is the private, root-only copy of a bundle a launch runs from.
-type runDir struct {
-	dir  string
-	root string // the private overlay root, while mounted
-}
-
-func newRunDir(stateRoot, id string) (*runDir, error) {
-	if strings.ContainsAny(id, "/\x00") || id == "" || id == "." || id == ".." {
-		return nil, refused(diag.LaunchID, "id", errors.New("invalid container id"))
-	}
-	base := filepath.Join(stateRoot, "run")
-	if err := os.MkdirAll(base, 0o700); err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(stateRoot, 0o700); err != nil {
-		return nil, err
-	}
-	dir := filepath.Join(base, id)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("run dir for %s: %w (is the id in use?)", id, err)
-	}
-	return &runDir{dir: dir}, nil
-}
-
-// materialize writes the plan's bundle files into the run dir and returns
-// the run copy of the spec, which start writes once it is complete
-// (runstate.go); the reviewed bundle itself is never modified. No secret
-// goes into either: the plan's validator refused any placeholder.
-func (r *runDir) materialize(plan *launchplan.Plan) (*rspec.Spec, error) {
-	spec, err := runSpec(plan.Spec)
-	if err != nil {
-		return nil, err
-	}
-	files := plan.Files
-	if data, ok := files[bundle.MCPConfigFile]; ok {
-		mcp, err := checkMCP(data)
-		if err != nil {
-			return nil, err
-		}
-		// Read by the agent through the gofer, so readable inside the
-		// sandbox; the run dir (0700) keeps it from everyone else.
-		if err := r.writeFile(bundle.MCPConfigFile, mcp, 0o444); err != nil {
-			return nil, err
-		}
-	}
-	if hook, ok := files[bundle.FSMonitorHookFile]; ok {
-		// Run by the sandbox's git: executable, read-only.
-		if err := r.writeFile(bundle.FSMonitorHookFile, hook, 0o555); err != nil {
-			return nil, err
-		}
-	}
-	for _, name := range []string{bundle.HostsFile, bundle.ResolvFile, bundle.GitHeadFile, bundle.ModelsFile} {
-		if _, ok := files[name]; !ok && (name == bundle.GitHeadFile || name == bundle.ModelsFile) {
-			continue // only a main worktree's layout has a HEAD, only a model route a models.json
-		}
-		// Readable by the sandbox user through the gofer.
-		if err := r.writeFile(name, files[name], 0o644); err != nil {
-			return nil, err
-		}
-	}
-	return spec, nil
-}
-
-func (r *runDir) writeFile(name string, data []byte, mode os.FileMode) error {
-	p := filepath.Join(r.dir, filepath.FromSlash(name))
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return err
-	}
-	return os.WriteFile(p, data, mode)
-}
-
-// remove unmounts the private root and removes the run dir; what it
-// cannot remove, it reports (and gc retries).
-func (r *runDir) remove() error {
-	return errors.Join(r.unmountRoot(), removeRunDir(r.dir))
-}
-
 // runsc drives the pinned binary with fixed flags only.
 type runsc struct {
 	path    string
@@ -876,23 +634,6 @@ func (r *runsc) knows(id string) (bool, error) {
 		}
 	}
 	return false, nil
-}
-
-// pollOOM records the container's OOM kill count while it runs, for hosts
-// where runsc owns (and on exit removes) the memory cgroup.
-func pollOOM(id string, exited <-chan struct{}, n *atomic.Uint64) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		if k := oomKills(id); k > n.Load() {
-			n.Store(k)
-		}
-		select {
-		case <-t.C:
-		case <-exited:
-			return
-		}
-	}
 }
 
 // stop asks the container to end, then kills runsc's process group, which

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -100,4 +102,21 @@ func oomKills(id string) uint64 {
 		total += oomKillsIn(filepath.Join(m, CgroupsPath(id)))
 	}
 	return total
+}
+
+// pollOOM records the container's OOM kill count while it runs, for hosts
+// where runsc owns (and on exit removes) the memory cgroup.
+func pollOOM(id string, exited <-chan struct{}, n *atomic.Uint64) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if k := oomKills(id); k > n.Load() {
+			n.Store(k)
+		}
+		select {
+		case <-t.C:
+		case <-exited:
+			return
+		}
+	}
 }
