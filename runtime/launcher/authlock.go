@@ -13,6 +13,7 @@ import (
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/grant"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // One sandbox per auth.json (threat 57)
@@ -174,13 +175,13 @@ func (l *authLock) take() error {
 // owns the auth.json: it is hibernated (and this is not its wake), or its
 // record says it may run.
 func (l *authLock) ownedElsewhere(owner string) error {
-	if _, err := newRunDirName(owner); err != nil {
+	if err := statedir.ValidID(owner); err != nil {
 		return fmt.Errorf("auth.json lock %s names no valid sandbox id", l.name)
 	}
-	if _, err := os.Stat(HibernateDir(l.stateRoot, owner)); err == nil {
+	if _, err := os.Stat(statedir.HibernateDir(l.stateRoot, owner)); err == nil {
 		return fmt.Errorf("%w: sandbox %s is hibernated with it; wake it or delete it first", ErrAuthFileInUse, owner)
 	}
-	if _, err := recordOf(l.stateRoot, owner); err == nil {
+	if _, ok, err := statedir.Lookup(l.stateRoot, owner); err == nil && ok {
 		return fmt.Errorf("%w: sandbox %s has a record but no launcher holding the lock, so it may still run; gc it first", ErrAuthFileInUse, owner)
 	}
 	return nil
@@ -206,7 +207,7 @@ func (l *authLock) checkStaged(path string) error {
 // the log but not in a kept record.
 func (l *authLock) release() error {
 	var err error
-	if _, serr := os.Stat(HibernateDir(l.stateRoot, l.id)); serr != nil {
+	if _, serr := os.Stat(statedir.HibernateDir(l.stateRoot, l.id)); serr != nil {
 		if uerr := unix.Unlinkat(int(l.dir.Fd()), l.name, 0); uerr != nil && !errors.Is(uerr, unix.ENOENT) {
 			err = fmt.Errorf("removing the lock file %s: %w", l.name, uerr)
 		}

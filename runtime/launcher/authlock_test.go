@@ -14,6 +14,8 @@ import (
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
+	"paseo.dev/paseo-policy/runtime/launcher/inventory"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // The auth.json lock (authlock.go) against the pinned runsc: oauth-file
@@ -249,12 +251,12 @@ func TestAuthFileLockDeadLauncherRecord(t *testing.T) {
 	if err := os.WriteFile(lock, []byte(oauthID("orphan")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeRecord(s.state, Record{ID: oauthID("orphan"), LauncherPID: 1 << 30}); err != nil {
+	if err := statedir.WriteRecord(s.state, statedir.Record{ID: oauthID("orphan"), LauncherPID: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
 	_, _, _, err := s.launch(t, nil)
 	wantAuthInUse(t, err, oauthID("orphan"))
-	if _, err := (Inventory{StateRoot: s.state, RunscPath: s.runsc}).GC(); err != nil {
+	if _, err := (inventory.Inventory{StateRoot: s.state, RunscPath: s.runsc}).GC(); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, stderr, err := s.launch(t, nil); err != nil {

@@ -6,35 +6,30 @@
 package launcher
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/diag"
-	"paseo.dev/paseo-policy/internal/childproc"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/runtime/execution"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
 	"paseo.dev/paseo-policy/runtime/launcher/nativesearch"
 	"paseo.dev/paseo-policy/runtime/launcher/preflight"
 	"paseo.dev/paseo-policy/runtime/launcher/routeproxy"
+	"paseo.dev/paseo-policy/runtime/launcher/runsc"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // DefaultStateRoot is where the launcher keeps run dirs and runsc state.
@@ -217,7 +212,7 @@ type launch struct {
 	m     *bundle.Manifest // plan.Manifest
 	// limits are the plan's, with a wake's wall time already run taken off.
 	limits launchplan.Limits
-	rs     *runsc
+	rs     *runsc.Runner
 	run    *runDir
 	// spec is the run copy of config.json, patched in memory and written
 	// once at start (runstate.go); state holds what the phases learn for it.
@@ -236,7 +231,7 @@ type launch struct {
 
 // running is a started runsc and what the wait phase watches.
 type running struct {
-	cmd  *exec.Cmd
+	proc *runsc.Proc
 	wall context.Context // ends at the wall-time limit or with the caller's
 	stop <-chan string   // the output limit was passed (the reason)
 	done <-chan error    // runsc's wait
@@ -302,8 +297,8 @@ func (l *launch) prepare() error {
 		return fmt.Errorf("%w (this bundle's is %q)", ErrNativeSearchNoGateway, plan.Network)
 	}
 	l.limits = plan.Limits
-	l.rs = &runsc{path: l.opts.RunscPath, root: filepath.Join(l.opts.StateRoot, "runsc"), network: plan.Network}
-	if err := os.MkdirAll(l.rs.root, 0o700); err != nil {
+	l.rs = &runsc.Runner{Path: l.opts.RunscPath, Root: statedir.RunscRoot(l.opts.StateRoot), Network: plan.Network}
+	if err := os.MkdirAll(l.rs.Root, 0o700); err != nil {
 		return err
 	}
 	// Before anything is made: its undo goes under the record's, so the
@@ -317,7 +312,7 @@ func (l *launch) prepare() error {
 	if l.spec, err = l.run.materialize(plan); err != nil {
 		return err
 	}
-	l.state = runtimeState{cgroupsPath: CgroupsPath(l.opts.ID), privateRoot: true}
+	l.state = runtimeState{cgroupsPath: statedir.CgroupsPath(l.opts.ID), privateRoot: true}
 	if l.state.binds, err = l.run.stageBinds(plan); err != nil {
 		return err
 	}
@@ -358,24 +353,24 @@ func (l *launch) claim() error {
 	// runsc's create with an id it already knows deletes the first
 	// container's state and orphans it, so an id runsc knows is refused
 	// even when this launcher has no record of it.
-	if known, err := l.rs.knows(l.opts.ID); err != nil || known {
+	if known, err := l.rs.Knows(l.opts.ID); err != nil || known {
 		if err == nil {
 			err = refused(diag.LaunchID, "id", fmt.Errorf("container id %s already exists in the runsc root", l.opts.ID))
 		}
 		return undoRun(err)
 	}
-	rec := Record{ID: l.opts.ID, Bundle: l.opts.BundleDir, Profile: l.m.Profile, Agent: l.m.Agent, Deployment: l.m.Deployment,
+	rec := statedir.Record{ID: l.opts.ID, Bundle: l.opts.BundleDir, Profile: l.m.Profile, Agent: l.m.Agent, Deployment: l.m.Deployment,
 		Network: l.plan.Network, Uplink: l.opts.Uplink, Started: time.Now().UTC(), RanBefore: l.ranBefore(),
-		LauncherPID: os.Getpid(), LauncherStart: processStart(os.Getpid())}
-	if err := writeRecord(l.opts.StateRoot, rec); err != nil {
+		LauncherPID: os.Getpid(), LauncherStart: statedir.ProcessStart(os.Getpid())}
+	if err := statedir.WriteRecord(l.opts.StateRoot, rec); err != nil {
 		return undoRun(idRefused(err))
 	}
 	stateRoot := l.opts.StateRoot
 	l.cleanup.push("record", func() error {
 		if failed := l.cleanup.failures(); len(failed) > 0 {
-			return keepFailedRecord(stateRoot, rec, failed)
+			return statedir.KeepFailedRecord(stateRoot, rec, failed)
 		}
-		return removeRecord(stateRoot, rec.ID)
+		return statedir.RemoveRecord(stateRoot, rec.ID)
 	})
 	l.cleanup.push("run dir", run.remove)
 	l.run = run
@@ -392,7 +387,7 @@ func (l *launch) network(ctx context.Context) error {
 	if l.state.search != nil {
 		gatewayPorts = append(gatewayPorts, l.state.search.port)
 	}
-	net, err := sandboxnet.Setup(ctx, sandboxnet.Config{ID: l.opts.ID, Egress: *l.plan.Egress, StateDir: filepath.Join(l.opts.StateRoot, "net"),
+	net, err := sandboxnet.Setup(ctx, sandboxnet.Config{ID: l.opts.ID, Egress: *l.plan.Egress, StateDir: statedir.NetDir(l.opts.StateRoot),
 		Uplink: l.opts.Uplink, Pool: l.opts.Pool, Link: l.wakeLink(), Resolve: l.opts.Resolve, Caps: l.opts.NetCaps, GatewayPorts: gatewayPorts})
 	if err != nil {
 		return fmt.Errorf("sandbox network: %w", err)
@@ -470,7 +465,7 @@ func (l *launch) start(ctx context.Context) (*running, error) {
 		l.cleanup.push("memory cgroup", memcg.remove) // runs after runsc delete, pushed next
 	}
 	id := l.opts.ID
-	l.cleanup.push("runsc delete", func() error { return l.rs.cleanup(id) })
+	l.cleanup.push("runsc delete", func() error { return l.rs.Delete(id) })
 
 	r := &running{wall: ctx}
 	if l.limits.Wall > 0 {
@@ -485,7 +480,6 @@ func (l *launch) start(ctx context.Context) (*running, error) {
 	errw.onLimit = out.onLimit
 	r.stop = stop
 
-	r.cmd = l.runscCommand()
 	// stdin goes through a pipe the launcher owns, not exec's copier: Wait
 	// would otherwise wait for the caller's reader to end, so an agent that
 	// exits (or is stopped) while its client keeps stdin open would hang
@@ -498,14 +492,12 @@ func (l *launch) start(ctx context.Context) (*running, error) {
 	// The copier below closes it too; whichever close comes second fails
 	// harmlessly, so this undo reports nothing.
 	l.cleanup.push("stdin", func() error { stdinW.Close(); return nil })
-	r.cmd.Stdin = stdinR
-	r.cmd.Stdout = out
-	r.cmd.Stderr = errw
-	waited, err := childproc.Start(r.cmd)
+	proc, waited, err := l.rs.Start(id, l.run.dir, l.imageDir(), runsc.Stdio{In: stdinR, Out: out, Err: errw})
 	stdinR.Close() // runsc, if it started, holds its own copy
 	if err != nil {
 		return nil, fmt.Errorf("starting runsc: %w", err)
 	}
+	r.proc = proc
 	if l.opts.OnStart != nil {
 		l.opts.OnStart()
 	}
@@ -540,12 +532,12 @@ func (l *launch) wait(ctx context.Context, r *running) {
 		if ctx.Err() != nil {
 			l.res.Reason, l.res.Limit = "cancelled", ""
 		}
-		waitErr = l.rs.stop(l.opts.ID, r.cmd, r.done, l.opts.Grace)
+		waitErr = l.rs.Stop(l.opts.ID, r.proc, r.done, l.opts.Grace)
 	case why := <-r.stop:
 		l.res.Reason, l.res.Limit = why, LimitOutput
-		waitErr = l.rs.stop(l.opts.ID, r.cmd, r.done, l.opts.Grace)
+		waitErr = l.rs.Stop(l.opts.ID, r.proc, r.done, l.opts.Grace)
 	}
-	l.res.ExitCode = exitCode(waitErr)
+	l.res.ExitCode = runsc.ExitCode(waitErr)
 	if l.res.Reason == "" && ((l.memcg != nil && l.memcg.oomKills() > 0) || l.polledOOM.Load() > 0) {
 		l.res.Reason, l.res.Limit = "memory limit exceeded: the kernel killed the sandbox", LimitMemory
 	}
@@ -568,114 +560,8 @@ func orDiscard(w io.Writer) io.Writer {
 	return w
 }
 
-func exitCode(err error) int {
-	if err == nil {
-		return 0
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal())
-		}
-		return ee.ExitCode()
-	}
-	return -1
-}
-
 func newID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return "pp-" + hex.EncodeToString(b[:])
-}
-
-// runsc drives the pinned binary with fixed flags only.
-type runsc struct {
-	path    string
-	root    string
-	network string
-}
-
-func (r *runsc) flags() []string {
-	return launchplan.RunscFlags(r.root, r.network)
-}
-
-func (r *runsc) command(id, bundleDir string) *exec.Cmd {
-	args := append(r.flags(), "run", "--bundle", bundleDir, id)
-	cmd := exec.Command(r.path, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	return cmd
-}
-
-func (r *runsc) run(args ...string) error {
-	cmd := exec.Command(r.path, append(r.flags(), args...)...)
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("runsc %s: %v: %s", args[0], err, strings.TrimSpace(stderr.String()))
-	}
-	return nil
-}
-
-// knows reports whether the runsc root has a container with this id. It
-// looks for runsc's own state file, "<id>_sandbox:<sandbox id>.state",
-// instead of running `runsc list` (6 ms, most of what a launch adds to a
-// bare runsc run). The layout is the pinned runsc's;
-// TestGCHalfCreatedAndDuplicateID fails if a new runsc changes it.
-func (r *runsc) knows(id string) (bool, error) {
-	ents, err := os.ReadDir(r.root)
-	if err != nil {
-		return false, fmt.Errorf("runsc root: %w", err)
-	}
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), id+"_sandbox:") {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-// stop asks the container to end, then kills runsc's process group, which
-// takes the sandbox and gofer with it.
-func (r *runsc) stop(id string, cmd *exec.Cmd, done <-chan error, grace time.Duration) error {
-	_ = r.run("kill", id, "SIGTERM")
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(grace):
-	}
-	_ = r.run("kill", "--all", id, "SIGKILL")
-	_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
-	return <-done
-}
-
-// cleanup deletes the container state and unmounts what runsc leaves
-// behind under its root (it leaves an nsfs mount at <root>/null-netns).
-func (r *runsc) cleanup(id string) error {
-	return errors.Join(r.run("delete", "--force", id), unmountBeneath(r.root))
-}
-
-// unmountBeneath detaches every mount at or beneath root, deepest first,
-// and reports those that would not go. A mount already gone (EINVAL: no
-// longer a mount point; ENOENT) is not a failure: the runsc root is shared
-// by every sandbox of the state root, and their teardowns race for it.
-func unmountBeneath(root string) error {
-	points, err := mountPoints()
-	if err != nil {
-		return err
-	}
-	var targets []string
-	for _, p := range points {
-		if p == root || strings.HasPrefix(p, root+"/") {
-			targets = append(targets, p)
-		}
-	}
-	var errs []error
-	for i := len(targets) - 1; i >= 0; i-- {
-		if err := unix.Unmount(targets[i], unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("unmounting %s: %w", targets[i], err))
-		}
-	}
-	return errors.Join(errs...)
 }

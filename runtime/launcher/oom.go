@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"paseo.dev/paseo-policy/runtime/launcher/mounts"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // The memory cgroup and out-of-memory reports
@@ -35,7 +38,7 @@ type memoryCgroup struct {
 // hosts without a v1 memory hierarchy.
 func prepareMemoryCgroup(id string, limit int64) (*memoryCgroup, error) {
 	root := ""
-	for _, m := range cgroupMounts() {
+	for _, m := range mounts.Cgroups() {
 		if filepath.Base(m) == "memory" {
 			if _, err := os.Stat(filepath.Join(m, "memory.limit_in_bytes")); err == nil {
 				root = m
@@ -45,7 +48,7 @@ func prepareMemoryCgroup(id string, limit int64) (*memoryCgroup, error) {
 	if root == "" || limit <= 0 {
 		return nil, nil
 	}
-	dir := filepath.Join(root, CgroupsPath(id))
+	dir := filepath.Join(root, statedir.CgroupsPath(id))
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, err
 	}
@@ -98,8 +101,8 @@ func oomKillsIn(dir string) uint64 {
 // for hosts where runsc owns the cgroup (v2): valid only while it exists.
 func oomKills(id string) uint64 {
 	var total uint64
-	for _, m := range cgroupMounts() {
-		total += oomKillsIn(filepath.Join(m, CgroupsPath(id)))
+	for _, m := range mounts.Cgroups() {
+		total += oomKillsIn(filepath.Join(m, statedir.CgroupsPath(id)))
 	}
 	return total
 }

@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
+	"paseo.dev/paseo-policy/runtime/launcher/mounts"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // runDir is the private, root-only copy of a bundle a launch runs from.
@@ -21,17 +22,17 @@ type runDir struct {
 }
 
 func newRunDir(stateRoot, id string) (*runDir, error) {
-	if strings.ContainsAny(id, "/\x00") || id == "" || id == "." || id == ".." {
-		return nil, refused(diag.LaunchID, "id", errors.New("invalid container id"))
+	if err := statedir.ValidID(id); err != nil {
+		return nil, refused(diag.LaunchID, "id", err)
 	}
-	base := filepath.Join(stateRoot, "run")
+	base := statedir.RunDirs(stateRoot)
 	if err := os.MkdirAll(base, 0o700); err != nil {
 		return nil, err
 	}
 	if err := os.Chmod(stateRoot, 0o700); err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(base, id)
+	dir := statedir.RunDir(stateRoot, id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("run dir for %s: %w (is the id in use?)", id, err)
 	}
@@ -88,5 +89,5 @@ func (r *runDir) writeFile(name string, data []byte, mode os.FileMode) error {
 // remove unmounts the private root and removes the run dir; what it
 // cannot remove, it reports (and gc retries).
 func (r *runDir) remove() error {
-	return errors.Join(r.unmountRoot(), removeRunDir(r.dir))
+	return errors.Join(r.unmountRoot(), mounts.RemoveDir(r.dir))
 }

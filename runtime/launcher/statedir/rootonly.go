@@ -1,4 +1,4 @@
-package launcher
+package statedir
 
 import (
 	"fmt"
@@ -10,9 +10,25 @@ import (
 	"paseo.dev/paseo-policy/diag"
 )
 
+// Error is a refusal of the state root's layout with its stable code
+// (diag.Launch*) and the launch step it refuses; its text is Err's. The
+// launcher reports it as a launch refusal of that code and step.
+type Error struct {
+	Code diag.Code
+	Step string
+	Err  error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is matches the refusal's code.
+func (e *Error) Is(target error) bool { c, ok := target.(diag.Code); return ok && c == e.Code }
+
 // Why a path is enough for an image (threat 67)
 //
-// runsc opens the image files by name after loadImage has checked their
+// runsc opens the image files by name after LoadImage has checked their
 // digests, and writes them by name at checkpoint. That is safe only if no
 // one but root can change what the name resolves to between the check and
 // runsc's open: the hibernate dir must be root's 0700 (no one else may
@@ -26,23 +42,23 @@ import (
 // threat model; a chain that fails is refused at checkpoint (the image
 // holds the key) and at wake.
 
-// checkRootOnlyDir checks dir, the hibernate dir of one sandbox, and the
+// CheckRootOnlyDir checks dir, the hibernate dir of one sandbox, and the
 // chain of directories that lead to it.
-func checkRootOnlyDir(dir string) error {
+func CheckRootOnlyDir(dir string) error {
 	fi, err := os.Lstat(dir)
 	if err != nil {
-		return refused(diag.LaunchWake, "wake", fmt.Errorf("no checkpoint: %w", err))
+		return &Error{Code: diag.LaunchWake, Step: "wake", Err: fmt.Errorf("no checkpoint: %w", err)}
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !fi.IsDir() || !ok || st.Uid != 0 || fi.Mode().Perm() != 0o700 {
-		return refused(diag.LaunchHibernatePath, "hibernate-path", fmt.Errorf("checkpoint dir %s is not a root-only (0700) directory", dir))
+		return &Error{Code: diag.LaunchHibernatePath, Step: "hibernate-path", Err: fmt.Errorf("checkpoint dir %s is not a root-only (0700) directory", dir)}
 	}
 	abs, err := filepath.Abs(filepath.Dir(dir))
 	if err != nil {
 		return err
 	}
 	if err := checkRootChain(abs, 0); err != nil {
-		return refused(diag.LaunchHibernatePath, "hibernate-path", fmt.Errorf("checkpoint dir %s: %w", dir, err))
+		return &Error{Code: diag.LaunchHibernatePath, Step: "hibernate-path", Err: fmt.Errorf("checkpoint dir %s: %w", dir, err)}
 	}
 	return nil
 }
