@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/netip"
 	"os"
@@ -94,8 +95,8 @@ func TestPSAndKill(t *testing.T) {
 	if entries[0].Profile != "pi-session" || entries[0].Agent != "agent-7f3c" {
 		t.Errorf("ps lacks the manifest's profile and agent: %+v", entries[0])
 	}
-	if err := s.inventory().Kill("nope", unix.SIGKILL); err == nil {
-		t.Error("kill of an unknown id succeeded")
+	if err := s.inventory().Kill("nope", unix.SIGKILL); !errors.Is(err, inventory.ErrNoSandbox) {
+		t.Errorf("kill of an unknown id: %v, want refused (%v)", err, inventory.ErrNoSandbox)
 	}
 	if err := s.inventory().Kill("ps-kill", unix.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -185,8 +186,17 @@ func TestGCAfterLauncherCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 1 || entries[0].Launcher != "dead" || !entries[0].Garbage {
+	if len(entries) != 1 || entries[0].Launcher != "dead" || !entries[0].Garbage || entries[0].Status != "running" {
 		t.Fatalf("ps after a launcher crash: %+v", entries)
+	}
+	// Its launcher gone, the sandbox is an orphan: kill refuses to signal
+	// it (gc's business), and runsc still runs it (TestPSAndKill is the
+	// control: a live launch's sandbox is signalled).
+	if err := inv.Kill("crashed", unix.SIGKILL); !errors.Is(err, inventory.ErrLaunchEnded) {
+		t.Fatalf("kill of an orphaned sandbox: %v, want refused (%v)", err, inventory.ErrLaunchEnded)
+	}
+	if entries, err := inv.PS(); err != nil || len(entries) != 1 || entries[0].Status != "running" {
+		t.Fatalf("ps after the refused kill: %+v %v", entries, err)
 	}
 	peer, _, table := sandboxnet.Names("crashed")
 	if _, err := os.Stat(sandboxnet.NetnsPath(filepath.Join(s.state, "net"), "crashed")); err != nil {

@@ -129,7 +129,7 @@ func TestTeardownFailureIsReported(t *testing.T) {
 	if diff := cmp.Diff(want, entries[0].Teardown); diff != "" {
 		t.Errorf("ps teardown (-want +got):\n%s", diff)
 	}
-	if err := s.inventory().Kill(id, 9); err == nil {
+	if err := s.inventory().Kill(id, 9); !errors.Is(err, inventory.ErrLaunchEnded) {
 		t.Error("kill accepted a sandbox whose teardown ended")
 	}
 	rep, err := s.inventory().GC()
@@ -174,7 +174,7 @@ func TestPSShowsAKeptRecord(t *testing.T) {
 	if diff := cmp.Diff(failed, e[0].Teardown); diff != "" {
 		t.Errorf("ps teardown (-want +got):\n%s", diff)
 	}
-	if err := inv.Kill("pp-kept", 9); err == nil || !strings.Contains(err.Error(), "use gc") {
+	if err := inv.Kill("pp-kept", 9); !errors.Is(err, inventory.ErrLaunchEnded) {
 		t.Errorf("kill of a record whose teardown ended: %v, want refused", err)
 	}
 }

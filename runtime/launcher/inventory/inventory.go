@@ -116,6 +116,14 @@ func (inv Inventory) PS() ([]Entry, error) {
 	return out, nil
 }
 
+// Kill's refusals: no record names the id, or the record's launch is over
+// (its launcher is gone, or its teardown failed), so the sandbox is an
+// orphan and gc's, even while runsc still runs it.
+var (
+	ErrNoSandbox   = errors.New("no sandbox")
+	ErrLaunchEnded = errors.New("has no live launcher or its teardown failed; use gc")
+)
+
 // Kill signals the container of a live sandbox; its launcher then sees
 // runsc end and tears everything down. SIGKILL reaches every process in
 // the container.
@@ -125,10 +133,10 @@ func (inv Inventory) Kill(id string, sig unix.Signal) error {
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("no sandbox %s under %s", id, inv.StateRoot)
+		return fmt.Errorf("%w %s under %s", ErrNoSandbox, id, inv.StateRoot)
 	}
 	if rec.Ended() {
-		return fmt.Errorf("sandbox %s has no live launcher or its teardown failed; use gc", id)
+		return fmt.Errorf("sandbox %s %w", id, ErrLaunchEnded)
 	}
 	if err := inv.AwaitStarted(id); err != nil {
 		return err

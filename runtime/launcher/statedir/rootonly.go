@@ -1,6 +1,7 @@
 package statedir
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -41,6 +42,14 @@ func (e *Error) Is(target error) bool { c, ok := target.(diag.Code); return ok &
 // Once that holds, only root can swap the image, and root is outside the
 // threat model; a chain that fails is refused at checkpoint (the image
 // holds the key) and at wake.
+
+// The ways a directory on the way to a checkpoint fails to keep its
+// entries for root. Both are PP-LAUNCH-HIBERNATE-PATH (the code says the
+// chain is open, not how); these say how.
+var (
+	ErrNotRootOwned = errors.New("not root's: its owner can swap what lies beneath it")
+	ErrOpenToOthers = errors.New("writable by group or others and not sticky: they can swap what lies beneath it")
+)
 
 // CheckRootOnlyDir checks dir, the hibernate dir of one sandbox, and the
 // chain of directories that lead to it.
@@ -85,7 +94,7 @@ func checkRootChain(p string, depth int) error {
 			return err
 		}
 		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Uid != 0 {
-			return fmt.Errorf("%s is not root's: its owner can swap what lies beneath it", next)
+			return fmt.Errorf("%s is %w", next, ErrNotRootOwned)
 		}
 		if fi.Mode()&os.ModeSymlink != 0 {
 			target, err := os.Readlink(next)
@@ -118,9 +127,9 @@ func rootKeeps(dir string) error {
 	case !fi.IsDir():
 		return fmt.Errorf("%s is not a directory", dir)
 	case !ok || st.Uid != 0:
-		return fmt.Errorf("%s is not root's: its owner can swap what lies beneath it", dir)
+		return fmt.Errorf("%s is %w", dir, ErrNotRootOwned)
 	case fi.Mode().Perm()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0:
-		return fmt.Errorf("%s is writable by group or others (mode %v) and not sticky: they can swap what lies beneath it", dir, fi.Mode().Perm())
+		return fmt.Errorf("%s (mode %v) is %w", dir, fi.Mode().Perm(), ErrOpenToOthers)
 	}
 	return nil
 }

@@ -1,9 +1,9 @@
 package statedir
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"paseo.dev/paseo-policy/internal/testkit/skip"
@@ -59,24 +59,25 @@ func TestCheckRootChain(t *testing.T) {
 	otherLink := link("sticky/otherlink", good, 4242)
 	badTarget := link("badtarget", filepath.Dir(worldW), 0)
 	for _, c := range []struct {
-		path, refusal string
+		path    string
+		refusal error
 	}{
-		{good, ""},
-		{sticky, ""},
-		{filepath.Join(rootLink, "state"), ""},
-		{stickyOther, "not root's"},
-		{groupW, "writable by group or others"},
-		{worldW, "writable by group or others"},
-		{owned, "not root's"},
-		{otherLink, "not root's"},
-		{filepath.Join(badTarget, "state"), "writable by group or others"},
+		{good, nil},
+		{sticky, nil},
+		{filepath.Join(rootLink, "state"), nil},
+		{stickyOther, ErrNotRootOwned},
+		{groupW, ErrOpenToOthers},
+		{worldW, ErrOpenToOthers},
+		{owned, ErrNotRootOwned},
+		{otherLink, ErrNotRootOwned},
+		{filepath.Join(badTarget, "state"), ErrOpenToOthers},
 	} {
 		err := checkRootChain(c.path, 0)
-		if c.refusal == "" && err != nil {
+		if c.refusal == nil && err != nil {
 			t.Errorf("%s: refused (%v), want accepted", c.path, err)
 		}
-		if c.refusal != "" && (err == nil || !strings.Contains(err.Error(), c.refusal)) {
-			t.Errorf("%s: %v, want refused (%s)", c.path, err, c.refusal)
+		if c.refusal != nil && !errors.Is(err, c.refusal) {
+			t.Errorf("%s: %v, want refused (%v)", c.path, err, c.refusal)
 		}
 	}
 }
