@@ -82,13 +82,13 @@ type EgressRule struct {
 // Route is a private path the launcher proxies from the sandbox's gateway
 // address to a daemon endpoint the sandbox cannot reach itself.
 type Route struct {
-	Purpose       string `json:"purpose"`
-	Listen        string `json:"listen"` // "gateway": the peer side of the sandbox veth
-	Port          int    `json:"port"`
-	Method        string `json:"method"`
-	Path          string `json:"path"`
-	CallerAgentID string `json:"callerAgentId"`
-	Upstream      string `json:"upstream"`
+	Purpose       grant.RoutePurpose `json:"purpose"` // decoding refuses one this build does not know
+	Listen        string             `json:"listen"`  // "gateway": the peer side of the sandbox veth
+	Port          int                `json:"port"`
+	Method        string             `json:"method"`
+	Path          string             `json:"path"`
+	CallerAgentID string             `json:"callerAgentId"`
+	Upstream      string             `json:"upstream"`
 	// TokenRef names the daemon's bearer in the deployment's secrets, for
 	// a launch with no daemon to hand it over (paseo-policy launch). The
 	// bearer itself is never in the bundle: the route proxy adds it.

@@ -112,7 +112,7 @@ func (c *compilation) modelRoute(p *grant.Plan) {
 		c.modelLoginRoute(p, upstream, prefix, reqs)
 		return
 	}
-	p.Add(grant.Route{Purpose: "model", Proto: "tcp", Port: c.modelPort(), Path: prefix, Upstream: upstream,
+	p.Add(grant.Route{Purpose: grant.RouteModel, Proto: "tcp", Port: c.modelPort(), Path: prefix, Upstream: upstream,
 		TokenRef: f.Credential.SecretRef, API: c.modelAPI, Credential: grant.ModelCredentials[c.modelAPI], Requests: slices.Clone(reqs),
 		Model: f.Model.ID, Headers: slices.Clone(c.prof.ModelHeaders[c.modelAPI]), HostedTools: slices.Clone(c.hostedTools),
 		Provenance: why("the model through the launcher's per-sandbox proxy on the gateway, which adds the provider key (credential.secretRef) outside the sandbox and forwards over TLS, verified against the provider's name, only the requests named here (profile."+
@@ -165,7 +165,7 @@ func (c *compilation) modelLoginRoute(p *grant.Plan, upstream, prefix string, re
 		return
 	}
 	headers := append(slices.Clone(c.prof.ModelHeaders[c.modelAPI]), modelLoginHeaders[c.modelAPI]...)
-	p.Add(grant.Route{Purpose: "model", Proto: "tcp", Port: c.modelPort(), Path: prefix, Upstream: upstream,
+	p.Add(grant.Route{Purpose: grant.RouteModel, Proto: "tcp", Port: c.modelPort(), Path: prefix, Upstream: upstream,
 		API: c.modelAPI, Credential: grant.ModelLoginCredential, Requests: slices.Clone(reqs),
 		Model: f.Model.ID, Headers: headers, HostedTools: slices.Clone(c.hostedTools),
 		LoginFile: s.host, LoginEntry: f.Model.Provider, LoginRefresh: refresh,

@@ -145,7 +145,7 @@ func renderMCPConfig(plan *grant.Plan) ([]byte, bool, error) {
 		case grant.Mount:
 			mounted = mounted || g.Source == bundle.MCPConfigFile
 		case grant.Route:
-			if g.Purpose == "mcp" {
+			if g.Purpose == grant.RouteMCP {
 				route = &g
 			}
 		}

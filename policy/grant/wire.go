@@ -331,7 +331,10 @@ func typed(w Encoded) (Grant, error) {
 	case KindEgress:
 		g = Egress{Host: w.Subject, Proto: w.Proto, Port: w.Port, Purpose: w.Purpose, Provenance: p}
 	case KindRoute:
-		g = Route{Purpose: w.Subject, Proto: w.Proto, Port: w.Port, Method: w.Method, Path: w.Path, Upstream: w.Upstream,
+		if !RoutePurpose(w.Subject).Known() {
+			return nil, fmt.Errorf("route purpose %q is not one this decoder knows", w.Subject)
+		}
+		g = Route{Purpose: RoutePurpose(w.Subject), Proto: w.Proto, Port: w.Port, Method: w.Method, Path: w.Path, Upstream: w.Upstream,
 			CallerAgentID: w.CallerAgentID, TokenRef: w.TokenRef, Methods: w.Methods, Tools: w.Tools,
 			API: w.API, Credential: w.Credential, Requests: w.Requests, Model: w.Model, Headers: w.Headers, HostedTools: w.HostedTools,
 			LoginFile: w.LoginFile, LoginEntry: w.LoginEntry, LoginRefresh: w.LoginRefresh, Provenance: p}

@@ -295,7 +295,7 @@ func egressDestinations(d Decoded) error {
 	// The model route's proxy dials its upstream from the host: the same
 	// classes are refused there, and the key travels over TLS only.
 	for _, r := range d.Egress.Routes {
-		if r.Purpose != "model" {
+		if r.Purpose != grant.RouteModel {
 			continue
 		}
 		u, err := url.Parse(r.Upstream)

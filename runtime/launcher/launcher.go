@@ -31,6 +31,7 @@ import (
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/childproc"
 	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/policy/grant"
 	"paseo.dev/paseo-policy/runtime/execution"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
 	"paseo.dev/paseo-policy/runtime/launcher/nativesearch"
@@ -526,7 +527,7 @@ func (l *launch) network(ctx context.Context) error {
 	l.state.netnsPath = net.NetnsPath
 	for _, r := range l.plan.Routes {
 		var proxy *routeproxy.Proxy
-		if routeproxy.IsModel(r) {
+		if r.Purpose == grant.RouteModel {
 			proxy, err = l.startModelRoute(net, r)
 		} else {
 			var tok *routeproxy.Token
@@ -537,7 +538,7 @@ func (l *launch) network(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		l.cleanup.push("route "+r.Purpose, func() error {
+		l.cleanup.push("route "+string(r.Purpose), func() error {
 			err := proxy.Close()
 			l.recordRoute(r.Purpose, proxy)
 			return err
@@ -568,19 +569,19 @@ func (l *launch) teardown() {
 }
 
 // recordRoute puts a closed proxy's counters into the result.
-func (l *launch) recordRoute(purpose string, proxy *routeproxy.Proxy) {
+func (l *launch) recordRoute(purpose grant.RoutePurpose, proxy *routeproxy.Proxy) {
 	if l.res.Routes == nil {
 		l.res.Routes = map[string]RouteStats{}
 	}
-	s := &proxy.Stats
-	l.res.Routes[purpose] = RouteStats{Forwarded: s.Forwarded.Load(), Refused: s.Refused.Load(),
+	s, name := &proxy.Stats, string(purpose) // the result's key: the purpose's name
+	l.res.Routes[name] = RouteStats{Forwarded: s.Forwarded.Load(), Refused: s.Refused.Load(),
 		OutOfScope: s.OutOfScope.Load(), Filtered: s.Filtered.Load(),
 		RefusedConns: s.RefusedConns.Load(), Cut: s.Cut.Load(), Scrubbed: s.Scrubbed.Load(),
 		Decompressed: s.Decompressed.Load()}
 	if m := s.Refusals(); len(m) > 0 {
-		rs := l.res.Routes[purpose]
+		rs := l.res.Routes[name]
 		rs.ByReason = m
-		l.res.Routes[purpose] = rs
+		l.res.Routes[name] = rs
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/policy/grant"
 	"paseo.dev/paseo-policy/runtime/launcher"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 	"paseo.dev/paseo-policy/runtime/supervisor/holder"
@@ -102,7 +103,7 @@ func (s *Server) prepare(spec *holder.Spec, files bundle.Files) *Error {
 		hosts = append(hosts, r.Host)
 	}
 	for _, r := range eg.Routes {
-		if r.Purpose != "model" {
+		if r.Purpose != grant.RouteModel {
 			continue
 		}
 		// The holder keeps the provider key for the model route's proxy,
