@@ -177,6 +177,7 @@ func Check(d Decoded, dir string, opts Options) Result {
 	}
 	r.run("egress-destinations", egressDestinations(d))
 	r.run(CheckFSMonitor, fsmonitorServed(d))
+	r.run(CheckGateway, gatewayNamed(d))
 	if d.SpecErr != nil {
 		r.run(CheckDecode, d.SpecErr)
 		return r
@@ -277,6 +278,37 @@ func fsmonitorServed(d Decoded) error {
 	}
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// CheckGateway is the check that a bundle names its gateway exactly when
+// it serves something there.
+const CheckGateway = "gateway"
+
+// gatewayNamed checks egress.json's gateway: named, as the generated
+// files name it (bundle.GatewayName), by a bundle that serves a route or
+// the workspace monitor there, and by no other. A bundle compiled before
+// the gateway was typed (its name only a comment in files/hosts) is
+// refused here, never launched with its gateway unnamed.
+func gatewayNamed(d Decoded) error {
+	if d.Egress == nil {
+		return nil // egress-destinations reports why
+	}
+	serves := len(d.Egress.Routes) > 0
+	if d.Manifest != nil {
+		serves = serves || slices.ContainsFunc(d.Manifest.Grants, func(g grant.Grant) bool {
+			m, ok := g.(grant.FSMonitor)
+			return ok && m.On
+		})
+	}
+	switch gw := d.Egress.Gateway; {
+	case serves && gw == nil:
+		return errors.New("egress.json serves a route or the workspace monitor on the gateway and names no gateway (compile the bundle again)")
+	case !serves && gw != nil:
+		return errors.New("egress.json names a gateway and serves nothing there")
+	case gw != nil && gw.Name != bundle.GatewayName:
+		return fmt.Errorf("egress.json names the gateway %q, not %q, the name the generated files address it by", gw.Name, bundle.GatewayName)
 	}
 	return nil
 }

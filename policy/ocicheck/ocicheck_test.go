@@ -215,3 +215,38 @@ func TestLeavesLogLevel(t *testing.T) {
 		t.Fatalf("logrus level %s after a check, want %s", got, logrus.InfoLevel)
 	}
 }
+
+// A bundle names its gateway in egress.json exactly when it serves a
+// route or the workspace monitor there, by the name the generated files
+// address it by. One that serves a route and names none (a bundle from
+// before the gateway was typed, whose name was a comment in files/hosts),
+// names another, or names one where nothing is served is a finding; the
+// golden bundles themselves pass.
+func TestGatewayNamedAsServed(t *testing.T) {
+	const gw = "  \"gateway\": {\n    \"name\": \"paseo-gateway\"\n  },\n"
+	cases := map[string]struct{ golden, from, to string }{
+		"serves a route, names none":      {"host-pi-session-api-key", gw, ""},
+		"another name":                    {"host-pi-session-api-key", `"name": "paseo-gateway"`, `"name": "llm.example.test"`},
+		"serves nothing, names a gateway": {"host-network-none", `  "routes": []`, gw + `  "routes": []`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			src := filepath.Join("..", "..", "testdata", tc.golden, "golden")
+			files, err := bundle.Read(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := Files(files, src, Options{}); len(r.Failed(CheckGateway)) > 0 {
+				t.Fatalf("the golden bundle fails: %+v", r.Failed(CheckGateway))
+			}
+			data := string(files[bundle.EgressFile])
+			if !strings.Contains(data, tc.from) {
+				t.Fatalf("golden %s of %s lacks %q", bundle.EgressFile, tc.golden, tc.from)
+			}
+			files[bundle.EgressFile] = []byte(strings.Replace(data, tc.from, tc.to, 1))
+			if r := Files(files, src, Options{}); len(r.Failed(CheckGateway)) == 0 {
+				t.Errorf("check %s did not fire; findings: %+v", CheckGateway, r.Findings)
+			}
+		})
+	}
+}

@@ -517,7 +517,7 @@ func (l *launch) network(ctx context.Context) error {
 		l.keepLinkIfHibernated(net)
 		return net.Teardown()
 	})
-	hosts, err := net.Hosts(l.files[bundle.HostsFile])
+	hosts, err := net.Hosts(l.files[bundle.HostsFile], l.plan.Egress.Gateway)
 	if err != nil {
 		return fmt.Errorf("pinning egress hosts: %w", err)
 	}

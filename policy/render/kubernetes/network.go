@@ -73,7 +73,7 @@ func (r *renderer) network() {
 // gateway's to enforce: no Kubernetes object can say it.
 func (r *renderer) gatewayRoutes(np *networkingv1.NetworkPolicy, obj string) {
 	if r.gateway == "" {
-		r.refuse("registry.network", "the plan has routes but its hosts file names no gateway")
+		r.refuse("registry.network", "the plan has routes but its egress.json names no gateway")
 	}
 	a, err := gatewayAddr(r.opt.GatewayIP)
 	if err != nil {
