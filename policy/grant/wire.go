@@ -34,6 +34,7 @@ type Encoded struct {
 	Type     string   `json:"type,omitempty"`
 	Options  []string `json:"options,omitempty"`
 	Digest   string   `json:"digest,omitempty"`
+	AuthFile bool     `json:"authFile,omitempty"` // mount: the oauth-file auth.json bind
 
 	// egress and route
 	Proto         string   `json:"proto,omitempty"`
@@ -74,7 +75,7 @@ func (g Rootfs) encode() Encoded {
 }
 func (g Mount) encode() Encoded {
 	w := head(g)
-	w.Type, w.Source, w.Options, w.Digest = g.Type, g.Source, g.Options, g.Digest
+	w.Type, w.Source, w.Options, w.Digest, w.AuthFile = g.Type, g.Source, g.Options, g.Digest, g.AuthFile
 	return w
 }
 func (g Argv) encode() Encoded            { w := head(g); w.Args = g.Words; return w }
@@ -233,7 +234,7 @@ func typed(w Encoded) (Grant, error) {
 		ro := w.ReadOnly != nil && *w.ReadOnly
 		g = Rootfs{Path: w.Source, ReadOnly: ro, Version: w.Version, Digest: w.Digest, Provenance: p}
 	case KindMount:
-		g = Mount{Destination: w.Subject, Type: w.Type, Source: w.Source, Options: w.Options, Digest: w.Digest, Provenance: p}
+		g = Mount{Destination: w.Subject, Type: w.Type, Source: w.Source, Options: w.Options, Digest: w.Digest, AuthFile: w.AuthFile, Provenance: p}
 	case KindProcess:
 		switch w.Subject {
 		case "argv":

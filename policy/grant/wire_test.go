@@ -23,6 +23,7 @@ func every() List {
 		Rootfs{Path: "/rootfs", ReadOnly: true, Version: "v1", Digest: digest, Provenance: p("root")},
 		Mount{Destination: "/opt", Type: "erofs", Source: "/img/opt.erofs", Options: []string{"ro", "nosuid"}, Digest: digest, Provenance: p("erofs")},
 		Mount{Destination: "/w", Type: "bind", Source: "/h/w", Options: []string{"bind", "rw"}, Provenance: p("bind")},
+		Mount{Destination: "/a/auth.json", Type: "bind", Source: "/h/a/auth.json", Options: []string{"bind", "rw"}, AuthFile: true, Provenance: p("authfile")},
 		Argv{Words: []string{"pi", "--mode", "a > b & c"}, Provenance: p("argv")},
 		Cwd{Dir: "/w", Provenance: p("cwd")},
 		NoNewPrivileges{On: true, Provenance: p("nnp")},

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -178,6 +179,7 @@ func Check(d Decoded, dir string, opts Options) Result {
 	r.run("egress-destinations", egressDestinations(d))
 	r.run(CheckFSMonitor, fsmonitorServed(d))
 	r.run(CheckGateway, gatewayNamed(d))
+	r.run(CheckAuthFile, authFileBind(d))
 	if d.SpecErr != nil {
 		r.run(CheckDecode, d.SpecErr)
 		return r
@@ -309,6 +311,34 @@ func gatewayNamed(d Decoded) error {
 		return errors.New("egress.json names a gateway and serves nothing there")
 	case gw != nil && gw.Name != bundle.GatewayName:
 		return fmt.Errorf("egress.json names the gateway %q, not %q, the name the generated files address it by", gw.Name, bundle.GatewayName)
+	}
+	return nil
+}
+
+// CheckAuthFile is the check that the auth.json bind is typed.
+const CheckAuthFile = "authfile"
+
+// authFileBind checks that the launcher can find the auth.json bind it
+// locks by its type: at most one mount marked AuthFile, and no other
+// read-write bind of an auth.json. A bundle compiled before the bind was
+// typed is refused here, never launched without its lock.
+func authFileBind(d Decoded) error {
+	if d.Manifest == nil {
+		return nil
+	}
+	n := 0
+	for _, g := range d.Manifest.Grants {
+		m, ok := g.(grant.Mount)
+		switch {
+		case !ok || !m.IsBind():
+		case m.AuthFile:
+			n++
+		case !m.ReadOnly() && path.Base(m.Destination) == "auth.json":
+			return fmt.Errorf("the read-write bind %s of an auth.json is not the auth.json bind the launcher locks (compile the bundle again)", m.Destination)
+		}
+	}
+	if n > 1 {
+		return errors.New("more than one mount is the auth.json bind")
 	}
 	return nil
 }

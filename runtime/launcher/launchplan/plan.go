@@ -53,6 +53,10 @@ type Plan struct {
 	// FSMonitor is the workspace monitor the launch serves (the plan's
 	// fsmonitor grant, when on), or nil.
 	FSMonitor *grant.FSMonitor
+	// AuthFile is the read-write auth.json bind of credential mode
+	// oauth-file (the mount grant marked AuthFile), which the launch
+	// locks for the sandbox's life; nil in every other mode.
+	AuthFile *grant.Mount
 
 	// Verdict is ocicheck's judgement of Files: digests, secret
 	// placeholders, pins, egress destinations, the OCI runtime-tools
@@ -86,6 +90,9 @@ func FromFiles(dir string, files bundle.Files) *Plan {
 		for _, g := range p.Manifest.Grants {
 			if m, ok := g.(grant.FSMonitor); ok && m.On {
 				p.FSMonitor = &m
+			}
+			if m, ok := g.(grant.Mount); ok && m.AuthFile {
+				p.AuthFile = &m
 			}
 		}
 	}
