@@ -102,8 +102,7 @@ func (s *Server) prepare(spec *holder.Spec, res *compiler.Result) *Error {
 		if err != nil {
 			return unavailable(diag.LaunchSecret, "secret", "%v", err)
 		}
-		spec.Secrets = map[string][]byte{key.TokenRef: v}
-		spec.ModelKeyRef = key.TokenRef
+		spec.ModelKey = &holder.RouteKey{Route: key.Purpose, Ref: key.TokenRef, Value: v}
 	}
 	spec.ModelRoots, spec.SecretsDir = s.cfg.ModelRoots, s.cfg.SecretsDir
 	resolve := s.cfg.Resolve
