@@ -132,7 +132,7 @@ func detail(g grant.Grant) string {
 	case grant.Egress:
 		return g.Proto + "/" + strconv.Itoa(g.Port) + " " + g.Purpose
 	case grant.Route:
-		if g.Purpose == "model" {
+		if g.Purpose == grant.RouteModel {
 			// The requests and the header the key goes in are authority.
 			cred := " key " + g.TokenRef + " in " + g.Credential
 			if g.Login() {
@@ -143,7 +143,7 @@ func detail(g grant.Grant) string {
 				" model " + g.Model + headersNote(g.Headers) + hostedNote(g.HostedTools)
 		}
 		d := "gateway:" + strconv.Itoa(g.Port) + " " + g.Method + " " + g.Path + " -> " + g.Upstream
-		if g.Purpose == "mcp" {
+		if g.Purpose == grant.RouteMCP {
 			// The scope is authority: shown even when empty.
 			d += " methods [" + strings.Join(g.Methods, " ") + "] tools [" + strings.Join(g.Tools, " ") + "]"
 		}

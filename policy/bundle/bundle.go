@@ -66,7 +66,22 @@ type Egress struct {
 	Default    string       `json:"default"` // always deny
 	DNS        string       `json:"dns"`     // pinned | resolver
 	Rules      []EgressRule `json:"rules"`
-	Routes     []Route      `json:"routes"`
+	// Gateway is where the sandbox reaches what the launcher serves it
+	// (the routes, the workspace monitor); nil when the plan serves
+	// nothing there.
+	Gateway *Gateway `json:"gateway,omitempty"`
+	Routes  []Route  `json:"routes"`
+}
+
+// Gateway is the sandbox's gateway as the bundle knows it: the name the
+// sandbox reaches it by, the one every generated file that addresses it
+// uses (GatewayName: files/models.json, files/mcp.json, the monitor's
+// hook). Its address is leased at launch (the veth peer; on Kubernetes
+// the gateway Service's), so the launcher pins Name to it in the
+// sandbox's /etc/hosts and the Kubernetes rendering names it in the
+// Pod's hostAliases; nothing reads the name back from files/hosts.
+type Gateway struct {
+	Name string `json:"name"`
 }
 
 // EgressRule allows one destination. Host is a name or an address; names are
@@ -82,13 +97,13 @@ type EgressRule struct {
 // Route is a private path the launcher proxies from the sandbox's gateway
 // address to a daemon endpoint the sandbox cannot reach itself.
 type Route struct {
-	Purpose       string `json:"purpose"`
-	Listen        string `json:"listen"` // "gateway": the peer side of the sandbox veth
-	Port          int    `json:"port"`
-	Method        string `json:"method"`
-	Path          string `json:"path"`
-	CallerAgentID string `json:"callerAgentId"`
-	Upstream      string `json:"upstream"`
+	Purpose       grant.RoutePurpose `json:"purpose"` // decoding refuses one this build does not know
+	Listen        string             `json:"listen"`  // "gateway": the peer side of the sandbox veth
+	Port          int                `json:"port"`
+	Method        string             `json:"method"`
+	Path          string             `json:"path"`
+	CallerAgentID string             `json:"callerAgentId"`
+	Upstream      string             `json:"upstream"`
 	// TokenRef names the daemon's bearer in the deployment's secrets, for
 	// a launch with no daemon to hand it over (paseo-policy launch). The
 	// bearer itself is never in the bundle: the route proxy adds it.

@@ -11,9 +11,9 @@ import (
 const (
 	FSMonitorHookFile = "files/fsmonitor-hook"
 	FSMonitorHookPath = "/run/paseo/fsmonitor/hook"
-	// GatewayName is the host name the sandbox reaches its gateway by:
-	// the launcher pins it in /etc/hosts (a "# gateway:" line of the
-	// compiled hosts file), since the address is leased only at launch.
+	// GatewayName is the host name the sandbox reaches its gateway by
+	// (egress.json's Gateway): the launcher pins it in /etc/hosts, since
+	// the address is leased only at launch.
 	GatewayName = "paseo-gateway"
 )
 

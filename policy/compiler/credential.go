@@ -93,7 +93,9 @@ func (c *compilation) credentialMount() []grant.Mount {
 			return nil
 		}
 		c.checkOAuthStore(s)
-		return []grant.Mount{bind(s.dest, s.host, grant.RW, "OAuth credential; read-write because Pi rewrites refreshed tokens", "credential.authFile")}
+		m := bind(s.dest, s.host, grant.RW, "OAuth credential; read-write because Pi rewrites refreshed tokens", "credential.authFile")
+		m.AuthFile = true // the launcher locks it for the sandbox's life
+		return []grant.Mount{m}
 	}
 	if f.Credential.Mode == "oauth-broker" {
 		// The login stays on the host: the model route reads it

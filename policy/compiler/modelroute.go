@@ -121,7 +121,7 @@ func (c *compilation) modelRoute(p *grant.Plan, api string) {
 		c.modelLoginRoute(p, api, upstream, prefix, reqs)
 		return
 	}
-	p.Add(grant.Route{Purpose: "model", Proto: "tcp", Port: c.modelPort(), Path: prefix, Upstream: upstream,
+	p.Add(grant.Route{Purpose: grant.RouteModel, Proto: "tcp", Port: c.modelPort(), Path: prefix, Upstream: upstream,
 		TokenRef: f.Credential.SecretRef, API: api, Credential: grant.ModelCredentials[api], Requests: slices.Clone(reqs),
 		Model: f.Model.ID, Headers: slices.Clone(c.prof.ModelHeaders[api]), HostedTools: slices.Clone(c.hostedTools),
 		Provenance: why("the model through the launcher's per-sandbox proxy on the gateway, which adds the provider key (credential.secretRef) outside the sandbox and forwards over TLS, verified against the provider's name, only the requests named here (profile."+
@@ -174,7 +174,7 @@ func (c *compilation) modelLoginRoute(p *grant.Plan, api, upstream, prefix strin
 		return
 	}
 	headers := append(slices.Clone(c.prof.ModelHeaders[api]), modelLoginHeaders[api]...)
-	p.Add(grant.Route{Purpose: "model", Proto: "tcp", Port: c.modelPort(), Path: prefix, Upstream: upstream,
+	p.Add(grant.Route{Purpose: grant.RouteModel, Proto: "tcp", Port: c.modelPort(), Path: prefix, Upstream: upstream,
 		API: api, Credential: grant.ModelLoginCredential, Requests: slices.Clone(reqs),
 		Model: f.Model.ID, Headers: headers, HostedTools: slices.Clone(c.hostedTools),
 		LoginFile: s.host, LoginEntry: f.Model.Provider, LoginRefresh: refresh,

@@ -155,7 +155,7 @@ func (c *compilation) mcpRoute(p *grant.Plan, allowed bool) {
 		upstream, fact = c.dep.Daemon.MCPUpstream+u.Path, "registry.deployments."+c.facts.Deployment.ID+".daemon.mcpUpstream"
 	}
 	methods, tools := c.mcpScope()
-	p.Add(grant.Route{Purpose: "mcp", Proto: "tcp", Port: port, Method: "POST", Path: u.Path, Upstream: upstream,
+	p.Add(grant.Route{Purpose: grant.RouteMCP, Proto: "tcp", Port: port, Method: "POST", Path: u.Path, Upstream: upstream,
 		CallerAgentID: c.facts.Agent.ID, TokenRef: c.facts.MCP.TokenRef, Methods: methods, Tools: tools,
 		Provenance: why("Paseo MCP tools via the launcher's per-sandbox proxy on the gateway, which adds the daemon's bearer and forwards only the methods and tools named here "+
 			"(profile.mcp, narrowed by registry.deployments."+c.facts.Deployment.ID+".mcp); the daemon's listener itself stays unreachable", fact)})

@@ -2,6 +2,7 @@ package grant
 
 import (
 	"errors"
+	"path"
 	"slices"
 	"strings"
 
@@ -53,6 +54,11 @@ type Mount struct {
 	Source      string // host path, bundle-relative file, or the filesystem type
 	Options     []string
 	Digest      string // erofs only: sha256:<hex> of the file, checked at launch
+	// AuthFile marks the read-write bind of Pi's auth.json in credential
+	// mode oauth-file: the file the launcher locks for the sandbox's life
+	// (one sandbox per auth.json). The launcher finds it by this field,
+	// never by its path or provenance.
+	AuthFile bool
 	Provenance
 }
 
@@ -88,6 +94,8 @@ func (g Mount) Validate() error {
 		return errors.New("only an EROFS mount carries a digest")
 	case g.ReadOnly() && slices.Contains(g.Options, "rw"):
 		return errors.New("mount options say both ro and rw")
+	case g.AuthFile && (!g.IsBind() || g.ReadOnly() || path.Base(g.Destination) != "auth.json"):
+		return errors.New("only a read-write bind of an auth.json is the auth.json bind")
 	}
 	return nil
 }

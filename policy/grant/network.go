@@ -1,12 +1,16 @@
 package grant
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"paseo.dev/paseo-policy/diag"
 )
 
 // NetworkMode is the runsc --network flag: sandbox (gVisor's stack in a
@@ -98,7 +102,7 @@ func (g Egress) Validate() error {
 // methods and paths), with the provider key added in the API's
 // Credential header; Path is the prefix those paths lie under.
 type Route struct {
-	Purpose       string // mcp | model
+	Purpose       RoutePurpose
 	Proto         string
 	Port          int
 	Method, Path  string // mcp: the one HTTP request forwarded; model: "" and the path prefix
@@ -129,6 +133,38 @@ type Route struct {
 	// ModelLoginCredential.
 	LoginFile, LoginEntry, LoginRefresh string
 	Provenance
+}
+
+// RoutePurpose is what a route is for: RouteMCP or RouteModel, the only
+// values there are. Everything downstream (the egress document, the
+// launcher's proxies, the supervisor, the Kubernetes rendering) branches
+// on these constants, and a decoder refuses any other value.
+type RoutePurpose string
+
+const (
+	RouteMCP   RoutePurpose = "mcp"   // the daemon's MCP listener
+	RouteModel RoutePurpose = "model" // the model provider
+)
+
+// Known reports whether p is one of the route purposes.
+func (p RoutePurpose) Known() bool { return p == RouteMCP || p == RouteModel }
+
+// ErrRoutePurpose is a route of a purpose this build does not know
+// (PP-GRANT-UNKNOWN-KIND: no route type decodes it).
+var ErrRoutePurpose = errors.New(string(diag.GrantUnknownKind) + ": a route purpose this build does not know")
+
+// UnmarshalJSON decodes a purpose strictly: a string, one of the known
+// purposes.
+func (p *RoutePurpose) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	if !RoutePurpose(s).Known() {
+		return fmt.Errorf("%w: %q", ErrRoutePurpose, s)
+	}
+	*p = RoutePurpose(s)
+	return nil
 }
 
 // ModelHostedTools are the provider-side tools a registry may grant a
@@ -177,7 +213,7 @@ var ModelLoginAPIs = map[string]string{
 func (g Route) Login() bool { return g.LoginFile != "" }
 
 func (Route) Kind() Kind              { return KindRoute }
-func (g Route) Subject() string       { return g.Purpose }
+func (g Route) Subject() string       { return string(g.Purpose) }
 func (g Route) Key() string           { return key(g) }
 func (Route) Access() Access          { return Allow }
 func (Route) Restricts() bool         { return false }
@@ -205,15 +241,15 @@ func (g Route) Against(old Grant) Direction {
 }
 func (g Route) Validate() error {
 	switch {
-	case g.Purpose == "":
-		return errors.New("route needs a purpose")
+	case !g.Purpose.Known():
+		return errors.New("route purpose must be mcp or model")
 	case g.Proto != "tcp":
 		return errors.New("route proto must be tcp")
 	case g.Port < 1 || g.Port > 65535:
 		return errors.New("route port must be 1-65535")
 	case g.Upstream == "":
 		return errors.New("route needs an upstream")
-	case g.Purpose == "model":
+	case g.Purpose == RouteModel:
 		return g.validateModel()
 	case g.Method == "" || !absolute(g.Path):
 		return errors.New("route needs a method and an absolute path")

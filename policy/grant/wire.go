@@ -34,6 +34,7 @@ type Encoded struct {
 	Type     string   `json:"type,omitempty"`
 	Options  []string `json:"options,omitempty"`
 	Digest   string   `json:"digest,omitempty"`
+	AuthFile bool     `json:"authFile,omitempty"` // mount: the oauth-file auth.json bind
 
 	// egress and route
 	Proto         string   `json:"proto,omitempty"`
@@ -74,7 +75,7 @@ func (g Rootfs) encode() Encoded {
 }
 func (g Mount) encode() Encoded {
 	w := head(g)
-	w.Type, w.Source, w.Options, w.Digest = g.Type, g.Source, g.Options, g.Digest
+	w.Type, w.Source, w.Options, w.Digest, w.AuthFile = g.Type, g.Source, g.Options, g.Digest, g.AuthFile
 	return w
 }
 func (g Argv) encode() Encoded            { w := head(g); w.Args = g.Words; return w }
@@ -233,7 +234,7 @@ func typed(w Encoded) (Grant, error) {
 		ro := w.ReadOnly != nil && *w.ReadOnly
 		g = Rootfs{Path: w.Source, ReadOnly: ro, Version: w.Version, Digest: w.Digest, Provenance: p}
 	case KindMount:
-		g = Mount{Destination: w.Subject, Type: w.Type, Source: w.Source, Options: w.Options, Digest: w.Digest, Provenance: p}
+		g = Mount{Destination: w.Subject, Type: w.Type, Source: w.Source, Options: w.Options, Digest: w.Digest, AuthFile: w.AuthFile, Provenance: p}
 	case KindProcess:
 		switch w.Subject {
 		case "argv":
@@ -338,7 +339,10 @@ func typed(w Encoded) (Grant, error) {
 	case KindEgress:
 		g = Egress{Host: w.Subject, Proto: w.Proto, Port: w.Port, Purpose: w.Purpose, Provenance: p}
 	case KindRoute:
-		g = Route{Purpose: w.Subject, Proto: w.Proto, Port: w.Port, Method: w.Method, Path: w.Path, Upstream: w.Upstream,
+		if !RoutePurpose(w.Subject).Known() {
+			return nil, fmt.Errorf("route purpose %q is not one this decoder knows", w.Subject)
+		}
+		g = Route{Purpose: RoutePurpose(w.Subject), Proto: w.Proto, Port: w.Port, Method: w.Method, Path: w.Path, Upstream: w.Upstream,
 			CallerAgentID: w.CallerAgentID, TokenRef: w.TokenRef, Methods: w.Methods, Tools: w.Tools,
 			API: w.API, Credential: w.Credential, Requests: w.Requests, Model: w.Model, Headers: w.Headers, HostedTools: w.HostedTools,
 			LoginFile: w.LoginFile, LoginEntry: w.LoginEntry, LoginRefresh: w.LoginRefresh, Provenance: p}

@@ -23,6 +23,7 @@ func every() List {
 		Rootfs{Path: "/rootfs", ReadOnly: true, Version: "v1", Digest: digest, Provenance: p("root")},
 		Mount{Destination: "/opt", Type: "erofs", Source: "/img/opt.erofs", Options: []string{"ro", "nosuid"}, Digest: digest, Provenance: p("erofs")},
 		Mount{Destination: "/w", Type: "bind", Source: "/h/w", Options: []string{"bind", "rw"}, Provenance: p("bind")},
+		Mount{Destination: "/a/auth.json", Type: "bind", Source: "/h/a/auth.json", Options: []string{"bind", "rw"}, AuthFile: true, Provenance: p("authfile")},
 		Argv{Words: []string{"pi", "--mode", "a > b & c"}, Provenance: p("argv")},
 		Cwd{Dir: "/w", Provenance: p("cwd")},
 		NoNewPrivileges{On: true, Provenance: p("nnp")},
@@ -125,6 +126,9 @@ func TestDecodeRefuses(t *testing.T) {
 		{"fsmonitor on without a port", `{"kind":"fsmonitor","subject":"workspace","access":"allow","value":true,"path":"/w",` + why + `}`, diag.GrantInvalid},
 		{"fsmonitor on, access set", `{"kind":"fsmonitor","subject":"workspace","access":"set","value":true,"port":18090,"path":"/w",` + why + `}`, diag.GrantInvalid},
 		{"fsmonitor relative path", `{"kind":"fsmonitor","subject":"workspace","access":"allow","value":true,"port":18090,"path":"w",` + why + `}`, diag.GrantInvalid},
+		{"unknown route purpose", `{"kind":"route","subject":"search","access":"allow","proto":"tcp","port":6767,"method":"POST","path":"/x","upstream":"http://127.0.0.1:6767/x",` + why + `}`, diag.GrantUnknownKind},
+		{"auth.json bind read-only", `{"kind":"mount","subject":"/a/auth.json","access":"ro","type":"bind","source":"/h/auth.json","options":["bind","ro"],"authFile":true,` + why + `}`, diag.GrantInvalid},
+		{"authFile on another kind", `{"kind":"env","subject":"A","access":"set","value":"b","authFile":true,` + why + `}`, diag.GrantInvalid},
 		{"not an object", `"env"`, diag.GrantInvalid},
 	}
 	for _, tc := range cases {

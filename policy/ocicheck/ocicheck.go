@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -178,6 +179,8 @@ func Check(d Decoded, dir string, opts Options) Result {
 	r.run("egress-destinations", egressDestinations(d))
 	r.run(CheckFSMonitor, fsmonitorServed(d))
 	r.run(CheckSearch, searchServed(d))
+	r.run(CheckGateway, gatewayNamed(d))
+	r.run(CheckAuthFile, authFileBind(d))
 	if d.SpecErr != nil {
 		r.run(CheckDecode, d.SpecErr)
 		return r
@@ -354,6 +357,70 @@ func searchServed(d Decoded) error {
 	return nil
 }
 
+// CheckGateway is the check that a bundle names its gateway exactly when
+// it serves something there.
+const CheckGateway = "gateway"
+
+// gatewayNamed checks egress.json's gateway: named, as the generated
+// files name it (bundle.GatewayName), by a bundle that serves a route or
+// the workspace monitor there, and by no other. A bundle compiled before
+// the gateway was typed (its name only a comment in files/hosts) is
+// refused here, never launched with its gateway unnamed.
+func gatewayNamed(d Decoded) error {
+	if d.Egress == nil {
+		return nil // egress-destinations reports why
+	}
+	serves := len(d.Egress.Routes) > 0
+	if d.Manifest != nil {
+		serves = serves || slices.ContainsFunc(d.Manifest.Grants, func(g grant.Grant) bool {
+			switch x := g.(type) {
+			case grant.FSMonitor:
+				return x.On
+			case grant.Search:
+				return x.On
+			}
+			return false
+		})
+	}
+	switch gw := d.Egress.Gateway; {
+	case serves && gw == nil:
+		return errors.New("egress.json serves a route, the workspace monitor or the native search on the gateway and names no gateway (compile the bundle again)")
+	case !serves && gw != nil:
+		return errors.New("egress.json names a gateway and serves nothing there")
+	case gw != nil && gw.Name != bundle.GatewayName:
+		return fmt.Errorf("egress.json names the gateway %q, not %q, the name the generated files address it by", gw.Name, bundle.GatewayName)
+	}
+	return nil
+}
+
+// CheckAuthFile is the check that the auth.json bind is typed.
+const CheckAuthFile = "authfile"
+
+// authFileBind checks that the launcher can find the auth.json bind it
+// locks by its type: at most one mount marked AuthFile, and no other
+// read-write bind of an auth.json. A bundle compiled before the bind was
+// typed is refused here, never launched without its lock.
+func authFileBind(d Decoded) error {
+	if d.Manifest == nil {
+		return nil
+	}
+	n := 0
+	for _, g := range d.Manifest.Grants {
+		m, ok := g.(grant.Mount)
+		switch {
+		case !ok || !m.IsBind():
+		case m.AuthFile:
+			n++
+		case !m.ReadOnly() && path.Base(m.Destination) == "auth.json":
+			return fmt.Errorf("the read-write bind %s of an auth.json is not the auth.json bind the launcher locks (compile the bundle again)", m.Destination)
+		}
+	}
+	if n > 1 {
+		return errors.New("more than one mount is the auth.json bind")
+	}
+	return nil
+}
+
 // egressDestinations refuses an egress rule to a host the compiler would
 // have refused (netdest): a hand-edited or foreign bundle.
 func egressDestinations(d Decoded) error {
@@ -368,7 +435,7 @@ func egressDestinations(d Decoded) error {
 	// The model route's proxy dials its upstream from the host: the same
 	// classes are refused there, and the key travels over TLS only.
 	for _, r := range d.Egress.Routes {
-		if r.Purpose != "model" {
+		if r.Purpose != grant.RouteModel {
 			continue
 		}
 		u, err := url.Parse(r.Upstream)

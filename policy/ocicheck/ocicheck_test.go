@@ -4,12 +4,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/sirupsen/logrus"
 
 	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/policy/grant"
 )
 
 // specSchemaDir finds the JSON schema that ships in the runtime-spec module
@@ -281,5 +283,81 @@ func TestLeavesLogLevel(t *testing.T) {
 	}
 	if got := logrus.GetLevel(); got != logrus.InfoLevel {
 		t.Fatalf("logrus level %s after a check, want %s", got, logrus.InfoLevel)
+	}
+}
+
+// A bundle names its gateway in egress.json exactly when it serves a
+// route or the workspace monitor there, by the name the generated files
+// address it by. One that serves a route and names none (a bundle from
+// before the gateway was typed, whose name was a comment in files/hosts),
+// names another, or names one where nothing is served is a finding; the
+// golden bundles themselves pass.
+func TestGatewayNamedAsServed(t *testing.T) {
+	const gw = "  \"gateway\": {\n    \"name\": \"paseo-gateway\"\n  },\n"
+	cases := map[string]struct{ golden, from, to string }{
+		"serves a route, names none":      {"host-pi-session-api-key", gw, ""},
+		"another name":                    {"host-pi-session-api-key", `"name": "paseo-gateway"`, `"name": "llm.example.test"`},
+		"serves nothing, names a gateway": {"host-network-none", `  "routes": []`, gw + `  "routes": []`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			src := filepath.Join("..", "..", "testdata", tc.golden, "golden")
+			files, err := bundle.Read(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := Files(files, src, Options{}); len(r.Failed(CheckGateway)) > 0 {
+				t.Fatalf("the golden bundle fails: %+v", r.Failed(CheckGateway))
+			}
+			data := string(files[bundle.EgressFile])
+			if !strings.Contains(data, tc.from) {
+				t.Fatalf("golden %s of %s lacks %q", bundle.EgressFile, tc.golden, tc.from)
+			}
+			files[bundle.EgressFile] = []byte(strings.Replace(data, tc.from, tc.to, 1))
+			if r := Files(files, src, Options{}); len(r.Failed(CheckGateway)) == 0 {
+				t.Errorf("check %s did not fire; findings: %+v", CheckGateway, r.Findings)
+			}
+		})
+	}
+}
+
+// The launcher finds the auth.json bind it locks by the mount grant's
+// authFile: a read-write auth.json bind without it (a bundle from before
+// the field, which the launcher would run without the lock) is a finding,
+// and so are two. The golden oauth-file bundle passes.
+func TestAuthFileBindTyped(t *testing.T) {
+	src := filepath.Join("..", "..", "testdata", "host-pi-session-oauth", "golden")
+	files, err := bundle.Read(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := Files(files, src, Options{}); len(r.Failed(CheckAuthFile)) > 0 {
+		t.Fatalf("the golden bundle fails: %+v", r.Failed(CheckAuthFile))
+	}
+	m, err := files.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := slices.IndexFunc(m.Grants, func(g grant.Grant) bool { mt, ok := g.(grant.Mount); return ok && mt.AuthFile })
+	if at < 0 {
+		t.Fatal("the golden oauth-file bundle has no auth.json bind")
+	}
+	untyped, twice := *m, *m
+	mt := m.Grants[at].(grant.Mount)
+	mt.AuthFile = false
+	untyped.Grants = slices.Clone(m.Grants)
+	untyped.Grants[at] = mt
+	other := m.Grants[at].(grant.Mount)
+	other.Destination, other.Source = "/x/auth.json", "/h/x/auth.json"
+	twice.Grants = append(slices.Clone(m.Grants), other)
+	for name, mf := range map[string]*bundle.Manifest{"untyped": &untyped, "two": &twice} {
+		t.Run(name, func(t *testing.T) {
+			d := Decode(files)
+			d.Manifest = mf
+			r := Check(d, src, Options{})
+			if len(r.Failed(CheckAuthFile)) == 0 {
+				t.Errorf("check %s did not fire; findings: %+v", CheckAuthFile, r.Findings)
+			}
+		})
 	}
 }

@@ -29,6 +29,7 @@ import (
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/policy/grant"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
 	"paseo.dev/paseo-policy/runtime/launcher/routeproxy"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
@@ -98,8 +99,8 @@ type Gateway struct {
 }
 
 // isModel is the one place the gateway tells a model route from the MCP
-// route (36-5 types a route's purpose; this is where that type goes).
-func isModel(r bundle.Route) bool { return routeproxy.IsModel(r) }
+// route.
+func isModel(r bundle.Route) bool { return r.Purpose == grant.RouteModel }
 
 // Start reads and verifies the bundle, reads the credentials its routes
 // need, and serves every route; on any refusal nothing is left listening.
@@ -159,7 +160,7 @@ func Start(o Options) (*Gateway, error) {
 		}
 		if err != nil {
 			g.Close()
-			return nil, &Error{Code: diag.GatewayBundle, Path: "egress.routes." + r.Purpose, Err: err}
+			return nil, &Error{Code: diag.GatewayBundle, Path: "egress.routes." + string(r.Purpose), Err: err}
 		}
 		g.Routes = append(g.Routes, Route{Route: r, Addr: netip.AddrPortFrom(o.Listen, uint16(r.Port)), Proxy: p})
 	}
@@ -171,7 +172,7 @@ func Start(o Options) (*Gateway, error) {
 				l.Close()
 			}
 			g.Close()
-			return nil, &Error{Code: diag.GatewayListen, Path: "egress.routes." + r.Route.Purpose + ".port", Err: fmt.Errorf("route %s: listening on %s: %w", r.Route.Purpose, r.Addr, err)}
+			return nil, &Error{Code: diag.GatewayListen, Path: "egress.routes." + string(r.Route.Purpose) + ".port", Err: fmt.Errorf("route %s: listening on %s: %w", r.Route.Purpose, r.Addr, err)}
 		}
 		lns = append(lns, ln)
 	}

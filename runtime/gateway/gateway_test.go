@@ -194,7 +194,7 @@ func (w *world) start(t *testing.T) {
 func (w *world) route(t *testing.T, purpose string) string {
 	t.Helper()
 	for _, r := range w.gw.Routes {
-		if r.Route.Purpose == purpose {
+		if string(r.Route.Purpose) == purpose {
 			return "http://" + r.Addr.String() + r.Route.Path
 		}
 	}

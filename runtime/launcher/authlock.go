@@ -11,7 +11,6 @@ import (
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/policy/bundle"
-	"paseo.dev/paseo-policy/policy/grant"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
 	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
@@ -75,10 +74,6 @@ func (e *AuthFileInUseError) Error() string {
 
 func (e *AuthFileInUseError) Unwrap() error { return ErrAuthFileInUse }
 
-// authFileFact is the fact of the one read-write auth.json bind the
-// compiler grants in oauth-file mode (policy/compiler/credential.go).
-const authFileFact = "credential.authFile"
-
 // authLock is a held lock on one auth.json.
 type authLock struct {
 	dir       *os.File // the locks dir, by descriptor
@@ -95,22 +90,19 @@ type authLock struct {
 // authFilePin is the pin of the plan's read-write auth.json bind, if the
 // bundle has one (oauth-file mode). A grant with no pinned bind refuses.
 func authFilePin(plan *launchplan.Plan) (bundle.Pin, bool, error) {
-	for _, g := range plan.Manifest.Grants {
-		m, ok := g.(grant.Mount)
-		if !ok || m.Fact != authFileFact || !m.IsBind() {
-			continue
-		}
-		if plan.BindsErr != nil {
-			return bundle.Pin{}, false, plan.BindsErr
-		}
-		for _, bp := range plan.Binds {
-			if bp.Pin.Destination == m.Destination && bp.Pin.Source == m.Source {
-				return bp.Pin, true, nil
-			}
-		}
-		return bundle.Pin{}, false, fmt.Errorf("the auth.json bind %s has no pin", m.Destination)
+	m := plan.AuthFile
+	if m == nil {
+		return bundle.Pin{}, false, nil
 	}
-	return bundle.Pin{}, false, nil
+	if plan.BindsErr != nil {
+		return bundle.Pin{}, false, plan.BindsErr
+	}
+	for _, bp := range plan.Binds {
+		if bp.Pin.Destination == m.Destination && bp.Pin.Source == m.Source {
+			return bp.Pin, true, nil
+		}
+	}
+	return bundle.Pin{}, false, fmt.Errorf("the auth.json bind %s has no pin", m.Destination)
 }
 
 // lockAuthFile takes the lock of the object p pins, opened as staging

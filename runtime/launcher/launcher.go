@@ -22,6 +22,7 @@ import (
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/policy/grant"
 	"paseo.dev/paseo-policy/runtime/execution"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
 	"paseo.dev/paseo-policy/runtime/launcher/nativesearch"
@@ -398,7 +399,7 @@ func (l *launch) network(ctx context.Context) error {
 		l.keepLinkIfHibernated(net)
 		return net.Teardown()
 	})
-	hosts, err := net.Hosts(l.files[bundle.HostsFile])
+	hosts, err := net.Hosts(l.files[bundle.HostsFile], l.plan.Egress.Gateway)
 	if err != nil {
 		return fmt.Errorf("pinning egress hosts: %w", err)
 	}
@@ -408,7 +409,7 @@ func (l *launch) network(ctx context.Context) error {
 	l.state.netnsPath = net.NetnsPath
 	for _, r := range l.plan.Routes {
 		var proxy *routeproxy.Proxy
-		if routeproxy.IsModel(r) {
+		if r.Purpose == grant.RouteModel {
 			proxy, err = l.startModelRoute(net, r)
 		} else {
 			var tok *routeproxy.Token
@@ -419,7 +420,7 @@ func (l *launch) network(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		l.cleanup.push("route "+r.Purpose, func() error {
+		l.cleanup.push("route "+string(r.Purpose), func() error {
 			err := proxy.Close()
 			l.recordRoute(r.Purpose, proxy)
 			return err

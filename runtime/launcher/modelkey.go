@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/policy/grant"
 )
 
 // SecretRefs lists the refs a launch of the bundle asks its SecretSource
@@ -30,7 +31,7 @@ func ModelKeyRef(files bundle.Files) (string, error) {
 		return "", err
 	}
 	for _, r := range eg.Routes {
-		if r.Purpose == "model" {
+		if r.Purpose == grant.RouteModel {
 			return r.TokenRef, nil
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/policy/grant"
 	"paseo.dev/paseo-policy/runtime/launcher/routeproxy"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 )
@@ -122,18 +123,18 @@ func routeToken(opts Options, files bundle.Files, deployment string, r bundle.Ro
 }
 
 // recordRoute puts a closed proxy's counters into the result.
-func (l *launch) recordRoute(purpose string, proxy *routeproxy.Proxy) {
+func (l *launch) recordRoute(purpose grant.RoutePurpose, proxy *routeproxy.Proxy) {
 	if l.res.Routes == nil {
 		l.res.Routes = map[string]RouteStats{}
 	}
-	s := &proxy.Stats
-	l.res.Routes[purpose] = RouteStats{Forwarded: s.Forwarded.Load(), Refused: s.Refused.Load(),
+	s, name := &proxy.Stats, string(purpose) // the result's key: the purpose's name
+	l.res.Routes[name] = RouteStats{Forwarded: s.Forwarded.Load(), Refused: s.Refused.Load(),
 		OutOfScope: s.OutOfScope.Load(), Filtered: s.Filtered.Load(),
 		RefusedConns: s.RefusedConns.Load(), Cut: s.Cut.Load(), Scrubbed: s.Scrubbed.Load(),
 		Decompressed: s.Decompressed.Load()}
 	if m := s.Refusals(); len(m) > 0 {
-		rs := l.res.Routes[purpose]
+		rs := l.res.Routes[name]
 		rs.ByReason = m
-		l.res.Routes[purpose] = rs
+		l.res.Routes[name] = rs
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"paseo.dev/paseo-policy/diag"
-	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/compiler"
 	"paseo.dev/paseo-policy/policy/schema"
 	"paseo.dev/paseo-policy/runtime/launcher/routeproxy"
@@ -63,7 +62,7 @@ func (s *Server) create(ctx context.Context, c call) (any, *Error) {
 		_ = os.RemoveAll(dir)
 		return nil, fail(rpcerr.Internal, "the sandbox's Git record: %v", err)
 	}
-	b, e := s.start(id, dir, res.Files, req.Deployment, res.Manifest.Agent, res.Manifest.Profile, req.MCPToken, req.DeleteOnExit)
+	b, e := s.start(id, dir, res, req.Deployment, res.Manifest.Agent, res.Manifest.Profile, req.MCPToken, req.DeleteOnExit)
 	if e != nil {
 		_ = os.RemoveAll(dir)
 		_ = os.Remove(s.gitRecordPath(id))
@@ -121,18 +120,18 @@ func (s *Server) unreserve(deployment string) {
 const DefaultMaxSandboxes = 32
 
 // start launches the bundle in a new holder, which keeps its stdio on a
-// bridge, and waits until runsc runs it (or the launch failed). files are
-// the compile's own bytes, written to bundleDir: the supervisor plans from
-// them, and the launcher alone reads the directory (once, into its launch
-// plan).
-func (s *Server) start(id, bundleDir string, files bundle.Files, deployment, agent, profile string, mcpToken string, deleteOnExit bool) (*box, *Error) {
+// bridge, and waits until runsc runs it (or the launch failed). res is the
+// compile whose files were written to bundleDir: the supervisor plans from
+// its typed plan, and the launcher alone reads the directory (once, into
+// its launch plan).
+func (s *Server) start(id, bundleDir string, res *compiler.Result, deployment, agent, profile string, mcpToken string, deleteOnExit bool) (*box, *Error) {
 	spec := holder.Spec{ID: id, BundleDir: bundleDir, StateRoot: s.cfg.StateRoot, RunscPath: s.cfg.RunscPath,
 		Uplink: s.cfg.Uplink, Bridge: s.cfg.Bridge, Deployment: deployment, Agent: agent, Profile: profile,
 		Linger: s.cfg.HolderLinger, MCPToken: mcpToken, DeleteOnExit: deleteOnExit}
 	if spec.Linger <= 0 {
 		spec.Linger = 24 * time.Hour
 	}
-	if e := s.prepare(&spec, files); e != nil {
+	if e := s.prepare(&spec, res); e != nil {
 		return nil, e
 	}
 	b, err := newBox(id, deployment, agent, profile, holderSocket(s.cfg.StateRoot, id), stateCreating)

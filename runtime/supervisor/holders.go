@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"paseo.dev/paseo-policy/diag"
-	"paseo.dev/paseo-policy/policy/bundle"
-	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/policy/compiler"
+	"paseo.dev/paseo-policy/policy/grant"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 	"paseo.dev/paseo-policy/runtime/supervisor/holder"
 	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
@@ -55,67 +55,59 @@ func fromHolder(st holder.State) Info {
 }
 
 // prepare resolves, on the supervisor's side, what the launch will need
-// from the supervisor's configuration: the secrets the bundle names and
-// the egress host names to pin. files are the compile's bytes: the bundle
-// directory is read by the launcher alone. What prepare takes from them
-// only selects what to hand over; the launcher checks the bundle it reads
-// against the same digests and refuses a launch whose key ref or hosts
-// differ.
-func (s *Server) prepare(spec *holder.Spec, files bundle.Files) *Error {
-	m, err := files.Manifest()
-	if err != nil {
-		return fail(rpcerr.Internal, "bundle: %v", err)
+// from the supervisor's configuration: the secrets the plan names and the
+// egress host names to pin. res is the compile's own result, read as the
+// typed plan it is (never its rendered bytes decoded again): the bundle
+// directory is read by the launcher alone. What prepare takes from the
+// plan only selects what to hand over; the launcher checks the bundle it
+// reads against the same digests and refuses a launch whose key ref or
+// hosts differ.
+func (s *Server) prepare(spec *holder.Spec, res *compiler.Result) *Error {
+	if res.Manifest.Deployment != spec.Deployment {
+		return fail(rpcerr.Internal, "bundle compiled for deployment %q, the sandbox is %q's", res.Manifest.Deployment, spec.Deployment)
 	}
-	if m.Deployment != spec.Deployment {
-		return fail(rpcerr.Internal, "bundle compiled for deployment %q, the sandbox is %q's", m.Deployment, spec.Deployment)
-	}
-	refs, err := launcher.SecretRefs(files)
-	if err != nil {
-		return unavailable(diag.LaunchBundle, "bundle", "%v", err)
-	}
-	// Secrets are looked up in the deployment the peer is bound to and the
-	// facts name (create checked both), never in another's.
-	for _, ref := range refs {
-		if s.cfg.Secrets == nil {
-			return unavailable(diag.LaunchSecret, "secret", "the bundle needs secret %s and the supervisor has no secret source", ref)
+	var key *grant.Route // the model route that adds a key
+	var hosts []string
+	for _, g := range res.Plan.Grants {
+		switch g := g.(type) {
+		case grant.Egress:
+			hosts = append(hosts, g.Host)
+		case grant.Route:
+			if g.Purpose != grant.RouteModel {
+				continue
+			}
+			if g.TokenRef != "" {
+				key = &g
+			}
+			if u, err := url.Parse(g.Upstream); err == nil {
+				hosts = append(hosts, u.Hostname())
+			}
+			// A login route (oauth-broker) also dials the token endpoint,
+			// and reads its login from the deployment's auth.json itself:
+			// no key.
+			if u, err := url.Parse(g.LoginRefresh); err == nil && g.LoginRefresh != "" {
+				hosts = append(hosts, u.Hostname())
+			}
 		}
-		v, err := s.cfg.Secrets(spec.Deployment, ref)
+	}
+	// The key is looked up in the deployment the peer is bound to and the
+	// facts name (create checked both), never in another's. The holder
+	// keeps it for the route's proxy, which dials the provider from the
+	// holder.
+	if key != nil {
+		if s.cfg.Secrets == nil {
+			return unavailable(diag.LaunchSecret, "secret", "the bundle needs secret %s and the supervisor has no secret source", key.TokenRef)
+		}
+		v, err := s.cfg.Secrets(spec.Deployment, key.TokenRef)
 		if err != nil {
 			return unavailable(diag.LaunchSecret, "secret", "%v", err)
 		}
-		if spec.Secrets == nil {
-			spec.Secrets = map[string][]byte{}
-		}
-		spec.Secrets[ref] = v
+		spec.ModelKey = &holder.RouteKey{Route: key.Purpose, Ref: key.TokenRef, Value: v}
 	}
 	spec.ModelRoots, spec.SecretsDir = s.cfg.ModelRoots, s.cfg.SecretsDir
-	eg, err := files.Egress()
-	if err != nil {
-		return fail(rpcerr.Internal, "bundle: %v", err)
-	}
 	resolve := s.cfg.Resolve
 	if resolve == nil {
 		resolve = sandboxnet.SystemResolver
-	}
-	hosts := []string{}
-	for _, r := range eg.Rules {
-		hosts = append(hosts, r.Host)
-	}
-	for _, r := range eg.Routes {
-		if r.Purpose != "model" {
-			continue
-		}
-		// The holder keeps the provider key for the model route's proxy,
-		// which dials the provider from the holder.
-		spec.ModelKeyRef = r.TokenRef
-		if u, err := url.Parse(r.Upstream); err == nil {
-			hosts = append(hosts, u.Hostname())
-		}
-		// A login route (oauth-broker) also dials the token endpoint, and
-		// reads its login from the deployment's auth.json itself: no key.
-		if u, err := url.Parse(r.LoginRefresh); err == nil && r.LoginRefresh != "" {
-			hosts = append(hosts, u.Hostname())
-		}
 	}
 	for _, host := range hosts {
 		if _, err := netip.ParseAddr(host); err == nil || spec.Pins[host] != nil {

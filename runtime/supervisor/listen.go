@@ -38,7 +38,10 @@ func (s *Server) Listen(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Under the lock: Close may run as soon as the socket answers.
+	s.mu.Lock()
 	s.ln = ln
+	s.mu.Unlock()
 	go func() { <-ctx.Done(); ln.Close() }()
 	go s.idleHibernation(ctx, time.Second)
 	go s.reapExited(ctx, time.Second)

@@ -139,11 +139,11 @@ func (s *Server) reconcile() error {
 // Close stops serving and ends this supervisor's attachments; the
 // sandboxes go on in their holders for the next supervisor to adopt.
 func (s *Server) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.ln != nil {
 		s.ln.Close()
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, b := range s.boxes {
 		b.mu.Lock()
 		if b.detach != nil {

@@ -96,7 +96,7 @@ type renderer struct {
 	name    string
 	pod     *corev1.Pod
 	ctr     *corev1.Container
-	gateway string // the gateway's host name, from files/hosts
+	gateway string // the gateway's host name, from egress.json
 
 	// the network grants, read after every grant is seen
 	egress []grant.Egress
@@ -123,7 +123,15 @@ func Render(files bundle.Files, opt Options) (*Rendering, error) {
 	for _, p := range pins.Pins {
 		r.kinds[p.Destination] = p.Kind
 	}
-	r.gateway = gatewayName(files[bundle.HostsFile])
+	if _, ok := files[bundle.EgressFile]; ok {
+		eg, err := files.Egress()
+		if err != nil {
+			return nil, err
+		}
+		if eg.Gateway != nil {
+			r.gateway = eg.Gateway.Name
+		}
+	}
 	r.skeleton()
 	for _, g := range m.Grants {
 		r.grant(g)
@@ -338,17 +346,6 @@ func labelValue(id string) string {
 var imageDigest = regexp.MustCompile(`^[a-z0-9][a-z0-9._/:-]*@sha256:[0-9a-f]{64}$`)
 
 func isImageDigest(s string) bool { return imageDigest.MatchString(s) }
-
-// gatewayName is the name the sandbox reaches its gateway by: the bundle's
-// hosts file marks it "# gateway: NAME", the marker the launcher fills in.
-func gatewayName(hosts []byte) string {
-	for _, line := range strings.Split(string(hosts), "\n") {
-		if gw, ok := strings.CutPrefix(strings.TrimSpace(line), "# gateway: "); ok {
-			return gw
-		}
-	}
-	return ""
-}
 
 // gatewayAddr checks the gateway option: an address, of no unsafe class.
 func gatewayAddr(s string) (netip.Addr, error) {

@@ -69,7 +69,14 @@ func TestNamesAreDNSLabels(t *testing.T) {
 // PP-KUBE-RENDER and the fact (or option) that caused it, all at once.
 func TestRefusals(t *testing.T) {
 	route := grant.Route{Purpose: "mcp", Proto: "tcp", Port: 6767, Method: "POST", Path: "/mcp", Upstream: "http://127.0.0.1:6767/mcp", Provenance: why("mcp.agentsURL")}
-	hosts := bundle.Files{bundle.HostsFile: []byte("# gateway: paseo-gateway\n")}
+	eg, err := bundle.Marshal(&bundle.Egress{APIVersion: bundle.APIVersion, Kind: "Egress", Mode: "sandbox", Default: "deny",
+		Rules: []bundle.EgressRule{}, Gateway: &bundle.Gateway{Name: bundle.GatewayName}, Routes: []bundle.Route{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The gateway is named in egress.json; a hosts file's comment names none.
+	gateway := bundle.Files{bundle.EgressFile: eg}
+	hostsOnly := bundle.Files{bundle.HostsFile: []byte("# gateway: paseo-gateway\n")}
 	cases := []struct {
 		name   string
 		grants grant.List
@@ -78,9 +85,10 @@ func TestRefusals(t *testing.T) {
 		facts  []string
 	}{
 		{"image by tag", base(), nil, Options{Image: "paseo.test/pi:latest"}, []string{"options.image"}},
-		{"route without gateway address", append(base(), route), hosts, Options{Image: opts.Image}, []string{"options.gatewayIP"}},
-		{"route to a loopback gateway", append(base(), route), hosts, Options{Image: opts.Image, GatewayIP: "127.0.0.1"}, []string{"options.gatewayIP"}},
+		{"route without gateway address", append(base(), route), gateway, Options{Image: opts.Image}, []string{"options.gatewayIP"}},
+		{"route to a loopback gateway", append(base(), route), gateway, Options{Image: opts.Image, GatewayIP: "127.0.0.1"}, []string{"options.gatewayIP"}},
 		{"route without a gateway name", append(base(), route), nil, opts, []string{"registry.network"}},
+		{"gateway named only in the hosts file", append(base(), route), hostsOnly, opts, []string{"registry.network"}},
 		{"bind without pin", append(base(), grant.Mount{Destination: "/ws", Type: "bind", Source: "/srv/ws", Options: []string{"bind", "rw"}, Provenance: why("workspace.cwd")}),
 			nil, opts, []string{"workspace.cwd"}},
 		{"writable bundle file", append(base(), grant.Mount{Destination: "/x/mcp.json", Type: "bind", Source: bundle.MCPConfigFile, Options: []string{"bind", "rw"}, Provenance: why("launch.mcpConfig")}),
@@ -94,7 +102,7 @@ func TestRefusals(t *testing.T) {
 		{"unknown mount type", append(base(), grant.Mount{Destination: "/m", Type: "mqueue", Source: "mqueue", Provenance: why("profile.p.mounts[8]")}),
 			nil, opts, []string{"profile.p.mounts[8]"}},
 		{"all at once", append(base(), route, grant.Mount{Destination: "/t", Type: "tmpfs", Source: "tmpfs", Provenance: why("profile.p.mounts[9]")}),
-			hosts, Options{Image: "x"}, []string{"options.image", "options.gatewayIP", "profile.p.mounts[9]"}},
+			gateway, Options{Image: "x"}, []string{"options.image", "options.gatewayIP", "profile.p.mounts[9]"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

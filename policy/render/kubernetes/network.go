@@ -73,7 +73,7 @@ func (r *renderer) network() {
 // gateway's to enforce: no Kubernetes object can say it.
 func (r *renderer) gatewayRoutes(np *networkingv1.NetworkPolicy, obj string) {
 	if r.gateway == "" {
-		r.refuse("registry.network", "the plan has routes but its hosts file names no gateway")
+		r.refuse("registry.network", "the plan has routes but its egress.json names no gateway")
 	}
 	a, err := gatewayAddr(r.opt.GatewayIP)
 	if err != nil {
@@ -93,7 +93,7 @@ func (r *renderer) gatewayRoutes(np *networkingv1.NetworkPolicy, obj string) {
 			To:    []networkingv1.NetworkPolicyPeer{{PodSelector: &gw}},
 			Ports: []networkingv1.NetworkPolicyPort{port(rt.Proto, rt.Port)},
 		})
-		r.trace(obj, "spec.egress["+strconv.Itoa(len(np.Spec.Egress)-1)+"]", "tcp/"+strconv.Itoa(rt.Port)+" to the deployment's gateway pods ("+rt.Purpose+" route)", rt)
+		r.trace(obj, "spec.egress["+strconv.Itoa(len(np.Spec.Egress)-1)+"]", "tcp/"+strconv.Itoa(rt.Port)+" to the deployment's gateway pods ("+string(rt.Purpose)+" route)", rt)
 		cred := "adds its credential " + rt.TokenRef
 		if rt.Login() {
 			cred = "holds and refreshes the subscription login " + rt.LoginEntry + " (" + rt.LoginFile + " on the host)"
@@ -103,7 +103,7 @@ func (r *renderer) gatewayRoutes(np *networkingv1.NetworkPolicy, obj string) {
 }
 
 func routeScope(rt grant.Route) string {
-	if rt.Purpose == "model" {
+	if rt.Purpose == grant.RouteModel {
 		return "requests " + strings.Join(rt.Requests, ", ")
 	}
 	return "methods " + strings.Join(rt.Methods, " ") + "; tools " + strings.Join(rt.Tools, " ")

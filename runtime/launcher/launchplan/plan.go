@@ -56,6 +56,10 @@ type Plan struct {
 	// Search is the native search the launch serves (the plan's search
 	// grant, when on), or nil.
 	Search *grant.Search
+	// AuthFile is the read-write auth.json bind of credential mode
+	// oauth-file (the mount grant marked AuthFile), which the launch
+	// locks for the sandbox's life; nil in every other mode.
+	AuthFile *grant.Mount
 
 	// Verdict is ocicheck's judgement of Files: digests, secret
 	// placeholders, pins, egress destinations, the OCI runtime-tools
@@ -92,6 +96,9 @@ func FromFiles(dir string, files bundle.Files) *Plan {
 			}
 			if s, ok := g.(grant.Search); ok && s.On {
 				p.Search = &s
+			}
+			if m, ok := g.(grant.Mount); ok && m.AuthFile {
+				p.AuthFile = &m
 			}
 		}
 	}

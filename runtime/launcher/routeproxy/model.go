@@ -97,7 +97,7 @@ func NewModel(r bundle.Route, o ModelOptions) (*Proxy, error) {
 	switch {
 	case err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.RawPath != "":
 		return nil, fmt.Errorf("route %s: upstream must be https://host:port/path without query, user information or escapes", r.Purpose)
-	case r.Purpose != "model" || u.Path != r.Path || strings.HasSuffix(r.Path, "/"):
+	case r.Purpose != grant.RouteModel || u.Path != r.Path || strings.HasSuffix(r.Path, "/"):
 		return nil, fmt.Errorf("route %s: a model route serves the upstream's own path prefix", r.Purpose)
 	case o.Key == nil || o.Dial == nil:
 		return nil, fmt.Errorf("route %s: no key source or dialer", r.Purpose)
@@ -419,9 +419,6 @@ func (p *Proxy) refuseLogin(w http.ResponseWriter) {
 
 // errEncodedAnswer refuses an answer the route cannot read to mask the key.
 var errEncodedAnswer = errors.New("the provider answered with a content encoding the route did not ask for")
-
-// IsModel reports whether r is a model route.
-func IsModel(r bundle.Route) bool { return r.Purpose == "model" }
 
 // featureHeaders checks the request's feature headers against the
 // route's list and returns them rebuilt from the checked values: each

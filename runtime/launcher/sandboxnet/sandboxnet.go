@@ -402,11 +402,12 @@ func checkDestination(a netip.Addr) error {
 }
 
 // Hosts renders the sandbox's /etc/hosts: the compiled file with every
-// "# pin: NAME" marker followed by the addresses resolved for NAME, and a
-// "# gateway: NAME" marker followed by the gateway's address. A
-// marker without a resolved name, or a pinned name without a marker, is an
-// error: what the sandbox resolves must be exactly what the rules allow.
-func (n *Network) Hosts(compiled []byte) ([]byte, error) {
+// "# pin: NAME" marker followed by the addresses resolved for NAME, then,
+// when the bundle names a gateway (egress.json's), the gateway's address
+// under its name. A marker without a resolved name, or a pinned name
+// without a marker, is an error: what the sandbox resolves must be
+// exactly what the rules allow.
+func (n *Network) Hosts(compiled []byte, gateway *bundle.Gateway) ([]byte, error) {
 	byHost := map[string][]netip.Addr{}
 	for _, p := range n.Pins {
 		byHost[p.Host] = p.Addrs
@@ -415,13 +416,6 @@ func (n *Network) Hosts(compiled []byte) ([]byte, error) {
 	seen := map[string]bool{}
 	for _, line := range strings.SplitAfter(string(compiled), "\n") {
 		b.WriteString(line)
-		if gw, ok := strings.CutPrefix(strings.TrimSpace(line), "# gateway: "); ok {
-			if !strings.HasSuffix(line, "\n") {
-				b.WriteString("\n")
-			}
-			fmt.Fprintf(&b, "%s\t%s\n", n.Gateway, gw)
-			continue
-		}
 		name, ok := strings.CutPrefix(strings.TrimSpace(line), "# pin: ")
 		if !ok {
 			continue
@@ -446,6 +440,12 @@ func (n *Network) Hosts(compiled []byte) ([]byte, error) {
 		if !seen[h] {
 			return nil, fmt.Errorf("egress host %s has no pin marker in the compiled hosts file", h)
 		}
+	}
+	if gateway != nil {
+		if s := b.String(); s != "" && !strings.HasSuffix(s, "\n") {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "%s\t%s\n", n.Gateway, gateway.Name)
 	}
 	return []byte(b.String()), nil
 }

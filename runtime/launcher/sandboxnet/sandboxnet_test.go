@@ -303,19 +303,28 @@ func TestDuplicateIDLeavesTheFirstIntact(t *testing.T) {
 func TestHostsPinsExactlyTheResolvedNames(t *testing.T) {
 	n := &Network{Gateway: netip.MustParseAddr("10.213.0.1"),
 		Pins: []Pin{{Host: "model.test", Addrs: []netip.Addr{netip.MustParseAddr("10.77.1.2"), netip.MustParseAddr("10.77.1.3")}}}}
-	compiled := "# generated\n127.0.0.1\tlocalhost\n# pin: model.test\n# gateway: paseo-gateway\n"
-	got, err := n.Hosts([]byte(compiled))
+	compiled := "# generated\n127.0.0.1\tlocalhost\n# pin: model.test"
+	got, err := n.Hosts([]byte(compiled), &bundle.Gateway{Name: "paseo-gateway"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "# generated\n127.0.0.1\tlocalhost\n# pin: model.test\n10.77.1.2\tmodel.test\n10.77.1.3\tmodel.test\n# gateway: paseo-gateway\n10.213.0.1\tpaseo-gateway\n"
+	want := "# generated\n127.0.0.1\tlocalhost\n# pin: model.test\n10.77.1.2\tmodel.test\n10.77.1.3\tmodel.test\n10.213.0.1\tpaseo-gateway\n"
 	if string(got) != want {
 		t.Errorf("hosts:\n%s\nwant:\n%s", got, want)
 	}
-	if _, err := n.Hosts([]byte("# pin: other.test\n")); err == nil {
+	// The gateway is named by egress.json only: a comment in the compiled
+	// file (a bundle from before) pins nothing.
+	got, err = n.Hosts([]byte(compiled+"\n# gateway: paseo-gateway\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(got), "10.213.0.1") {
+		t.Errorf("a gateway was pinned with none named:\n%s", got)
+	}
+	if _, err := n.Hosts([]byte("# pin: other.test\n"), nil); err == nil {
 		t.Error("a marker without a resolved name was accepted")
 	}
-	if _, err := n.Hosts([]byte("127.0.0.1 localhost\n")); err == nil {
+	if _, err := n.Hosts([]byte("127.0.0.1 localhost\n"), nil); err == nil {
 		t.Error("a resolved name without a marker was accepted")
 	}
 }

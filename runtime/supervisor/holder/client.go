@@ -37,7 +37,8 @@ func (e *LaunchError) Error() string { return e.Message }
 // launch failed: *LaunchError). The holder runs in a session of its own,
 // so signals for the supervisor's process group do not reach it; this
 // process reaps it if it is still the parent when the holder ends. The
-// spec travels over a pipe, and spec.Secrets are wiped here once sent.
+// spec travels over a pipe, and spec.ModelKey's value is wiped here once
+// sent.
 func Spawn(spec Spec) error {
 	if err := os.MkdirAll(Dir(spec.StateRoot), 0o700); err != nil {
 		return err
@@ -75,8 +76,8 @@ func Spawn(spec Spec) error {
 	go func() { _ = cmd.Wait() }()
 	err = json.NewEncoder(specW).Encode(spec)
 	specW.Close()
-	for _, v := range spec.Secrets {
-		clear(v) // the holder has them now; no copy stays here
+	if spec.ModelKey != nil {
+		clear(spec.ModelKey.Value) // the holder has it now; no copy stays here
 	}
 	if err != nil {
 		return fmt.Errorf("holder spec: %v", err)

@@ -68,12 +68,14 @@ func (h *holder) wake(secrets map[string][]byte) (any, *Error) {
 	if e != nil {
 		return nil, e
 	}
-	if v, ok := secrets[h.spec.ModelKeyRef]; ok && h.spec.ModelKeyRef != "" {
+	if k := h.spec.ModelKey; k != nil {
 		// The key as it is now: one rotated while the sandbox slept is the
 		// one its next request carries. A bad one is forgotten, so the
 		// wake's model route refuses it rather than keep the old key.
-		if err := h.modelKey.Set(v); err != nil {
-			h.modelKey.Clear()
+		if v, ok := secrets[k.Ref]; ok {
+			if err := h.modelKey.Set(v); err != nil {
+				h.modelKey.Clear()
+			}
 		}
 	}
 	src := func(deployment, ref string) ([]byte, error) {

@@ -16,6 +16,7 @@ import (
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/lineserve"
+	"paseo.dev/paseo-policy/policy/grant"
 	"paseo.dev/paseo-policy/runtime/bridge"
 	"paseo.dev/paseo-policy/runtime/execution"
 	"paseo.dev/paseo-policy/runtime/launcher"
@@ -58,14 +59,16 @@ type Spec struct {
 	Deployment string                  `json:"deployment"`
 	Agent      string                  `json:"agent"`
 	Profile    string                  `json:"profile"`
-	Secrets    map[string][]byte       `json:"secrets,omitempty"`
 	Pins       map[string][]netip.Addr `json:"pins,omitempty"`
 	// MCPToken is the daemon's bearer at createSandbox, if it gave one.
 	MCPToken string `json:"mcpToken,omitempty"`
-	// ModelKeyRef names, among Secrets, the provider key of the bundle's
-	// model route: the holder keeps it for the route proxy (and takes the
-	// one a wake brings), never for the sandbox.
-	ModelKeyRef string `json:"modelKeyRef,omitempty"`
+	// ModelKey is the provider key the bundle's model route adds,
+	// resolved by the supervisor in this holder's deployment; nil when the
+	// route adds none (no model route, or a login route, which reads its
+	// login itself). The holder keeps it for the route's proxy (and takes
+	// the one a wake brings), never for the sandbox; Spawn wipes the
+	// supervisor's copy once sent.
+	ModelKey *RouteKey `json:"modelKey,omitempty"`
 	// SecretsDir, when the supervisor reads one, is where the model
 	// route's proxy reads the provider key at every request, so a key
 	// rotated there is the next request's, asleep or running. Without it
@@ -220,18 +223,28 @@ func newHolder(spec Spec) (*holder, error) {
 	return &holder{spec: spec, ln: ln, done: make(chan struct{}), released: make(chan struct{})}, nil
 }
 
+// RouteKey is a route's credential as the supervisor hands it to a
+// holder: the route it is for, the secret reference it was resolved under
+// (the route's tokenRef, which a wake and the secrets dir resolve again)
+// and its value.
+type RouteKey struct {
+	Route grant.RoutePurpose `json:"route"`
+	Ref   string             `json:"ref"`
+	Value []byte             `json:"value"`
+}
+
 // run launches the sandbox, reports readiness and serves until released.
 func (h *holder) run(readyF *os.File) int {
 	defer os.Remove(Socket(h.spec.StateRoot, h.spec.ID))
-	pins, secrets := h.spec.Pins, h.spec.Secrets
+	pins, key := h.spec.Pins, h.spec.ModelKey
 	if h.spec.MCPToken != "" {
 		// create checked it; until a token is set the proxy answers 503.
 		_ = h.token.Set([]byte(h.spec.MCPToken))
 		h.spec.MCPToken = ""
 	}
-	if v, ok := secrets[h.spec.ModelKeyRef]; ok && h.spec.ModelKeyRef != "" {
+	if key != nil {
 		// A bad key leaves it unset: the launch is refused for it.
-		_ = h.modelKey.Set(v)
+		_ = h.modelKey.Set(key.Value)
 	}
 	var roots *x509.CertPool
 	if len(h.spec.ModelRoots) > 0 {
@@ -241,9 +254,10 @@ func (h *holder) run(readyF *os.File) int {
 	backend := ociexec.OCI{StateRoot: h.spec.StateRoot, RunscPath: h.spec.RunscPath, Uplink: h.spec.Uplink, MCPToken: &h.token,
 		ModelKey: h.modelKeySource(), ModelRoots: roots,
 		Secrets: func(deployment, ref string) ([]byte, error) {
-			// The supervisor resolved these for this holder's deployment only.
-			if v, ok := secrets[ref]; ok && deployment == h.spec.Deployment {
-				return v, nil
+			// The supervisor resolved the route's key for this holder's
+			// deployment only.
+			if key != nil && ref == key.Ref && deployment == h.spec.Deployment {
+				return key.Value, nil
 			}
 			return nil, fmt.Errorf("secret %s was not resolved by the supervisor", ref)
 		},
@@ -274,10 +288,9 @@ func (h *holder) run(readyF *os.File) int {
 		_ = os.RemoveAll(h.spec.BundleDir)
 	}()
 	tell(readyF, ready{OK: true})
-	// The launch has used the secrets (the model key is kept in modelKey);
-	// drop this copy.
-	for k := range secrets {
-		clear(secrets[k])
+	// The launch has used the key (kept in modelKey); drop this copy.
+	if key != nil {
+		clear(key.Value)
 	}
 	h.contacted(0)
 	h.touched()
@@ -298,8 +311,8 @@ func (h *holder) run(readyF *os.File) int {
 // secrets dir at every request when the supervisor named one, else the
 // copy this holder keeps.
 func (h *holder) modelKeySource() func() ([]byte, error) {
-	if dir, ref, dep := h.spec.SecretsDir, h.spec.ModelKeyRef, h.spec.Deployment; dir != "" && ref != "" {
-		src := launcher.SecretsDir(dir)
+	if dir, key, dep := h.spec.SecretsDir, h.spec.ModelKey, h.spec.Deployment; dir != "" && key != nil {
+		src, ref := launcher.SecretsDir(dir), key.Ref
 		return func() ([]byte, error) { return src(dep, ref) }
 	}
 	return h.modelKey.Source()
