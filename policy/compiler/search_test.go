@@ -68,8 +68,8 @@ func TestSearchGrant(t *testing.T) {
 	if !bytes.Equal(r.Files[bundle.SearchClientFile], bundle.SearchClient(bundle.GatewayName, s.Port, s.Path)) {
 		t.Error("files/search-client is not the client for the grant's port and workspace")
 	}
-	if !bytes.Contains(r.Files[bundle.HostsFile], []byte("# gateway: "+bundle.GatewayName)) {
-		t.Error("the hosts file does not name the gateway")
+	if !bytes.Contains(r.Files[bundle.EgressFile], []byte(`"gateway": {`)) || !bytes.Contains(r.Files[bundle.EgressFile], []byte(`"name": "`+bundle.GatewayName+`"`)) {
+		t.Errorf("egress.json does not name the gateway %s, where the search is served", bundle.GatewayName)
 	}
 
 	_, in, res = caseInputs(t, "host-pi-session-api-key")
