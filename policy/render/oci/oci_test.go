@@ -11,7 +11,7 @@ import (
 
 // The generated /etc/hosts is read off the plan alone: the hostname from
 // its grant, one pin comment per egress host name (never an address, each
-// name once), and the gateway only where a route or the monitor needs it.
+// name once); the gateway is named in egress.json, never here.
 func TestHostsFromPlan(t *testing.T) {
 	plan := &grant.Plan{}
 	plan.Add(grant.Hostname{Name: "box"})
@@ -26,9 +26,12 @@ func TestHostsFromPlan(t *testing.T) {
 	if diff := cmp.Diff(want, string(renderHosts(plan))); diff != "" {
 		t.Errorf("hosts without a route (-want +got):\n%s", diff)
 	}
-	plan.Add(grant.Route{Purpose: "model", Proto: "tcp", Port: 18080})
-	if diff := cmp.Diff(want+"# gateway: "+bundle.GatewayName+"\n", string(renderHosts(plan))); diff != "" {
+	plan.Add(grant.Route{Purpose: grant.RouteModel, Proto: "tcp", Port: 18080})
+	if diff := cmp.Diff(want, string(renderHosts(plan))); diff != "" {
 		t.Errorf("hosts with a route (-want +got):\n%s", diff)
+	}
+	if e := Egress(plan, "pinned"); e.Gateway == nil || e.Gateway.Name != bundle.GatewayName {
+		t.Errorf("egress.json with a route names the gateway %+v, want %s", e.Gateway, bundle.GatewayName)
 	}
 }
 
