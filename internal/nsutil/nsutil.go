@@ -87,12 +87,23 @@ func Remove(path string) error {
 }
 
 // Open opens a namespace file, or the launcher's own namespace when
-// path is empty.
+// path is empty: the calling thread's, read on a thread locked for the
+// read. Not /proc/self/ns/net, which is the main thread's: a goroutine
+// that entered another namespace and ended locked to the main thread
+// (Go wedges the main thread rather than end it; preflight's nftables
+// probe is one such goroutine) leaves the main thread there for good,
+// while every thread that runs goroutines unlocked is in the process's.
 func Open(path string) (int, error) {
+	var fd int
+	var err error
 	if path == "" {
-		path = "/proc/self/ns/net"
+		path = "/proc/thread-self/ns/net"
+		runtime.LockOSThread()
+		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		runtime.UnlockOSThread()
+	} else {
+		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	}
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, fmt.Errorf("opening network namespace %s: %w", path, err)
 	}
