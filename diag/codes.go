@@ -69,7 +69,7 @@ const (
 	ModelNotTurn      Code = "PP-MODEL-NOT-TURN"        // the model's API is one of Pi's that carries no agent turn (a classifier or image generation): Pi's agent never streams a turn through it
 
 	// Read-only searches answered outside gVisor (launcher option NativeSearch).
-	SearchRequest Code = "PP-SEARCH-REQUEST" // a search request off the closed list: an option, a value, a path not beneath the workspace (the client then runs the sandbox's own rg)
+	SearchRequest Code = "PP-SEARCH-REQUEST" // a search or listing request off the closed lists: a tool, an option or find test, a value, a path not beneath the workspace (the client then runs the sandbox's own rg, fd or find)
 	SearchJail    Code = "PP-SEARCH-JAIL"    // the search jail cannot be built as designed (no Landlock, no user namespaces): the option refuses the launch
 	// The workspace monitor.
 	FSMonitor Code = "PP-FSMONITOR" // the registry requires the workspace monitor (deployments.<id>.fsmonitor "on") where it cannot be served: network mode none has no gateway

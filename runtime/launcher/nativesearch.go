@@ -20,7 +20,8 @@ import (
 // Read-only searches answered outside gVisor (Options.NativeSearch;
 // docs/spec.md, "Read-only searches answered outside gVisor")
 //
-// With the option on, the launcher serves the sandbox's rg from the host:
+// With the option on, the launcher serves the sandbox's rg, fd and find
+// (nativesearch.Names) from the host:
 // on the sandbox network's gateway, on a port of its own
 // (NativeSearchPort, or the next port no route or the monitor has),
 // admitted by the sandbox's nftables table from its own address only and
@@ -28,10 +29,11 @@ import (
 // (nativesearch.Request) run by the image's rg in a jail of its own
 // (nativesearch.Jail): the staged workspace bind and the image's /usr,
 // read-only, as the process's uid and gid. The client, a Perl script
-// naming the gateway, the port and the workspace, sits in <run>/search,
-// bound read-only into the sandbox at nativesearch.Dir, and the run copy's
-// PATH starts with that directory, so `rg` is the client; whatever it does
-// not forward runs the image's rg in the sandbox, as before.
+// naming the gateway, the port and the workspace, sits in <run>/search
+// under each of nativesearch.Names, bound read-only into the sandbox at
+// nativesearch.Dir, and the run copy's PATH starts with that directory, so
+// `rg`, `fd` and `find` are the client; whatever it does not forward runs
+// the image's binary in the sandbox, as before.
 //
 // It widens the trusted boundary (the agent's files meet the host kernel
 // through rg and the jail, not gVisor's Sentry), so it is never a default:
@@ -120,8 +122,10 @@ func (l *launch) serveNativeSearch(n *sandboxnet.Network) error {
 	})
 	st.srv = srv
 	client := nativesearch.Client(netip.AddrPortFrom(n.Gateway, uint16(st.port)), st.jail.Dest)
-	if err := os.WriteFile(filepath.Join(st.dir, "rg"), []byte(client), 0o555); err != nil {
-		return fmt.Errorf("nativesearch: %w", err)
+	for _, name := range nativesearch.Names {
+		if err := os.WriteFile(filepath.Join(st.dir, name), []byte(client), 0o555); err != nil {
+			return fmt.Errorf("nativesearch: %w", err)
+		}
 	}
 	return nil
 }
