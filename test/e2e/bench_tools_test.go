@@ -54,8 +54,8 @@ package e2e
 //	                       answers its git, on a third copy of the tree
 //	TOOLS_BENCH_SEARCH     "1" adds a side (default off): a sandbox, the same
 //	                       but for the launcher's native search
-//	                       (launcher.Options.NativeSearch) answering its rg
-//	                       (the plan's monitor on too, as network mode
+//	                       (launcher.Options.NativeSearch) answering its rg,
+//	                       fd and find (the plan's monitor on too, as network mode
 //	                       sandbox grants it), on a copy of the tree of its own
 
 import (
