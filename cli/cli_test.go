@@ -2,11 +2,13 @@ package cli
 
 import (
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
@@ -64,6 +66,23 @@ func TestScripts(t *testing.T) {
 				}
 				if got != want {
 					ts.Fatalf("%s exited %d, want %d", args[1], got, want)
+				}
+			},
+			// listening ADDR: wait (30 s at most) until something accepts
+			// TCP connections on ADDR, a background server's readiness.
+			"listening": func(ts *testscript.TestScript, neg bool, args []string) {
+				if neg || len(args) != 1 {
+					ts.Fatalf("usage: listening host:port")
+				}
+				for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+					c, err := net.DialTimeout("tcp", args[0], time.Second)
+					if err == nil {
+						c.Close()
+						return
+					}
+					if time.Now().After(deadline) {
+						ts.Fatalf("nothing listens on %s: %v", args[0], err)
+					}
 				}
 			},
 			// patch SRC JSON DST: write SRC with an RFC 7396 merge patch applied.

@@ -169,6 +169,11 @@ func detail(g grant.Grant) string {
 			return "off"
 		}
 		return "gateway:" + strconv.Itoa(g.Port) + " watches " + g.Path
+	case grant.Search:
+		if !g.On {
+			return "off"
+		}
+		return "gateway:" + strconv.Itoa(g.Port) + " searches " + g.Path + " from the host, client " + bundle.SearchDir + "/{" + strings.Join(bundle.SearchClientNames, ",") + "}"
 	}
 	return ""
 }

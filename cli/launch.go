@@ -64,7 +64,6 @@ is the agent's). docs/launcher.md, "Exit codes", has the table.`,
 	f.StringVar(&o.RunscPath, "runsc", defaultRunsc(), "the pinned runsc binary (with <path>.sha256 beside it)")
 	f.StringVar(&secretsDir, "secrets-dir", "", "root-only directory holding <deployment-id>/<secretRef> files (root-owned, 0600)")
 	f.StringVar(&o.Uplink, "uplink-netns", "", "network namespace (path) the sandbox veth peers live in, for network mode sandbox (default: this process's)")
-	f.BoolVar(&o.NativeSearch, "native-search", false, "answer the sandbox's rg from the host in a jail of its own (Landlock, namespaces, the image's rg, the workspace read-only): widens the trusted boundary; an operator's opt-in, network mode sandbox only (docs/launcher.md)")
 	return cmd
 }
 

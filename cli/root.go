@@ -60,7 +60,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	// command as a usage error; with no command it prints the help as a
 	// bare root would.
 	root.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
-	root.AddCommand(newCompile(g), newExplain(g), newRender(g), newDiff(g), newValidate(g), newCheckRegistry(g), newProfiles(g), newVersion(g), newLaunch(g), newDoctor(g), newPS(g), newKill(g), newGC(g), newSupervise(g), newGit(g), newPi(g))
+	root.AddCommand(newCompile(g), newExplain(g), newRender(g), newDiff(g), newValidate(g), newCheckRegistry(g), newProfiles(g), newVersion(g), newLaunch(g), newDoctor(g), newPS(g), newKill(g), newGC(g), newSupervise(g), newGateway(g), newGit(g), newPi(g))
 	usageArgs(root)
 	return root
 }

@@ -68,9 +68,10 @@ const (
 	ModelSigned       Code = "PP-MODEL-SIGNED"          // api-key mode for an API whose requests are signed or carry a minted token (Bedrock SigV4, Vertex ADC): no static key the route could add
 	ModelNotTurn      Code = "PP-MODEL-NOT-TURN"        // the model's API is one of Pi's that carries no agent turn (a classifier or image generation): Pi's agent never streams a turn through it
 
-	// Read-only searches answered outside gVisor (launcher option NativeSearch).
+	// Read-only searches answered outside gVisor (grant search workspace).
+	SearchGateway Code = "PP-SEARCH-GATEWAY" // the registry turns the native search on (deployments.<id>.search "native") where it cannot be served: network mode none has no gateway
 	SearchRequest Code = "PP-SEARCH-REQUEST" // a search or listing request off the closed lists: a tool, an option or find test, a value, a path not beneath the workspace (the client then runs the sandbox's own rg, fd or find)
-	SearchJail    Code = "PP-SEARCH-JAIL"    // the search jail cannot be built as designed (no Landlock, no user namespaces): the option refuses the launch
+	SearchJail    Code = "PP-SEARCH-JAIL"    // the search jail cannot be built as designed (no Landlock, no user namespaces): a plan that grants the search is refused at launch
 	// The workspace monitor.
 	FSMonitor Code = "PP-FSMONITOR" // the registry requires the workspace monitor (deployments.<id>.fsmonitor "on") where it cannot be served: network mode none has no gateway
 
@@ -126,4 +127,14 @@ const (
 	LaunchHibernatePath Code = "PP-LAUNCH-HIBERNATE-PATH"  // the checkpoint dir is not root's 0700, or a dir on the way to it is not root's, or is writable by group or others and not sticky
 	LaunchWake          Code = "PP-LAUNCH-WAKE"            // a wake cannot restore: no id, no checkpoint, an image file changed, another network mode, the wall time used up
 	LaunchHost          Code = "PP-LAUNCH-HOST"            // another step on this host failed (the sandbox network, staging the run dir, starting runsc): a fault here, not the bundle's
+)
+
+// The cluster gateway's refusals at start (runtime/gateway, `paseo-policy
+// gateway`): nothing listens unless every check passed. docs/kubernetes.md,
+// "The cluster gateway", lists them.
+const (
+	GatewayBundle  Code = "PP-GATEWAY-BUNDLE"  // the bundle cannot be read or fails verification (ocicheck), has no route, or has a route the gateway does not serve (a subscription login, a listener other than the gateway)
+	GatewaySecret  Code = "PP-GATEWAY-SECRET"  // a route's credential file is missing, not given, given for a route the bundle lacks, a symlink or behind one, not a regular file, open to others or writable by its group, too large, or not a valid token
+	GatewayResolve Code = "PP-GATEWAY-RESOLVE" // the model provider's host does not resolve, has no IPv4 address, or resolves to an unsafe destination
+	GatewayListen  Code = "PP-GATEWAY-LISTEN"  // the listen address is not an IP address, or a route's port cannot be listened on
 )

@@ -91,8 +91,9 @@ var testOnly = []string{"test/acceptance", "test/e2e", "test/picontract", "inter
 // launchSide run a bundle; they read the compiler's output types and must
 // not be able to compile, so a launch cannot depend on CUE or profiles.
 // The holder process runs one (the supervisor, which compiles, only
-// hands it a bundle on disk).
-var launchSide = []string{"runtime/launcher", "runtime/execution", "runtime/bridge", "runtime/supervisor/holder"}
+// hands it a bundle on disk). The cluster gateway serves a bundle's routes
+// from the same verified plan.
+var launchSide = []string{"runtime/launcher", "runtime/execution", "runtime/bridge", "runtime/supervisor/holder", "runtime/gateway"}
 
 // neutralSeams are the interfaces every backend meets, with the packages
 // no seam may depend on, even transitively: a seam that linked its

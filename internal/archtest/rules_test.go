@@ -71,6 +71,7 @@ func TestRules(t *testing.T) {
 		{"the demo runs the fake model and a test world", "test/cmd/paseo-demo", deps("internal/testkit/fakemodel", "internal/testkit/testnet"), ""},
 		{"the CLI links the demo", "cmd/paseo-policy", deps("test/cmd/paseo-demo"), "no-test-support-in-product"},
 		{"launcher depends on compiler", "runtime/launcher", deps("policy/compiler"), "launch-reads-output-only"},
+		{"the cluster gateway depends on compiler", "runtime/gateway", deps("policy/compiler"), "launch-reads-output-only"},
 		{"sandboxnet depends on schema", "runtime/launcher/sandboxnet", deps("policy/schema"), "launch-reads-output-only"},
 		{"execution depends on CUE transitively", "runtime/execution", deps("cuelang.org/go/cue"), "launch-reads-output-only"},
 		{"the seam imports the launcher", "runtime/execution", imports("runtime/launcher"), "seam-imports-no-backend"},

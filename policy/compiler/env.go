@@ -18,7 +18,8 @@ func (c *compilation) env(p *grant.Plan) {
 		p.Add(grant.Env{Name: name, Value: value, Provenance: why(reason, fact)})
 	}
 	add("HOME", sandboxHome, "private tmpfs home", prof)
-	add("PATH", c.reg.Image.Path, "the image's fixed tool paths", "registry.image.path")
+	path, reason, fact := c.searchPath()
+	add("PATH", path, reason, fact)
 	add("TMPDIR", sandboxTmp, "private tmpfs", prof)
 	add("LANG", sandboxLang, "fixed locale", prof)
 	add("PI_OFFLINE", "1", "no catalog refresh, update check or helper download at run time", prof)

@@ -26,6 +26,7 @@ func (c *compilation) network(p *grant.Plan) {
 	if n.Mode != "sandbox" {
 		c.checkURLs() // still refuse bad URLs: facts must be valid whatever the registry says
 		c.fsmonitorGrant(p)
+		c.searchGrant(p)
 		return
 	}
 	purposes := c.prof.Egress
@@ -58,6 +59,7 @@ func (c *compilation) network(p *grant.Plan) {
 		}
 	}
 	c.fsmonitorGrant(p)
+	c.searchGrant(p)
 }
 
 func networkReason(mode string) string {

@@ -65,6 +65,9 @@ type compilation struct {
 	// fsmon is the workspace monitor's decision (fsmonitor.go); nil when
 	// the profile does not ask for it.
 	fsmon *fsmonitorPlan
+	// search is the native search's decision (search.go); nil when neither
+	// the profile nor the deployment asks for it.
+	search *searchPlan
 }
 
 // Plan is what the renderers read, and all they read: the grants, and the
@@ -94,6 +97,7 @@ func (c *compilation) plan() *Plan {
 	c.checkCredential()
 	c.checkLoginBroker()
 	c.fsmon = c.decideFSMonitor()
+	c.search = c.decideSearch()
 
 	p := &Plan{DNS: c.reg.Network.DNS}
 	g := &p.Plan
@@ -266,6 +270,7 @@ func (c *compilation) mounts(p *grant.Plan) {
 	p.Add(grant.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: "files/resolv.conf", Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
 		Provenance: why("generated; names a resolver only when the DNS mode allows one", "registry.network.dns")})
 	c.fsmonitorMount(p)
+	c.searchMounts(p)
 
 	binds := c.binds()
 	sort.SliceStable(binds, func(i, j int) bool { return binds[i].Destination < binds[j].Destination })

@@ -46,6 +46,9 @@ func Render(plan *Plan) (bundle.Files, *bundle.Manifest, error) {
 		if m, ok := g.(grant.FSMonitor); ok && m.On {
 			files[bundle.FSMonitorHookFile] = bundle.FSMonitorHook(gatewayName, m.Port, m.Path)
 		}
+		if s, ok := g.(grant.Search); ok && s.On {
+			files[bundle.SearchClientFile] = bundle.SearchClient(gatewayName, s.Port, s.Path)
+		}
 	}
 	m := renderManifest(plan, files)
 	if files[bundle.ManifestFile], err = bundle.MarshalManifest(m); err != nil {
@@ -126,7 +129,7 @@ func renderHosts(plan *grant.Plan) []byte {
 		}
 		b.WriteString("# pin: " + n + "\n")
 	}
-	if len(plan.Of(grant.KindRoute)) > 0 || fsmonitorOn(plan) {
+	if len(plan.Of(grant.KindRoute)) > 0 || fsmonitorOn(plan) || searchOn(plan) {
 		b.WriteString("# gateway: " + gatewayName + "\n")
 	}
 	return []byte(b.String())
@@ -202,6 +205,17 @@ func orEmpty(s []string) []string {
 func fsmonitorOn(plan *grant.Plan) bool {
 	for _, g := range plan.Of(grant.KindFSMonitor) {
 		if g.(grant.FSMonitor).On {
+			return true
+		}
+	}
+	return false
+}
+
+// searchOn reports whether the plan serves the native search (its client
+// names the gateway).
+func searchOn(plan *grant.Plan) bool {
+	for _, g := range plan.Of(grant.KindSearch) {
+		if g.(grant.Search).On {
 			return true
 		}
 	}

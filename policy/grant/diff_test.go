@@ -50,6 +50,8 @@ func TestDiffClassifies(t *testing.T) {
 	monitorOff := FSMonitor{}
 	monitorElsewhere := monitor
 	monitorElsewhere.Port = 18091
+	search := Search{On: true, Port: 18091, Path: "/w"}
+	searchOff := Search{}
 
 	cases := []struct {
 		name     string
@@ -92,6 +94,10 @@ func TestDiffClassifies(t *testing.T) {
 		{"monitor added off", nil, List{monitorOff}, []string{"added"}, false},
 		{"monitor removed", List{monitor}, nil, []string{"removed"}, false},
 		{"monitor on another port", List{monitor}, List{monitorElsewhere}, []string{"changed"}, true},
+		{"search turned on", List{searchOff}, List{search}, []string{"widened"}, true},
+		{"search turned off", List{search}, List{searchOff}, []string{"narrowed"}, false},
+		{"search added on", nil, List{search}, []string{"added"}, true},
+		{"search added off", nil, List{searchOff}, []string{"added"}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

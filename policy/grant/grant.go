@@ -34,6 +34,7 @@ const (
 	KindLimit     Kind = "limit"     // a limit the launcher enforces (output, wall time)
 	KindHostname  Kind = "hostname"  // the UTS hostname
 	KindFSMonitor Kind = "fsmonitor" // the workspace monitor the launcher serves
+	KindSearch    Kind = "search"    // the native search the launcher serves (an operator's opt-in)
 )
 
 // Access says how much of the subject is granted. It is derived from the

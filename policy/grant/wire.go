@@ -328,6 +328,13 @@ func typed(w Encoded) (Grant, error) {
 		var b bool
 		b, ok = boolean()
 		g = FSMonitor{On: b, Port: w.Port, Path: w.Path, Provenance: p}
+	case KindSearch:
+		if w.Subject != "workspace" {
+			return nil, fmt.Errorf("search subject %q is not one this decoder knows", w.Subject)
+		}
+		var b bool
+		b, ok = boolean()
+		g = Search{On: b, Port: w.Port, Path: w.Path, Provenance: p}
 	case KindEgress:
 		g = Egress{Host: w.Subject, Proto: w.Proto, Port: w.Port, Purpose: w.Purpose, Provenance: p}
 	case KindRoute:

@@ -43,6 +43,7 @@ func every() List {
 		NetworkMode{Mode: "sandbox", Provenance: p("net")},
 		DirectFS{Provenance: p("directfs")},
 		FSMonitor{On: true, Port: 18090, Path: "/w", Provenance: p("fsmonitor")},
+		Search{On: true, Port: 18091, Path: "/w", Provenance: p("search")},
 		Egress{Host: "llm.example.test", Proto: "tcp", Port: 443, Purpose: "model", Provenance: p("egress")},
 		Route{Purpose: "mcp", Proto: "tcp", Port: 6767, Method: "POST", Path: "/mcp/agents", Upstream: "http://127.0.0.1:6767/mcp/agents",
 			CallerAgentID: "a", TokenRef: "paseo/mcp", Methods: []string{"tools/list"}, Tools: []string{"list_agents"}, Provenance: p("route")},
@@ -82,7 +83,7 @@ func TestApplyToEmptySpec(t *testing.T) {
 		// one sets its part.
 		var outside bool
 		switch g.(type) {
-		case OutputLimit, WallLimit, NetworkMode, DirectFS, FSMonitor, Egress, Route:
+		case OutputLimit, WallLimit, NetworkMode, DirectFS, FSMonitor, Search, Egress, Route:
 			outside = true
 		}
 		if unchanged := reflect.DeepEqual(s, &specs.Spec{}); unchanged != outside {

@@ -177,6 +177,7 @@ func Check(d Decoded, dir string, opts Options) Result {
 	}
 	r.run("egress-destinations", egressDestinations(d))
 	r.run(CheckFSMonitor, fsmonitorServed(d))
+	r.run(CheckSearch, searchServed(d))
 	if d.SpecErr != nil {
 		r.run(CheckDecode, d.SpecErr)
 		return r
@@ -274,6 +275,78 @@ func fsmonitorServed(d Decoded) error {
 	}
 	if !bytes.Equal(d.Files[bundle.FSMonitorHookFile], bundle.FSMonitorHook(bundle.GatewayName, g.Port, g.Path)) {
 		problems = append(problems, bundle.FSMonitorHookFile+" is not the hook for the grant's port and path")
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// CheckSearch is the check that a bundle granting the native search can
+// be served as granted.
+const CheckSearch = "search"
+
+// searchServed checks a granted native search against the rest of the
+// bundle: network mode sandbox (it is served on the gateway), a port no
+// route and not the monitor has, the process's cwd as the searched
+// workspace, the client (bundle.SearchClientFile) exactly the one for
+// that port and workspace and bound read-only at bundle.SearchDir under
+// each of bundle.SearchClientNames, and the process's PATH starting with
+// bundle.SearchDir, so the sandbox's rg is the client.
+func searchServed(d Decoded) error {
+	if d.Manifest == nil {
+		return nil
+	}
+	var g *grant.Search
+	ports := map[int]string{}
+	for _, x := range d.Manifest.Grants {
+		switch x := x.(type) {
+		case grant.Search:
+			if x.On {
+				g = &x
+			}
+		case grant.FSMonitor:
+			if x.On {
+				ports[x.Port] = "the workspace monitor's"
+			}
+		}
+	}
+	if g == nil {
+		return nil
+	}
+	var problems []string
+	if d.Egress == nil || d.Egress.Mode != "sandbox" {
+		problems = append(problems, "the search is served on the sandbox network's gateway, and the network mode is not sandbox")
+	} else {
+		for _, r := range d.Egress.Routes {
+			ports[r.Port] = "a route's"
+		}
+		if who, ok := ports[g.Port]; ok {
+			problems = append(problems, fmt.Sprintf("port %d is %s", g.Port, who))
+		}
+	}
+	if d.Spec != nil {
+		if d.Spec.Process == nil || d.Spec.Process.Cwd != g.Path {
+			problems = append(problems, "the searched workspace is not the process's working directory")
+		}
+		for _, n := range bundle.SearchClientNames {
+			dest := bundle.SearchDir + "/" + n
+			if !slices.ContainsFunc(d.Spec.Mounts, func(m specs.Mount) bool {
+				return m.Destination == dest && m.Type == "bind" && m.Source == bundle.SearchClientFile && slices.Contains(m.Options, "ro")
+			}) {
+				problems = append(problems, "the client is not bound read-only at "+dest)
+			}
+		}
+		if d.Spec.Process != nil {
+			// The first PATH is the one a program's getenv finds.
+			i := slices.IndexFunc(d.Spec.Process.Env, func(e string) bool { return strings.HasPrefix(e, "PATH=") })
+			if i < 0 || !strings.HasPrefix(d.Spec.Process.Env[i], "PATH="+bundle.SearchDir+":") {
+				problems = append(problems, "PATH does not start with "+bundle.SearchDir)
+			}
+		}
+	}
+	if !bytes.Equal(d.Files[bundle.SearchClientFile], bundle.SearchClient(bundle.GatewayName, g.Port, g.Path)) {
+		problems = append(problems, bundle.SearchClientFile+" is not the client for the grant's port and workspace")
 	}
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))

@@ -201,6 +201,77 @@ func TestFSMonitorServedAsGranted(t *testing.T) {
 	}
 }
 
+// A granted native search that the bundle could not serve as granted is a
+// finding: a client for another port or workspace, no sandbox network, a
+// client bound writable or not at all (under any of its names), PATH not starting with its
+// directory, a route or the monitor on its port. The golden bundle itself
+// passes (TestGoldenBundlesValidate).
+func TestSearchServedAsGranted(t *testing.T) {
+	src := filepath.Join("..", "..", "testdata", "host-search-native", "golden")
+	cases := map[string]struct {
+		file, from, to string
+	}{
+		"client for another port":      {bundle.SearchClientFile, "pack_sockaddr_in(18091,", "pack_sockaddr_in(18092,"},
+		"client for another workspace": {bundle.SearchClientFile, "my $ws = '/srv/paseo/workspace/proj-feature';", "my $ws = '/';"},
+		"client altered":               {bundle.SearchClientFile, "#!/usr/bin/perl", "#!/bin/sh"},
+		"no gateway":                   {bundle.EgressFile, `"mode": "sandbox"`, `"mode": "none"`},
+		"route on its port":            {bundle.EgressFile, `"port": 18080`, `"port": 18091`},
+		"PATH without the client":      {bundle.ConfigFile, `"PATH=/run/paseo/search:`, `"PATH=`},
+		"a PATH before the client's":   {bundle.ConfigFile, `"PATH=/run/paseo/search:`, `"PATH=/usr/bin", "PATH=/run/paseo/search:`},
+		"PATH with the client last":    {bundle.ConfigFile, `"PATH=/run/paseo/search:/usr/local/bin:/usr/bin:/bin"`, `"PATH=/usr/local/bin:/usr/bin:/bin:/run/paseo/search"`},
+		"client not bound":             {bundle.ConfigFile, `"destination": "/run/paseo/search/rg"`, `"destination": "/run/paseo/elsewhere/rg"`},
+		"client not bound as fd":       {bundle.ConfigFile, `"destination": "/run/paseo/search/fd"`, `"destination": "/run/paseo/elsewhere/fd"`},
+		"client not bound as find":     {bundle.ConfigFile, `"destination": "/run/paseo/search/find"`, `"destination": "/run/paseo/elsewhere/find"`},
+		"client falls back elsewhere":  {bundle.SearchClientFile, "'find', '/usr/bin/find'", "'find', '/tmp/find'"},
+		"client bound writable": {bundle.ConfigFile, `"source": "files/search-client",
+      "options": [
+        "bind",
+        "ro",`, `"source": "files/search-client",
+      "options": [
+        "bind",
+        "rw",`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			files, err := bundle.Read(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := Files(files, src, Options{}); len(r.Failed(CheckSearch)) > 0 {
+				t.Fatalf("the golden bundle fails: %+v", r.Failed(CheckSearch))
+			}
+			data := string(files[tc.file])
+			if !strings.Contains(data, tc.from) {
+				t.Fatalf("golden %s lacks %q", tc.file, tc.from)
+			}
+			files[tc.file] = []byte(strings.Replace(data, tc.from, tc.to, 1))
+			if r := Files(files, src, Options{}); len(r.Failed(CheckSearch)) == 0 {
+				t.Errorf("check %s did not fire; findings: %+v", CheckSearch, r.Findings)
+			}
+		})
+	}
+}
+
+// The monitor's port is the search's as much as a route's: a search
+// granted on it is a finding.
+func TestSearchNotOnTheMonitorsPort(t *testing.T) {
+	src := filepath.Join("..", "..", "testdata", "host-search-native", "golden")
+	files, err := bundle.Read(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := string(files[bundle.ManifestFile])
+	if !strings.Contains(m, `"port": 18091`) {
+		t.Fatal("golden manifest lacks the search's port 18091")
+	}
+	files[bundle.ManifestFile] = []byte(strings.Replace(m, `"port": 18091`, `"port": 18090`, 1))
+	files[bundle.SearchClientFile] = []byte(strings.Replace(string(files[bundle.SearchClientFile]), "pack_sockaddr_in(18091,", "pack_sockaddr_in(18090,", 1))
+	r := Files(files, src, Options{})
+	if f := r.Failed(CheckSearch); len(f) != 1 || !strings.Contains(f[0].Detail, "the workspace monitor's") {
+		t.Errorf("check %s: %+v; all findings: %+v", CheckSearch, f, r.Findings)
+	}
+}
+
 // Importing and running the validator leaves logrus's standard logger as
 // the program set it: its init once lowered the level for every program
 // that imported it.

@@ -107,6 +107,8 @@ type Deployment struct {
 	HibernateAfterSeconds int `json:"hibernateAfterSeconds,omitempty"`
 	// FSMonitor is "on", "off" or "" (the profile's default; registry.cue).
 	FSMonitor string `json:"fsmonitor,omitempty"`
+	// Search is "native", "sandbox" or "" (in the sandbox; registry.cue).
+	Search string `json:"search,omitempty"`
 }
 
 // ModelGrants are a deployment's model route grants: the provider-side
@@ -218,7 +220,9 @@ type Profile struct {
 	// route passes on: "name: value", one entry per admitted value.
 	ModelHeaders map[string][]string `json:"modelHeaders,omitempty"`
 	// FSMonitor: the profile asks for the workspace monitor (profile.cue).
-	FSMonitor    bool     `json:"fsmonitor,omitempty"`
+	FSMonitor bool `json:"fsmonitor,omitempty"`
+	// NativeSearch: the profile can use the native search (profile.cue).
+	NativeSearch bool     `json:"nativeSearch,omitempty"`
 	Capabilities []string `json:"capabilities"`
 }
 

@@ -60,6 +60,18 @@ type Exit struct {
 	// was blocked, kept for whoever asks after it ended.
 	Packets map[string]uint64
 	Routes  map[string]RouteStats
+	// Search is the native search server's counters at teardown, when the
+	// plan granted the search (OCI backend).
+	Search *SearchStats
+}
+
+// SearchStats is what the native search's server did: searches answered
+// from the host, answered "fallback" (the sandbox's own rg ran them) and
+// refused (off the closed list).
+type SearchStats struct {
+	Answered uint64 `json:"answered"`
+	Fallback uint64 `json:"fallback"`
+	Refused  uint64 `json:"refused"`
 }
 
 // RouteStats is what one private route's proxy did: requests forwarded

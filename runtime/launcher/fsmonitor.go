@@ -85,7 +85,7 @@ func (l *launch) serveFSMonitor(n *sandboxnet.Network) error {
 		err := srv.Close()
 		s := st.w.Stats()
 		l.res.FSMonitor = &FSMonitorStats{Lists: s.Lists, Everything: s.Everything, Events: s.Events, Overflows: s.Overflows,
-			Degraded: s.Degraded, Refused: srv.Refused()}
+			Unchanged: s.Unchanged, Degraded: s.Degraded, Refused: srv.Refused()}
 		return err
 	})
 	st.srv = srv
@@ -95,5 +95,8 @@ func (l *launch) serveFSMonitor(n *sandboxnet.Network) error {
 // FSMonitorStats are the monitor's counters at the end of a launch.
 type FSMonitorStats struct {
 	Lists, Everything, Events, Overflows, Refused uint64
-	Degraded                                      bool
+	// Unchanged counts the close and attribute events left out: nothing
+	// Git reads had changed (fsmonitor, times.go).
+	Unchanged uint64
+	Degraded  bool
 }

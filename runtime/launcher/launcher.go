@@ -113,13 +113,6 @@ type Options struct {
 	// Launch only returns when the sandbox has ended.
 	OnStart func()
 
-	// NativeSearch answers the sandbox's rg from the host, in a jail of
-	// its own (nativesearch.go): an operator's opt-in that widens the
-	// trusted boundary. Off unless set; a bundle without a gateway is
-	// refused with it (ErrNativeSearchNoGateway), and so is a kernel
-	// without Landlock or user namespaces (PP-SEARCH-JAIL).
-	NativeSearch bool
-
 	// OutputBefore is what the sandbox wrote (stdout and stderr) before
 	// this launch, for a wake (hibernate.go): outputBytes counts it all.
 	OutputBefore int64
@@ -151,7 +144,8 @@ type Result struct {
 	// FSMonitor is the workspace monitor's counters, when the plan grants
 	// it (fsmonitor.go).
 	FSMonitor *FSMonitorStats `json:"fsmonitor,omitempty"`
-	// NativeSearch is the search server's counters (Options.NativeSearch).
+	// NativeSearch is the search server's counters, when the plan grants
+	// the search (nativesearch.go).
 	NativeSearch *nativesearch.Stats `json:"nativeSearch,omitempty"`
 	// Teardown lists the teardown steps that failed, in the order they
 	// ran; every other step still ran. What a failed step left is
@@ -171,6 +165,11 @@ const (
 // RouteStats is what one route proxy did: the execution seam's neutral
 // counters (execution.RouteStats), which the launcher fills.
 type RouteStats = execution.RouteStats
+
+// SearchStats is what the native search's server did, as the execution
+// seam reports it (execution.SearchStats; Result.NativeSearch is the
+// server's own counters).
+type SearchStats = execution.SearchStats
 
 // startRoute runs the proxy of one private route on the sandbox's gateway.
 func startRoute(n *sandboxnet.Network, r bundle.Route, tok *routeproxy.Token) (*routeproxy.Proxy, error) {
@@ -410,8 +409,8 @@ func (l *launch) prepare() error {
 	if plan.FSMonitor != nil && plan.Network != "sandbox" {
 		return refused(diag.LaunchBundle, "bundle", fmt.Errorf("%w (this bundle's is %q)", ErrFSMonitorNoGateway, plan.Network))
 	}
-	if l.opts.NativeSearch && plan.Network != "sandbox" {
-		return fmt.Errorf("%w (this bundle's is %q)", ErrNativeSearchNoGateway, plan.Network)
+	if plan.Search != nil && plan.Network != "sandbox" {
+		return refused(diag.LaunchBundle, "bundle", fmt.Errorf("%w (this bundle's is %q)", ErrNativeSearchNoGateway, plan.Network))
 	}
 	l.limits = plan.Limits
 	l.rs = &runsc{path: l.opts.RunscPath, root: filepath.Join(l.opts.StateRoot, "runsc"), network: plan.Network}
@@ -441,7 +440,7 @@ func (l *launch) prepare() error {
 			return err
 		}
 	}
-	if l.opts.NativeSearch {
+	if plan.Search != nil {
 		if err := l.startNativeSearch(); err != nil {
 			return err
 		}
@@ -801,6 +800,12 @@ func (r *runDir) materialize(plan *launchplan.Plan) (*rspec.Spec, error) {
 	if hook, ok := files[bundle.FSMonitorHookFile]; ok {
 		// Run by the sandbox's git: executable, read-only.
 		if err := r.writeFile(bundle.FSMonitorHookFile, hook, 0o555); err != nil {
+			return nil, err
+		}
+	}
+	if client, ok := files[bundle.SearchClientFile]; ok {
+		// Run as rg by the sandbox's shell and tools: executable, read-only.
+		if err := r.writeFile(bundle.SearchClientFile, client, 0o555); err != nil {
 			return nil, err
 		}
 	}

@@ -40,8 +40,8 @@ type runtimeState struct {
 	// fsmonitor is the workspace monitor, when the plan grants one
 	// (fsmonitor.go); it adds nothing to the run copy.
 	fsmonitor *fsmonitorState
-	// search, when the launch answers rg from the host, adds the client's
-	// bind and PATH entry (nativesearch.go).
+	// search is the native search, when the plan grants it
+	// (nativesearch.go); it adds nothing to the run copy.
 	search *nativeSearchState
 }
 
@@ -84,11 +84,6 @@ func (r *runDir) writeSpec(spec *rspec.Spec, st runtimeState) error {
 	}
 	if err := useStaged(spec, st.binds, r.dir); err != nil {
 		return err
-	}
-	if st.search != nil {
-		if err := withNativeSearch(spec, st.search); err != nil {
-			return err
-		}
 	}
 	found := false
 	for i, ns := range spec.Linux.Namespaces {

@@ -44,7 +44,7 @@ func typed(err error, format string, a ...any) *Error {
 func fromHolder(st holder.State) Info {
 	in := Info{Sandbox: st.Sandbox, Deployment: st.Deployment, Agent: st.Agent, Profile: st.Profile, Status: StatusRunning,
 		ExitCode: st.ExitCode, Reason: st.Reason, Limit: st.Limit, Epoch: st.Epoch, NextSeq: st.NextSeq, Acked: st.Acked, Paused: st.Paused,
-		Packets: st.Packets, Routes: st.Routes}
+		Packets: st.Packets, Routes: st.Routes, Search: st.Search}
 	switch {
 	case st.Exited:
 		in.Status = StatusExited

@@ -105,6 +105,10 @@ type Info struct {
 	// and, per private route, requests forwarded and refused.
 	Packets map[string]uint64              `json:"packets,omitempty"`
 	Routes  map[string]launcher.RouteStats `json:"routes,omitempty"`
+	// Search, once the sandbox exited, is what the native search's server
+	// did, when the plan granted it: searches answered from the host,
+	// answered "fallback" and refused.
+	Search *launcher.SearchStats `json:"search,omitempty"`
 }
 
 // The results of the ops that do not answer with Info. write, ack and

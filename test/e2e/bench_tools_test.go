@@ -53,9 +53,10 @@ package e2e
 //	                       monitor by default (the product's path), which
 //	                       answers its git, on a third copy of the tree
 //	TOOLS_BENCH_SEARCH     "1" adds a side (default off): a sandbox, the same
-//	                       but for the launcher's native search
-//	                       (launcher.Options.NativeSearch) answering its rg,
-//	                       fd and find (the plan's monitor on too, as network mode
+//	                       but compiled with the registry's switch for the
+//	                       native search (deployments.<id>.search "native",
+//	                       grant search workspace) answering its rg, fd and
+//	                       find (the plan's monitor on too, as network mode
 //	                       sandbox grants it), on a copy of the tree of its own
 
 import (
@@ -366,9 +367,10 @@ func startToolsSandbox(tb testing.TB, im imageInfo, host string, r *toolsRepo, n
 
 // toolsSandboxOpts say how a tools sandbox runs: fsmon in network mode
 // sandbox, where the plan grants the workspace monitor by default; search
-// with the launcher's native search (launcher.Options.NativeSearch), also
-// in network mode sandbox (so with the monitor too). Either puts the
-// sandbox in a test world of its own.
+// compiled with the registry's switch for the native search
+// (deployments.<id>.search "native": grant search workspace), also in
+// network mode sandbox (so with the monitor too). Either puts the sandbox
+// in a test world of its own.
 type toolsSandboxOpts struct{ fsmon, search bool }
 
 func startToolsSandboxWith(tb testing.TB, im imageInfo, host string, r *toolsRepo, name string, o toolsSandboxOpts) *toolsSide {
@@ -399,6 +401,9 @@ func startToolsSandboxWith(tb testing.TB, im imageInfo, host string, r *toolsRep
 		network, uplink = `,"network":{"mode":"sandbox"}`, world.Uplink
 		resolve = func(context.Context, string) ([]netip.Addr, error) { return []netip.Addr{model.Addr}, nil }
 	}
+	if o.search {
+		network += `,"deployments":{"host-alice":{"search":"native"}}`
+	}
 	sc := testbundle.New(tb, testbundle.Options{Host: host, Rootfs: im.Rootfs,
 		Argv:          []string{"/bin/sh", "-c", toolsStartScript(tb), "bench-tools", server},
 		RegistryPatch: fmt.Sprintf(`{"image":{"version":%q,"digest":%q,"erofs":%s}%s}`, im.Version, im.Digest, erofs, network)})
@@ -423,7 +428,7 @@ func startToolsSandboxWith(tb testing.TB, im imageInfo, host string, r *toolsRep
 	go func() {
 		defer close(done)
 		res, lerr = launcher.Launch(lctx, launcher.Options{BundleDir: sc.Bundle, StateRoot: sc.State, RunscPath: sc.Runsc, ID: id,
-			Secrets: secrets, Stdin: inR, Stdout: outW, Stderr: s.stderr, NativeSearch: o.search, Uplink: uplink, Resolve: resolve})
+			Secrets: secrets, Stdin: inR, Stdout: outW, Stderr: s.stderr, Uplink: uplink, Resolve: resolve})
 		outW.Close()
 	}()
 	s.finish = sync.OnceValue(func() launcher.Result {
@@ -441,7 +446,7 @@ func startToolsSandboxWith(tb testing.TB, im imageInfo, host string, r *toolsRep
 		// The monitor side must have been answered by the monitor the
 		// plan granted, not merely run in network mode sandbox.
 		if st := res.FSMonitor; st != nil {
-			fmt.Printf("tools: monitor (%s): %d lists, %d everything, %d events, %d overflows, degraded %v\n", name, st.Lists, st.Everything, st.Events, st.Overflows, st.Degraded)
+			fmt.Printf("tools: monitor (%s): %d lists, %d everything, %d events (%d closes and attribute events that changed nothing, left out), %d overflows, degraded %v\n", name, st.Lists, st.Everything, st.Events, st.Unchanged, st.Overflows, st.Degraded)
 		}
 		if o.fsmon && (res.FSMonitor == nil || res.FSMonitor.Lists == 0) {
 			tb.Errorf("the %s side: the workspace monitor did not answer a list: %+v", name, res.FSMonitor)

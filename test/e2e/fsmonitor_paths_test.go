@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"paseo.dev/paseo-policy/internal/testkit/fakemodel"
 	"paseo.dev/paseo-policy/internal/testkit/testtree"
 	"paseo.dev/paseo-policy/policy/schema"
@@ -127,6 +129,18 @@ func startSupervisor(t *testing.T, e *env, registry []byte, runsc string) string
 	go func() { _ = srv.Listen(sctx) }()
 	t.Cleanup(func() { cancel(); srv.Shutdown() })
 	dialSupervisor(t, socket).Close() // up
+	// Root's dial can win the race with the socket's chown and chmod,
+	// which come right after its bind: wait for the daemon's group too.
+	for i := 0; ; i++ {
+		var st unix.Stat_t
+		if err := unix.Stat(socket, &st); err == nil && st.Gid == daemonUID && st.Mode&0o060 == 0o060 {
+			break
+		}
+		if i == 250 {
+			t.Fatalf("the supervisor's socket %s never became the daemon group's", socket)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	return socket
 }
 

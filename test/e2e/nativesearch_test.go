@@ -7,11 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"paseo.dev/paseo-policy/runtime/launcher/nativesearch"
+	"paseo.dev/paseo-policy/policy/bundle"
 )
 
-// TestPiToolsNativeSearch: with the launcher's native search on
-// (launcher.Options.NativeSearch), the sandbox's `rg` is the client, and
+// TestPiToolsNativeSearch: compiled with the registry's switch for the
+// native search (deployments.<id>.search "native": grant search
+// workspace), the sandbox's `rg` is the client, and
 // on the bench tree (the pi-session profile, a linked worktree, a
 // .gitignore) each search gives what the sandbox's own rg (/usr/bin/rg)
 // gives, exit code included (lines sorted: rg's thread order is not
@@ -31,8 +32,8 @@ func TestPiToolsNativeSearch(t *testing.T) {
 	write(t, secret, "HOSTSECRET in a host file\n")
 	sbx := startToolsSandboxWith(t, im, host, r, "search", toolsSandboxOpts{search: true})
 
-	if got := strings.TrimSpace(sbx.output(t, "command -v rg")); got != nativesearch.ClientPath {
-		t.Fatalf("rg in the sandbox is %q, want the client %s", got, nativesearch.ClientPath)
+	if got, want := strings.TrimSpace(sbx.output(t, "command -v rg")), bundle.SearchDir+"/rg"; got != want {
+		t.Fatalf("rg in the sandbox is %q, want the client %s", got, want)
 	}
 	// stdin is /dev/null, as for Pi's tools: the server's stdin is the
 	// test's command pipe, which rg without a path would read.
@@ -69,7 +70,7 @@ func TestPiToolsNativeSearch(t *testing.T) {
 	// without the client) and find gives; those off the list are run by
 	// them.
 	for _, name := range []string{"fd", "find"} {
-		if got := strings.TrimSpace(sbx.output(t, "command -v "+name)); got != nativesearch.Dir+"/"+name {
+		if got := strings.TrimSpace(sbx.output(t, "command -v "+name)); got != bundle.SearchDir+"/"+name {
 			t.Fatalf("%s in the sandbox is %q, want the client", name, got)
 		}
 	}

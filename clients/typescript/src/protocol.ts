@@ -75,6 +75,15 @@ export interface SandboxInfo {
   outputPaused: boolean;
   packets?: Record<string, number>;
   routes?: Record<string, RouteStats>;
+  /** Once exited, when the plan granted the native search: its server's counters. */
+  search?: SearchStats;
+}
+
+/** What the native search's server did (grant search workspace). */
+export interface SearchStats {
+  answered: number;
+  fallback: number;
+  refused: number;
 }
 
 export interface AttachResult {

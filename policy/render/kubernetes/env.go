@@ -29,6 +29,11 @@ func (r *renderer) env(g grant.Env) {
 		// "no monitor", a full scan as with the monitor off.
 		v = "false"
 	}
+	if g.Name == "PATH" {
+		// The native search's client: no launcher serves it in a Pod, and
+		// its directory is not mounted there; the image's tools answer.
+		v = strings.TrimPrefix(v, bundle.SearchDir+":")
+	}
 	r.ctr.Env = append(r.ctr.Env, corev1.EnvVar{Name: g.Name, Value: v})
 	r.trace(r.podRef(), field, g.Name+"="+v, g)
 }

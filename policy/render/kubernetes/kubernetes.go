@@ -272,6 +272,12 @@ func (r *renderer) grant(g grant.Grant) {
 		} else {
 			r.gap(g, "the node's runsc config for the gvisor handler (network = sandbox, gVisor's own stack in the pod's netns); the NetworkPolicy filters it")
 		}
+	case grant.Search:
+		if !g.On {
+			r.gap(g, "none in a Pod, and none needed: the search is off, so the Pod's rg is the image's, as in the sandbox")
+			break
+		}
+		r.gap(g, "none in a Pod: no launcher serves the native search there; its client is not mounted and PATH is rendered without its directory, so the Pod's rg is the image's, searching through gVisor as with the search off")
 	case grant.FSMonitor:
 		r.gap(g, "none in a Pod: no launcher serves the workspace monitor there; its hook is not mounted and core.fsmonitor is rendered false, so the sandbox's git scans the workspace in full, as with the monitor off")
 	case grant.Egress:

@@ -143,6 +143,51 @@ func TestReadOnlyFlagsCarried(t *testing.T) {
 	}
 }
 
+// TestSearchNotServedInAPod: no launcher serves the native search in a
+// Pod, so its client is not mounted (or put in the ConfigMap) and PATH is
+// rendered without its directory: the Pod's rg is the image's. The grant
+// and each of the client's mounts are listed as gaps.
+func TestSearchNotServedInAPod(t *testing.T) {
+	w := why("registry.deployments.d.search,profile.pi-session.nativeSearch")
+	g := append(base(), grant.Search{On: true, Port: 18091, Path: "/ws", Provenance: w},
+		grant.Env{Name: "PATH", Value: bundle.SearchDir + ":/usr/bin:/bin", Provenance: w})
+	for _, n := range bundle.SearchClientNames {
+		g = append(g, grant.Mount{Destination: bundle.SearchDir + "/" + n, Type: "bind", Source: bundle.SearchClientFile, Options: []string{"bind", "ro"}, Provenance: w})
+	}
+	r, err := Render(bundleOf(t, g, nil, bundle.Files{bundle.SearchClientFile: []byte("#!/usr/bin/perl\n")}), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := "(none)"
+	for _, e := range r.Pod.Spec.Containers[0].Env {
+		if e.Name == "PATH" {
+			path = e.Value
+		}
+	}
+	if path != "/usr/bin:/bin" {
+		t.Errorf("PATH in a Pod: %q, want it without %s", path, bundle.SearchDir)
+	}
+	for _, m := range r.Pod.Spec.Containers[0].VolumeMounts {
+		if strings.HasPrefix(m.MountPath, bundle.SearchDir) {
+			t.Errorf("the client is mounted: %+v", m)
+		}
+	}
+	if r.ConfigMap != nil {
+		if _, ok := r.ConfigMap.Data["search-client"]; ok {
+			t.Error("the client is in the ConfigMap")
+		}
+	}
+	gaps := 0
+	for _, gp := range r.Gaps {
+		if strings.HasPrefix(gp.Grant, "search") || strings.Contains(gp.Grant, bundle.SearchDir) {
+			gaps++
+		}
+	}
+	if want := 1 + len(bundle.SearchClientNames); gaps != want {
+		t.Errorf("want the search grant and its %d client mounts listed as gaps, got %d: %+v", len(bundle.SearchClientNames), gaps, r.Gaps)
+	}
+}
+
 // TestFSMonitorNotServedInAPod: no launcher serves the workspace monitor in
 // a Pod, so its hook is not mounted (or put in the ConfigMap) and its Git
 // setting is core.fsmonitor=false, a full scan, rather than a hook that

@@ -18,6 +18,14 @@
 // it did not issue or no longer holds, an inotify queue overflow, a watch
 // it could not add, a reply past its count or byte limit.
 //
+// A close or attribute event on a file whose inode, size and times are
+// still those the watcher read when it last named it is left out
+// (times.go): gVisor's gofer keeps a host descriptor open for as long as
+// the Sentry caches the file, so the close of a file the agent wrote
+// seconds ago reaches inotify whenever the Sentry drops it (a later `git
+// status` walking the tree drops hundreds), and without this every such
+// close would hand Git names it has already read again.
+//
 // The launcher runs it in its own process, as root: every name it opens is
 // a directory beneath the staged workspace mount, opened as above, and the
 // only thing that leaves it is a list of names inside the workspace, sent
@@ -55,10 +63,14 @@ type Limits struct {
 	// "everything", so an agent making directories by the hundred
 	// thousand costs the host nothing more.
 	Watches int
+	// Times bounds the names whose inode, size and times are kept
+	// (times.go); past it every event on a new name is named, as with
+	// none kept.
+	Times int
 }
 
 // DefaultLimits are the launcher's.
-var DefaultLimits = Limits{Paths: 20000, Bytes: 1 << 20, Journal: 1 << 16, Watches: 16384}
+var DefaultLimits = Limits{Paths: 20000, Bytes: 1 << 20, Journal: 1 << 16, Watches: 16384, Times: 1 << 16}
 
 const watchMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_CLOSE_WRITE |
 	unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF |
@@ -83,6 +95,7 @@ type Stats struct {
 	Overflows  uint64 // queue overflows (each answered "everything")
 	Everything uint64 // replies that were "everything changed"
 	Lists      uint64 // replies that were a list
+	Unchanged  uint64 // close and attribute events left out: nothing Git reads had changed
 	Degraded   bool   // a watch could not be held: every reply is "everything"
 }
 
@@ -95,6 +108,7 @@ type Watcher struct {
 	root     int // O_PATH descriptor of the tree's root
 	ifd      int // inotify, non-blocking
 	wds      map[int32]string
+	times    map[string]fileTime // times.go
 	seq      uint64
 	issued   uint64 // the last sequence number handed out in a token
 	floor    uint64 // tokens below it are answered "everything"
@@ -121,7 +135,7 @@ func Watch(root string, lim Limits) (*Watcher, error) {
 		unix.Close(rfd)
 		return nil, err
 	}
-	w := &Watcher{limits: lim, inst: hex.EncodeToString(b[:]), root: rfd, ifd: -1, wds: map[int32]string{},
+	w := &Watcher{limits: lim, inst: hex.EncodeToString(b[:]), root: rfd, ifd: -1, wds: map[int32]string{}, times: map[string]fileTime{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	// Out of inotify instances (fs.inotify.max_user_instances, which every
 	// root process shares), the watcher is degraded, not an error: every
@@ -279,6 +293,7 @@ func (w *Watcher) distrust() {
 	w.seq++
 	w.floor = w.seq
 	w.journal = nil
+	clear(w.times)
 }
 
 // drain reads every queued event (the caller holds mu).
@@ -339,7 +354,12 @@ func (w *Watcher) event(wd int32, mask uint32, name string) {
 		return
 	}
 	rel := join(dir, name)
+	if ev := mask &^ unix.IN_ISDIR; (ev == unix.IN_CLOSE_WRITE || ev == unix.IN_ATTRIB) && w.unchanged(dir, name) {
+		w.stats.Unchanged++
+		return
+	}
 	w.note(rel)
+	w.remember(dir, name)
 	if mask&unix.IN_ISDIR == 0 {
 		return
 	}

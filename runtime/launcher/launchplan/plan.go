@@ -53,6 +53,9 @@ type Plan struct {
 	// FSMonitor is the workspace monitor the launch serves (the plan's
 	// fsmonitor grant, when on), or nil.
 	FSMonitor *grant.FSMonitor
+	// Search is the native search the launch serves (the plan's search
+	// grant, when on), or nil.
+	Search *grant.Search
 
 	// Verdict is ocicheck's judgement of Files: digests, secret
 	// placeholders, pins, egress destinations, the OCI runtime-tools
@@ -86,6 +89,9 @@ func FromFiles(dir string, files bundle.Files) *Plan {
 		for _, g := range p.Manifest.Grants {
 			if m, ok := g.(grant.FSMonitor); ok && m.On {
 				p.FSMonitor = &m
+			}
+			if s, ok := g.(grant.Search); ok && s.On {
+				p.Search = &s
 			}
 		}
 	}

@@ -2,24 +2,20 @@ package nativesearch
 
 import (
 	"strings"
+
+	"paseo.dev/paseo-policy/policy/bundle"
 )
 
-// find's closed list (the image's GNU findutils 4.9). The request carries
-// the expression as a tree (Expr), parsed from find's own tokens by find's
-// grammar, and the server re-encodes it token for token: a test's value
-// sits in its argument slot, where find reads a value whatever it looks
-// like. On the list: name and path tests, -type, depths, -size, times,
-// -empty, -newer (a file beneath the workspace), -prune, the operators and
-// the actions -print and -print0. Off it: every action that runs, writes
-// or deletes (-exec, -execdir, -ok, -okdir, -delete, -fprint, -fprint0,
-// -fprintf, -fls), following links (-L, -H, -follow, -xtype), reading a
-// list of names (-files0-from); -printf and -ls (their user, group and
-// inode fields differ in the jail, which has no /etc and the host's inode
-// numbers), -user/-group/-uid/-gid/-nouser/-nogroup (the jail maps one id
-// only), -inum/-samefile, -xdev/-mount (the jail's workspace is one
-// mount), and -regex/-iregex (a second regex engine on the host, with
-// backreferences, for searches agents rarely write; they run in the
-// sandbox).
+// find's closed list is bundle.SearchFindPrimaries (what is on it and why
+// the rest is not is written there, beside the client, which splits
+// find's words by it); its locales are bundle.SearchFindLangs. Here is
+// find's grammar: the request carries the expression as a tree (Expr),
+// parsed from find's own tokens, and the server re-encodes it token for
+// token: a test's value sits in its argument slot, where find reads a
+// value whatever it looks like. The client does not parse the grammar
+// (it only splits the words by which primaries take a value), so the
+// grammar has one home, the server's, and a word the client splits
+// differently is refused here (PP-SEARCH-REQUEST) and run in the sandbox.
 
 // Primary is one of find's tests, actions or options on the list.
 type Primary struct {
@@ -28,25 +24,32 @@ type Primary struct {
 }
 
 // Primaries are find's tests, actions and positional options a request
-// may carry.
-var Primaries = map[string]Primary{
-	"-name": {Arg: anyText}, "-iname": {Arg: anyText}, "-path": {Arg: anyText}, "-ipath": {Arg: anyText},
-	"-wholename": {Arg: anyText}, "-iwholename": {Arg: anyText}, "-lname": {Arg: anyText}, "-ilname": {Arg: anyText},
-	"-type":     {Arg: match(`^[bcdpflsD](,[bcdpflsD])*$`)},
-	"-maxdepth": {Arg: number}, "-mindepth": {Arg: number},
-	"-size":  {Arg: match(`^[+-]?[0-9]{1,12}[bcwkMG]?$`)},
-	"-mtime": {Arg: signed}, "-mmin": {Arg: signed},
-	"-newer": {Arg: anyText, Path: true},
-	"-empty": {}, "-true": {}, "-false": {}, "-depth": {}, "-noleaf": {}, "-prune": {}, "-quit": {},
-	"-print": {}, "-print0": {},
+// may carry: bundle.SearchFindPrimaries with each value's check.
+var Primaries = primaries()
+
+func primaries() map[string]Primary {
+	m := map[string]Primary{}
+	for k, v := range bundle.SearchFindPrimaries {
+		p := Primary{Path: v == bundle.SearchPath}
+		if v != bundle.SearchFlag {
+			p.Arg = check(v)
+		}
+		m[k] = p
+	}
+	return m
 }
 
-var signed = match(`^[+-]?[0-9]{1,9}$`)
+// Langs are the locales find may run with in the jail (LC_ALL):
+// bundle.SearchFindLangs.
+var Langs = langs()
 
-// Langs are the locales find may run with in the jail (LC_ALL): the C
-// locales, whose data the image's /usr holds. Another locale, or none
-// known, is answered by the sandbox's find.
-var Langs = map[string]bool{"C": true, "POSIX": true, "C.UTF-8": true, "C.utf8": true}
+func langs() map[string]bool {
+	m := map[string]bool{}
+	for _, l := range bundle.SearchFindLangs {
+		m[l] = true
+	}
+	return m
+}
 
 // Expr is a node of find's expression: a primary with its value, or an
 // operator over nodes. Spell keeps the operator as given ("!" or "-not";

@@ -26,6 +26,7 @@ import (
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/pathform"
+	"paseo.dev/paseo-policy/policy/bundle"
 )
 
 // Tool is the program a request is for.
@@ -82,32 +83,68 @@ type OptionList struct {
 	Paths map[string]bool
 }
 
-// Lists are rg's and fd's option lists (find's is Primaries).
+// Lists are rg's and fd's option lists (find's is Primaries), each from
+// the one closed list the compiled client forwards (bundle.SearchOptions,
+// bundle.SearchFdOptions).
 var Lists = map[Tool]OptionList{
 	Rg: {Flags: Flags, Valued: Valued},
-	Fd: {Flags: FdFlags, Valued: FdValued, Paths: map[string]bool{"search-path": true}},
+	Fd: options(bundle.SearchFdOptions),
 }
 
-// Flags are rg's options without a value that a request may carry: none
-// runs anything, follows a link, reads a file the request names apart
-// from the paths, or writes.
-var Flags = map[string]bool{
-	"ignore-case": true, "case-sensitive": true, "smart-case": true,
-	"fixed-strings": true, "word-regexp": true, "line-regexp": true, "invert-match": true,
-	"count": true, "count-matches": true, "files-with-matches": true, "files-without-match": true, "files": true,
-	"line-number": true, "no-line-number": true, "column": true, "no-heading": true, "heading": true,
-	"with-filename": true, "no-filename": true, "only-matching": true, "vimgrep": true, "json": true,
-	"hidden": true, "no-ignore": true, "no-ignore-vcs": true, "no-config": true, "null": true,
-	"color=never": true, "multiline": true, "trim": true, "byte-offset": true, "sort=path": true,
-	"no-messages": true, "quiet": true, "stats": true,
+// Flags are rg's options without a value that a request may carry, and
+// Valued those with a value, each with its value's check: both from the
+// one closed list the compiled client forwards (bundle.SearchOptions).
+var Flags, Valued = rgOptions()
+
+func rgOptions() (map[string]bool, map[string]func(string) bool) {
+	l := options(bundle.SearchOptions)
+	if len(l.Paths) > 0 {
+		panic("nativesearch: bundle.SearchOptions names a path option, which rg's request does not check")
+	}
+	return l.Flags, l.Valued
 }
 
-// Valued are rg's options with a value, each with its value's check.
-var Valued = map[string]func(string) bool{
-	"glob": anyText, "iglob": anyText, "regexp": anyText, "replace": anyText,
-	"type": typeName, "type-not": typeName,
-	"context": number, "after-context": number, "before-context": number,
-	"max-count": number, "max-depth": number, "max-columns": number,
+// options is a list from policy/bundle with each value's check by its
+// kind.
+func options(list map[string]bundle.SearchValue) OptionList {
+	l := OptionList{Flags: map[string]bool{}, Valued: map[string]func(string) bool{}, Paths: map[string]bool{}}
+	for k, v := range list {
+		if v == bundle.SearchFlag {
+			l.Flags[k] = true
+			continue
+		}
+		l.Valued[k] = check(v)
+		if v == bundle.SearchPath {
+			l.Paths[k] = true
+		}
+	}
+	return l
+}
+
+// check is the check for a value of kind v; it panics on a kind it does
+// not know, so a list this server cannot check never serves.
+func check(v bundle.SearchValue) func(string) bool {
+	switch v {
+	case bundle.SearchText, bundle.SearchPath:
+		return anyText
+	case bundle.SearchNumber:
+		return number
+	case bundle.SearchType:
+		return typeName
+	case bundle.SearchFdType:
+		return fdType
+	case bundle.SearchFdSize:
+		return fdSize
+	case bundle.SearchTime:
+		return timeSpec
+	case bundle.SearchFindType:
+		return findType
+	case bundle.SearchFindSize:
+		return findSize
+	case bundle.SearchSigned:
+		return signed
+	}
+	panic("nativesearch: policy/bundle has a value kind this server cannot check: " + string(v))
 }
 
 func anyText(s string) bool { return len(s) <= 4096 && !strings.ContainsRune(s, 0) }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"paseo.dev/paseo-policy/policy/bundle"
 )
 
 // serveJail serves f's jail on a loopback listener for peer; the jail's
@@ -68,14 +70,14 @@ func runClient(t *testing.T, f jailFixture, addr netip.AddrPort, dir string, std
 	return runClientAs(t, f, addr, "rg", dir, stdin, nil, args...)
 }
 
-// runClientAs runs the client installed as name (one of Names), with an
+// runClientAs runs the client installed as name (one of bundle.SearchClientNames), with an
 // empty HOME and env added.
 func runClientAs(t *testing.T, f jailFixture, addr netip.AddrPort, name, dir string, stdin io.Reader, env []string, args ...string) (string, string, int) {
 	t.Helper()
 	tmp := t.TempDir()
 	script := filepath.Join(tmp, name)
 	real := map[string]string{"rg": f.rg, "fd": f.bin(Fd), "find": f.bin(Find)}
-	if err := os.WriteFile(script, []byte(client(addr, f.ws, real)), 0o755); err != nil {
+	if err := os.WriteFile(script, bundle.SearchClientFor(addr.Addr().String(), int(addr.Port()), f.ws, real), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("/usr/bin/perl", append([]string{script}, args...)...)

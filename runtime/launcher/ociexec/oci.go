@@ -123,7 +123,11 @@ func (p *ociProcess) ended(r *ociRun) {
 	if p.hibernating {
 		return // checkpointed, or a wake refused: the checkpoint remains
 	}
-	p.finish(execution.Exit{Code: r.res.ExitCode, Reason: r.res.Reason, Limit: r.res.Limit, Err: r.err, Packets: r.res.Packets, Routes: r.res.Routes})
+	e := execution.Exit{Code: r.res.ExitCode, Reason: r.res.Reason, Limit: r.res.Limit, Err: r.err, Packets: r.res.Packets, Routes: r.res.Routes}
+	if s := r.res.NativeSearch; s != nil {
+		e.Search = &execution.SearchStats{Answered: s.Answered, Fallback: s.Fallback, Refused: s.Refused}
+	}
+	p.finish(e)
 }
 
 // finish ends the process for good. p.mu is held.

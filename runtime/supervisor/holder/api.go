@@ -117,6 +117,9 @@ type State struct {
 	// (execution.Exit).
 	Packets map[string]uint64              `json:"packets,omitempty"`
 	Routes  map[string]launcher.RouteStats `json:"routes,omitempty"`
+	// Search is the native search's counters of an ended sandbox whose
+	// plan granted it (execution.Exit).
+	Search *launcher.SearchStats `json:"search,omitempty"`
 	// Hibernated: the sandbox is checkpointed; output and input wait.
 	Hibernated bool `json:"hibernated,omitempty"`
 	// IdleMillis is how long no input was written and no output read from

@@ -146,7 +146,7 @@ func (h *holder) state() State {
 		st.Exited = true
 		code := h.exit.Code
 		st.ExitCode, st.Reason, st.Limit = &code, h.exit.Reason, h.exit.Limit
-		st.Packets, st.Routes = h.exit.Packets, h.exit.Routes
+		st.Packets, st.Routes, st.Search = h.exit.Packets, h.exit.Routes, h.exit.Search
 		if h.exit.Err != nil {
 			st.Reason = h.exit.Err.Error()
 		}
