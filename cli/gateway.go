@@ -52,6 +52,11 @@ refusal (PP-GATEWAY-*) starts nothing. SIGTERM or SIGINT stops it.`,
 				o.ModelRoots = x509.NewCertPool()
 				o.ModelRoots.AppendCertsFromPEM(pem)
 			}
+			// Signals are caught before any port is taken: a SIGINT that
+			// arrives once a route listens stops the gateway in order,
+			// never by the signal's default action.
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
 			gw, err := gateway.Start(o)
 			var ge *gateway.Error
 			switch {
@@ -66,8 +71,6 @@ refusal (PP-GATEWAY-*) starts nothing. SIGTERM or SIGINT stops it.`,
 			for _, r := range gw.Routes {
 				fmt.Fprintf(g.stderr, "paseo-policy: gateway: route %s on %s\n", r.Route.Purpose, r.Addr)
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
 			<-ctx.Done()
 			for _, r := range gw.Routes {
 				s := &r.Proxy.Stats

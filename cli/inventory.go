@@ -8,16 +8,17 @@ import (
 	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/inventory"
 )
 
 // inventoryFlags are the state root and runsc every inventory command reads.
-func inventoryFlags(cmd *cobra.Command, inv *launcher.Inventory) {
+func inventoryFlags(cmd *cobra.Command, inv *inventory.Inventory) {
 	cmd.Flags().StringVar(&inv.StateRoot, "state-root", launcher.DefaultStateRoot, "the launcher's private state")
 	cmd.Flags().StringVar(&inv.RunscPath, "runsc", defaultRunsc(), "the pinned runsc binary")
 }
 
 func newPS(g *globals) *cobra.Command {
-	var inv launcher.Inventory
+	var inv inventory.Inventory
 	cmd := &cobra.Command{
 		Use:   "ps",
 		Short: "List sandboxes: the launcher's records joined with runsc's state (root)",
@@ -33,7 +34,7 @@ sandbox whose teardown failed is garbage, its failed steps listed beneath it.`,
 			}
 			if g.json() {
 				if entries == nil {
-					entries = []launcher.Entry{}
+					entries = []inventory.Entry{}
 				}
 				return g.printJSON(entries)
 			}
@@ -59,7 +60,7 @@ func dash(s string) string {
 }
 
 func newKill(g *globals) *cobra.Command {
-	var inv launcher.Inventory
+	var inv inventory.Inventory
 	var sig string
 	cmd := &cobra.Command{
 		Use:   "kill ID",
@@ -82,7 +83,7 @@ func newKill(g *globals) *cobra.Command {
 }
 
 func newGC(g *globals) *cobra.Command {
-	var inv launcher.Inventory
+	var inv inventory.Inventory
 	cmd := &cobra.Command{
 		Use:   "gc",
 		Short: "Remove stopped and half-created containers and every leftover no live launcher owns (root)",

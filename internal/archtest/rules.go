@@ -54,13 +54,13 @@ var cueTestImporters = map[string]string{
 }
 
 // execImporters are the non-test packages allowed os/exec. runsc is
-// exec'd only by launcher; each other entry runs something that is not
-// runsc, and says what.
+// exec'd only by runtime/launcher/runsc; each other entry runs something
+// that is not runsc, and says what.
 var execImporters = map[string]string{
-	"runtime/launcher":               "runs runsc (run, kill, delete, list): the only package that execs it",
-	"internal/childproc":             "starts the *exec.Cmd the launcher built from a thread that lives until it is reaped; builds no command",
+	launcherRunsc:                    "runs runsc (run, restore, state, list, checkpoint, kill, delete) with the fixed flags: the only package that execs it",
+	"internal/childproc":             "starts the *exec.Cmd runtime/launcher/runsc (or the search jail) built from a thread that lives until it is reaped; builds no command",
 	"internal/testkit/localexec":     "test support: the contract test's second execution backend runs a plain host process",
-	"runtime/supervisor/holder":      "re-execs its own binary (/proc/self/exe) as a sandbox's holder process (Spawn, client.go); the holder runs runsc through launcher",
+	"runtime/supervisor/holder":      "re-execs its own binary (/proc/self/exe) as a sandbox's holder process (Spawn, client.go); the holder runs runsc through the launcher (runtime/launcher/runsc)",
 	"runtime/launcher/nativesearch":  "re-execs its own binary (/proc/self/exe) as a search jail's init, which execs the image's rg, fd or find (fixed per tool, never a program the request names)",
 	"internal/hostgit":               "runs host git, the one hardened runner (clean environment, no hooks, fsmonitor, replace objects or transport but a local path) for runtime/gitadopt and runtime/gitimport; never runsc",
 	"internal/testkit/testbundle":    "test support: builds static probe binaries with go build",
@@ -132,6 +132,37 @@ const hostGit = "internal/hostgit"
 
 var hostGitUsers = []string{"runtime/gitadopt", "runtime/gitimport"}
 
+// renderers are the renderings of a plan (the OCI bundle runsc runs, the
+// Kubernetes and agent-sandbox objects): they read the plan's types
+// (policy/grant, policy/bundle) and never what builds a plan or runs one,
+// so a rendering can say nothing the plan does not.
+const renderers = "policy/render"
+
+// notForRenderers are what a rendering must not depend on, even
+// transitively, nor on any package below them.
+var notForRenderers = []string{"policy/compiler", "policy/schema", "policy/profiles", "runtime"}
+
+// launcherRoot is the launcher package: launch, wake and checkpoint.
+// Its other jobs are packages below it (launcherParts), which it imports
+// and which never import it.
+const launcherRoot = "runtime/launcher"
+
+const launcherRunsc = "runtime/launcher/runsc"
+
+// launcherParts are the launcher's jobs besides launching, each with the
+// launcher's packages it may import directly: runsc (the one place runsc
+// is executed), statedir (the state root's layout and the one record
+// lookup), mounts (mountinfo housekeeping) and inventory (ps, kill, gc:
+// it works from runsc, the state root and mountinfo, never from the
+// launcher). None of them depends on the launcher, even transitively, so
+// the launcher's imports of them run one way.
+var launcherParts = map[string][]string{
+	launcherRunsc:                {"runtime/launcher/launchplan", "runtime/launcher/mounts"},
+	"runtime/launcher/statedir":  nil,
+	"runtime/launcher/mounts":    nil,
+	"runtime/launcher/inventory": {launcherRunsc, "runtime/launcher/statedir", "runtime/launcher/mounts", "runtime/launcher/sandboxnet"},
+}
+
 // Check returns every violation in pkgs, sorted. A rule that names a
 // package pkgs lacks is a violation too: after a move the rules must move
 // with it instead of silently allowing nothing or guarding nothing.
@@ -148,14 +179,14 @@ func Check(pkgs []Package) []Violation {
 	for _, fs := range neutralSeams {
 		forbidden = append(forbidden, fs...)
 	}
-	for _, names := range [][]string{keys(cueImporters), keys(cueTestImporters), keys(execImporters), testOnly, launchSide, notOnLaunchSide, slices.Sorted(maps.Keys(neutralSeams)), forbidden, lineCarriers, supervisorClients, notForClients, hostGitUsers, {skipHelper, hostGit}} {
+	for _, names := range [][]string{slices.Sorted(maps.Keys(launcherParts)), {launcherRoot}, keys(cueImporters), keys(cueTestImporters), keys(execImporters), testOnly, launchSide, notOnLaunchSide, slices.Sorted(maps.Keys(neutralSeams)), forbidden, lineCarriers, supervisorClients, notForClients, hostGitUsers, {skipHelper, hostGit}} {
 		for _, n := range names {
 			if !known[n] {
 				add("stale-rule", n, "", "a rule names this package but the module has none; update internal/archtest")
 			}
 		}
 	}
-	for _, root := range testSupport {
+	for _, root := range append(append([]string{renderers}, notForRenderers...), testSupport...) {
 		if !anyWithin(pkgs, root) {
 			add("stale-rule", root, "", "a rule names this folder but the module has no package below it; update internal/archtest")
 		}
@@ -167,7 +198,7 @@ func Check(pkgs []Package) []Violation {
 				add("cue-only-in-schema", p.Path, imp, "CUE is evaluated in schema only; use schema's Go types")
 			}
 			if imp == "os/exec" && execImporters[p.Path] == "" {
-				add("exec-allowlist", p.Path, imp, "only launcher execs runsc; a new exec needs an entry in execImporters saying what it runs")
+				add("exec-allowlist", p.Path, imp, "only runtime/launcher/runsc execs runsc; a new exec needs an entry in execImporters saying what it runs")
 			}
 		}
 		for _, imp := range p.TestImports {
@@ -194,6 +225,26 @@ func Check(pkgs []Package) []Violation {
 			for _, d := range p.Deps {
 				if isCUE(d) || within(d, notOnLaunchSide) {
 					add("launch-reads-output-only", p.Path, d, "the launch side reads the compiler's output, it never compiles or evaluates CUE")
+				}
+			}
+		}
+		if within(p.Path, []string{renderers}) {
+			for _, d := range p.Deps {
+				// known: the module's own runtime/, not the standard library's.
+				if known[d] && within(d, notForRenderers) {
+					add("renderers-read-the-plan", p.Path, d, "a rendering reads the plan's types (policy/grant, policy/bundle); it never compiles, evaluates CUE or runs a sandbox")
+				}
+			}
+		}
+		if allowed, ok := launcherParts[p.Path]; ok {
+			for _, d := range p.Deps {
+				if d == launcherRoot {
+					add("launcher-parts-one-way", p.Path, d, "the launcher imports its parts (runsc, statedir, mounts, inventory), never the other way")
+				}
+			}
+			for _, imp := range p.Imports {
+				if within(imp, []string{launcherRoot}) && imp != launcherRoot && !slices.Contains(allowed, imp) {
+					add("launcher-parts-one-way", p.Path, imp, "a part of the launcher imports only the launcher packages launcherParts names for it")
 				}
 			}
 		}

@@ -1,6 +1,8 @@
 package archtest
 
 import (
+	"maps"
+	"slices"
 	"testing"
 )
 
@@ -8,12 +10,12 @@ import (
 // one edge to it.
 func baseline() []Package {
 	var pkgs []Package
-	for _, n := range append(append(append(append(append(append(append(keys(cueImporters), keys(execImporters)...), testOnly...), launchSide...), notOnLaunchSide...), lineCarriers...), hostGitUsers...), skipHelper) {
+	for _, n := range append(append(append(append(append(append(append(append(slices.Sorted(maps.Keys(launcherParts)), keys(cueImporters)...), keys(execImporters)...), testOnly...), launchSide...), notOnLaunchSide...), lineCarriers...), hostGitUsers...), skipHelper) {
 		pkgs = append(pkgs, Package{Path: n})
 	}
 	// Module packages no rule names, for edges to them (the standard
 	// library's runtime is no module package).
-	for _, n := range append([]string{"runtime/supervisor/rpcerr", "policy/bundle", "runtime/supervisor", "diag"}, append(supervisorClients, notForClients...)...) {
+	for _, n := range append([]string{"runtime/supervisor/rpcerr", "policy/bundle", "policy/grant", "policy/render/oci", "policy/render/kubernetes", "runtime/supervisor", "diag", "runtime/launcher/launchplan", "runtime/launcher/sandboxnet", "runtime/launcher/routeproxy"}, append(supervisorClients, notForClients...)...) {
 		pkgs = append(pkgs, Package{Path: n})
 	}
 	return pkgs
@@ -53,7 +55,20 @@ func TestRules(t *testing.T) {
 		{"launcher imports CUE", "runtime/launcher", imports("cuelang.org/go/cue"), "cue-only-in-schema"},
 		{"cmd/paseo-policy imports the CUE module root", "cmd/paseo-policy", imports("cuelang.org/go"), "cue-only-in-schema"},
 		{"launcher's tests import CUE", "runtime/launcher", tests("cuelang.org/go/cue"), "cue-only-in-schema"},
-		{"launcher execs", "runtime/launcher", imports("os/exec"), ""},
+		{"the runsc package execs", "runtime/launcher/runsc", imports("os/exec"), ""},
+		{"the launcher execs (runsc is run by runtime/launcher/runsc)", "runtime/launcher", imports("os/exec"), "exec-allowlist"},
+		{"the inventory execs runsc itself", "runtime/launcher/inventory", imports("os/exec"), "exec-allowlist"},
+		{"the launcher imports its parts", "runtime/launcher", imports("runtime/launcher/runsc", "runtime/launcher/statedir", "runtime/launcher/mounts", "runtime/launcher/inventory"), ""},
+		{"the inventory imports runsc, the state root, mounts and the network state", "runtime/launcher/inventory", imports("runtime/launcher/runsc", "runtime/launcher/statedir", "runtime/launcher/mounts", "runtime/launcher/sandboxnet"), ""},
+		{"the inventory imports the launcher", "runtime/launcher/inventory", imports("runtime/launcher"), "launcher-parts-one-way"},
+		{"the inventory depends on the launcher through another package", "runtime/launcher/inventory", deps("runtime/launcher/ociexec", "runtime/launcher"), "launcher-parts-one-way"},
+		{"runsc imports the launcher", "runtime/launcher/runsc", imports("runtime/launcher"), "launcher-parts-one-way"},
+		{"statedir imports the launcher", "runtime/launcher/statedir", imports("runtime/launcher"), "launcher-parts-one-way"},
+		{"mounts depends on the launcher", "runtime/launcher/mounts", deps("runtime/launcher"), "launcher-parts-one-way"},
+		{"statedir imports runsc", "runtime/launcher/statedir", imports("runtime/launcher/runsc"), "launcher-parts-one-way"},
+		{"mounts imports statedir", "runtime/launcher/mounts", imports("runtime/launcher/statedir"), "launcher-parts-one-way"},
+		{"runsc imports the route proxy", "runtime/launcher/runsc", imports("runtime/launcher/routeproxy"), "launcher-parts-one-way"},
+		{"runsc's tests import the launcher", "runtime/launcher/runsc", tests("runtime/launcher"), ""},
 		{"the holder package spawns holders", "runtime/supervisor/holder", imports("os/exec"), ""},
 		{"supervisor execs (its holder spawn lives in supervisor/holder)", "runtime/supervisor", imports("os/exec"), "exec-allowlist"},
 		{"a launcher subpackage execs", "runtime/launcher/preflight", imports("os/exec"), "exec-allowlist"},
@@ -99,6 +114,13 @@ func TestRules(t *testing.T) {
 		{"the server loop uses x/sys and the standard library's runtime", "internal/lineserve", imports("golang.org/x/sys/unix", "runtime", "runtime/cgo"), ""},
 		{"the server loop imports the supervisor's error codes", "internal/lineserve", imports("runtime/supervisor/rpcerr"), "line-carriers-know-no-layer"},
 		{"the client loop depends on the bundle", "internal/linerpc", deps("policy/bundle"), "line-carriers-know-no-layer"},
+		{"the OCI rendering reads the plan's types", "policy/render/oci", imports("policy/grant", "policy/bundle"), ""},
+		{"the compiler calls the OCI rendering", "policy/compiler", imports("policy/render/oci"), ""},
+		{"a rendering uses the standard library's runtime", "policy/render/kubernetes", imports("runtime"), ""},
+		{"the OCI rendering depends on the compiler", "policy/render/oci", deps("policy/compiler"), "renderers-read-the-plan"},
+		{"a rendering evaluates the schema", "policy/render/kubernetes", deps("policy/schema"), "renderers-read-the-plan"},
+		{"a rendering depends on the launcher", "policy/render/kubernetes", deps("runtime/launcher"), "renderers-read-the-plan"},
+		{"a new rendering depends on the supervisor", "policy/render/other", deps("runtime/supervisor"), "renderers-read-the-plan"},
 		{"the supervisor and the holder import the server loop", "runtime/supervisor/holder", imports("internal/lineserve"), ""},
 	}
 	if vs := Check(baseline()); len(vs) != 0 {

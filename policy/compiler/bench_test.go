@@ -117,8 +117,8 @@ func BenchmarkCompileNewRegistry(b *testing.B) {
 
 // batchFacts returns n distinct fact sets: the reference facts with agent.id
 // and model.id merge-patched to unique values, and the agent's session and
-// cache dirs named for it (PP-STATE-SHARED otherwise) and made under the
-// host tree at root. Every set compiles.
+// cache dirs and Git store named for it (PP-STATE-SHARED otherwise) and
+// made under the host tree at root. Every set compiles.
 func batchFacts(b *testing.B, base []byte, root string, n int) [][]byte {
 	b.Helper()
 	out := make([][]byte, n)
@@ -126,7 +126,8 @@ func batchFacts(b *testing.B, base []byte, root string, n int) [][]byte {
 		id := fmt.Sprintf("agent-%04x", i)
 		sessions := "/srv/paseo/state/pi-sessions/" + id
 		cache := "/srv/paseo/state/pi-cache/" + id
-		for _, d := range []string{sessions, cache} {
+		store := "/srv/paseo/state/pi-git/" + id
+		for _, d := range []string{sessions, cache, store} {
 			if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 				b.Fatal(err)
 			}
@@ -134,7 +135,7 @@ func batchFacts(b *testing.B, base []byte, root string, n int) [][]byte {
 		patch, err := json.Marshal(map[string]any{
 			"agent": map[string]any{"id": id},
 			"model": map[string]any{"id": fmt.Sprintf("fake-%d", i+1)},
-			"state": map[string]any{"sessionDir": sessions, "cacheDir": cache},
+			"state": map[string]any{"sessionDir": sessions, "cacheDir": cache, "gitStore": store},
 		})
 		if err != nil {
 			b.Fatal(err)

@@ -1,6 +1,7 @@
 // Package compiler turns trusted facts, the operator registry and a reviewed
-// profile into a Plan of grants, and renders the plan into a bundle:
-// config.json (OCI), egress.json, manifest.json and the generated /etc files.
+// profile into a plan of grants (bundle.Plan), and renders the plan into a
+// bundle with policy/render/oci: config.json (OCI), egress.json,
+// manifest.json and the generated /etc files.
 //
 // It is pure apart from the path resolver: the same inputs on the same host
 // tree give the same bytes.
@@ -14,6 +15,7 @@ import (
 	"paseo.dev/paseo-policy/internal/pathsafe"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/profiles"
+	"paseo.dev/paseo-policy/policy/render/oci"
 	"paseo.dev/paseo-policy/policy/schema"
 )
 
@@ -37,7 +39,7 @@ type Inputs struct {
 
 // Result is a compiled launch.
 type Result struct {
-	Plan     *Plan
+	Plan     *bundle.Plan
 	Manifest *bundle.Manifest
 	Files    bundle.Files
 }
@@ -73,12 +75,17 @@ func Compile(in Inputs, opts Options) (*Result, diag.List) {
 	if prof == nil {
 		return nil, l.Sorted()
 	}
-	c := &compilation{facts: facts, reg: reg, prof: prof, res: opts.Resolver, diags: &l}
+	c := newCompilation(facts, reg, prof, opts.Resolver, &l)
+	if c == nil {
+		return nil, l.Sorted()
+	}
+	// The phases run whatever newCompilation refused, so that every
+	// refusal of the launch is reported at once.
 	plan := c.plan()
 	if len(l) > 0 {
 		return nil, l.Sorted()
 	}
-	files, manifest, err := Render(plan)
+	files, manifest, err := oci.Render(plan)
 	if err != nil {
 		l.Addf(diag.Internal, "", "render: %v", err)
 		return nil, l

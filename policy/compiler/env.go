@@ -10,8 +10,9 @@ import (
 )
 
 // env adds the environment allowlist. Nothing from the daemon's own
-// environment passes; each variable is a grant with its reason.
-func (c *compilation) env(p *grant.Plan) {
+// environment passes; each variable is a grant with its reason. gitEnv is
+// the private Git dir's, which the binds settled (gitprotect.go repoView).
+func (c *compilation) env(p *grant.Plan, gitEnv []grant.Env) {
 	f := c.facts
 	prof := "profile." + c.prof.Name
 	add := func(name, value, reason, fact string) {
@@ -31,7 +32,7 @@ func (c *compilation) env(p *grant.Plan) {
 	}
 	add("PASEO_AGENT_ID", f.Agent.ID, "Paseo's agent id for the integration extension", "agent.id")
 	add("PASEO_AGENT_CWD", f.Workspace.Cwd, "Paseo's agent cwd for the integration extension", "workspace.cwd")
-	for _, e := range c.gitEnv {
+	for _, e := range gitEnv {
 		p.Add(e)
 	}
 	if f.Credential.Mode == "api-key" && f.Credential.Env != "" {

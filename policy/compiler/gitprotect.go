@@ -88,17 +88,29 @@ type gitLayout struct {
 	fact string
 }
 
-// gitBinds grants the repository the cwd uses under the three rules above.
-// Nothing is added when a Git fact was refused: that refusal names it.
-func (c *compilation) gitBinds(granted []grant.Mount) []grant.Mount {
+// gitGrants is what gitBinds grants: the mounts, the start script's
+// environment for the private Git dir (repoView), and the agent's Git
+// store in fact space, which must lie apart from every other bind
+// (gitStoreApart).
+type gitGrants struct {
+	mounts    []grant.Mount
+	env       []grant.Env
+	storeDest string
+}
+
+// gitBinds grants the repository the cwd uses under the three rules above:
+// verified is the one the Git facts name (binds, gitverify.go), nil when
+// one was refused or they name none. Nothing is added when a Git fact was
+// refused: that refusal names it.
+func (c *compilation) gitBinds(granted []grant.Mount, verified *gitLayout) gitGrants {
+	var out gitGrants
 	if !slices.ContainsFunc(granted, func(g grant.Mount) bool { return g.Fact == "workspace.cwd" }) {
-		return nil
+		return out
 	}
-	var out []grant.Mount
 	if m, ok := c.dotGitPlaceholder(); ok {
-		out = append(out, m)
+		out.mounts = append(out.mounts, m)
 	}
-	l, ok := c.gitLayoutOf()
+	l, ok := c.gitLayoutOf(verified)
 	if !ok {
 		return out
 	}
@@ -106,27 +118,29 @@ func (c *compilation) gitBinds(granted []grant.Mount) []grant.Mount {
 	case l.pinOnly:
 	case l.write:
 		if store, ok := c.gitStore(l); ok {
-			out = append(out, c.repoView(l, store)...)
+			view, env := c.repoView(l, store)
+			out.mounts, out.env, out.storeDest = append(out.mounts, view...), env, store.dest
 		} else {
-			out = append(out, c.readOnlyGit(l, "no Git store is granted, so no Git writes")...)
+			out.mounts = append(out.mounts, c.readOnlyGit(l, "no Git store is granted, so no Git writes")...)
 		}
 	default:
-		out = append(out, c.readOnlyGit(l, "facts grant Git inspection only")...)
+		out.mounts = append(out.mounts, c.readOnlyGit(l, "facts grant Git inspection only")...)
 	}
-	out = append(out, c.pinDotGit(l)...)
-	out = append(out, c.pinSubmodules(l)...)
+	out.mounts = append(out.mounts, c.pinDotGit(l)...)
+	out.mounts = append(out.mounts, c.pinSubmodules(l)...)
 	return out
 }
 
-// gitLayoutOf finds the repository from the verified facts, or with no Git
-// facts from a .git in the cwd itself (a repository the workspace holds).
-func (c *compilation) gitLayoutOf() (gitLayout, bool) {
+// gitLayoutOf finds the repository: the verified one when the facts name
+// one, or with no Git facts from a .git in the cwd itself (a repository
+// the workspace holds).
+func (c *compilation) gitLayoutOf(verified *gitLayout) (gitLayout, bool) {
 	f := c.facts
-	if g := f.Workspace.Git; g != nil {
-		if c.gitRefused || c.git == nil {
+	if f.Workspace.Git != nil {
+		if verified == nil {
 			return gitLayout{}, false
 		}
-		return *c.git, true
+		return *verified, true
 	}
 	roots := c.dep.Roots.Workspace
 	if code, _ := pathform.Check(f.Workspace.Cwd); code != "" {
@@ -205,7 +219,8 @@ func (c *compilation) isPlaceholder(p string) bool {
 // worktree's Git dir private (rule 2) and binds the agent's own Git store
 // read-write as the private Git dir's commondir: every object, ref and
 // reflog Git in the sandbox writes lands there, never in the repository.
-func (c *compilation) repoView(l gitLayout, store source) []grant.Mount {
+// It returns the start script's environment for the private Git dir too.
+func (c *compilation) repoView(l gitLayout, store source) ([]grant.Mount, []grant.Env) {
 	view := l.repo.dest
 	if !l.linked {
 		view = gitRepoView
@@ -237,13 +252,13 @@ func (c *compilation) repoView(l gitLayout, store source) []grant.Mount {
 			}
 		}
 	}
-	c.gitEnv = []grant.Env{
+	env := []grant.Env{
 		{Name: "PASEO_GIT_DIR", Value: l.gitdir.dest, Provenance: why("the private Git dir the start script seeds", l.gitdir.fact)},
 		{Name: "PASEO_GIT_SEED", Value: gitSeed, Provenance: why("the real Git dir, read-only, that the start script seeds from", l.gitdir.fact)},
 		{Name: "PASEO_GIT_COMMONDIR", Value: gitStoreView, Provenance: why("the commondir the start script writes in the private Git dir: this agent's Git store", store.fact)},
 		{Name: "PASEO_GIT_REPO", Value: view, Provenance: why("the repository's read-only view: the store's object alternate, and the refs the start script copies into a new store", l.fact)},
 	}
-	return out
+	return out, env
 }
 
 // gitStore resolves the agent's private Git store: a directory beneath a
@@ -271,16 +286,15 @@ func (c *compilation) gitStore(l gitLayout) (source, bool) {
 			return source{}, false
 		}
 	}
-	c.gitStoreDest = s.dest
 	return s, true
 }
 
 // gitStoreApart refuses a store that is, contains or lies inside another
 // bind of this launch (the workspace, the session dir): its contents would
 // be writable, or readable, there too. Run over every bind, once all are
-// made. The store's own binds are at gitStoreView, never its fact path.
-func (c *compilation) gitStoreApart(binds []grant.Mount) {
-	dir := c.gitStoreDest
+// made. The store's own binds are at gitStoreView, never its fact path;
+// dir is the store in fact space, "" when none is granted.
+func (c *compilation) gitStoreApart(binds []grant.Mount, dir string) {
 	if dir == "" {
 		return
 	}

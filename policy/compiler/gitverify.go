@@ -31,33 +31,35 @@ const (
 )
 
 // verifyGit runs only when every Git fact resolved (a refused one already
-// names its fact) and reports whether the facts match the repository.
-func (c *compilation) verifyGit(gitdir source, common *source, alts []source) bool {
+// names its fact) and reports whether the facts match the repository, with
+// the .git that led to it.
+func (c *compilation) verifyGit(gitdir source, common *source, alts []source) (dotGit, bool) {
 	before := len(*c.diags)
-	c.checkGitLayout(gitdir, common, alts)
-	return len(*c.diags) == before
+	dotgit := c.checkGitLayout(gitdir, common, alts)
+	return dotgit, len(*c.diags) == before
 }
 
-func (c *compilation) checkGitLayout(gitdir source, common *source, alts []source) {
+// checkGitLayout returns the .git the cwd uses, found or not; its
+// refusals say whether the facts match it.
+func (c *compilation) checkGitLayout(gitdir source, common *source, alts []source) dotGit {
 	dotgit, ok := c.findDotGit()
 	if !ok {
-		return
+		return dotGit{}
 	}
-	c.gitDot = dotgit
 	target, from := dotgit.path, "the cwd's .git directory (a main worktree)"
 	if !dotgit.dir {
 		var err error
 		if target, err = c.readGitPointer(dotgit.path, "gitdir: "); err != nil {
 			c.diags.Addf(diag.GitMismatch, "workspace.git.gitdir", "the cwd's .git file %s: %v", dotgit.path, err)
-			return
+			return dotgit
 		}
 		from = "the cwd's .git file " + dotgit.path
 	}
 	if !c.sameObject("workspace.git.gitdir", gitdir, target, from) {
-		return
+		return dotgit
 	}
 	if !c.looksLike("workspace.git.gitdir", gitdir.dest, gitEntry{"HEAD", pathsafe.File}) {
-		return
+		return dotgit
 	}
 
 	repo := gitdir
@@ -65,18 +67,18 @@ func (c *compilation) checkGitLayout(gitdir source, common *source, alts []sourc
 	switch has := c.gitExists(commondirFile); {
 	case has && common == nil:
 		c.diags.Addf(diag.GitMismatch, "workspace.git.commondir", "the gitdir has a commondir file (a linked worktree) but the facts name no common dir")
-		return
+		return dotgit
 	case !has && common != nil:
 		c.diags.Addf(diag.GitMismatch, "workspace.git.commondir", "the gitdir has no commondir file (a main worktree or a submodule), so it has no common dir apart from itself")
-		return
+		return dotgit
 	case has:
 		target, err := c.readGitPointer(commondirFile, "")
 		if err != nil {
 			c.diags.Addf(diag.GitMismatch, "workspace.git.commondir", "%s: %v", commondirFile, err)
-			return
+			return dotgit
 		}
 		if !c.sameObject("workspace.git.commondir", *common, target, commondirFile) || !c.linkedWorktree(dotgit, gitdir, *common) {
-			return
+			return dotgit
 		}
 		repo = *common
 	}
@@ -85,9 +87,10 @@ func (c *compilation) checkGitLayout(gitdir source, common *source, alts []sourc
 		repoFact = "workspace.git.commondir"
 	}
 	if !c.looksLike(repoFact, repo.dest, gitEntry{"HEAD", pathsafe.File}, gitEntry{"objects", pathsafe.Dir}, gitEntry{"refs", pathsafe.Dir}) {
-		return
+		return dotgit
 	}
 	c.verifyAlternates(repo.dest+"/objects", alts)
+	return dotgit
 }
 
 type dotGit struct {

@@ -39,6 +39,14 @@ const modelsBytes = 256 << 10
 
 const modelsFact = "state.agentDir/models.json"
 
+// modelFiles is what the generated models.json settles for the model
+// route: the provider API Pi speaks through it, and the file itself
+// (files/models.json). Both are empty when it was refused.
+type modelFiles struct {
+	api string
+	doc []byte
+}
+
 // modelRouted reports whether this launch gets the model route: a key to
 // keep out of the sandbox, and a network the sandbox could use it on.
 func (c *compilation) modelRouted() bool {
@@ -92,29 +100,30 @@ func (c *compilation) modelUpstream() (upstream, prefix string, ok bool) {
 // modelRoute grants the route: the API is the facts' model.api or the
 // daemon's models.json's for the provider (which must agree), or for a
 // model of Pi's built-in catalogue the catalogue's (which they must agree
-// with), and the requests are the profile's for that API.
-func (c *compilation) modelRoute(p *grant.Plan) {
+// with), and the requests are the profile's for that API. api is what
+// modelsDoc settled; "" when it refused.
+func (c *compilation) modelRoute(p *grant.Plan, api string) {
 	upstream, prefix, ok := c.modelUpstream()
-	if !ok || c.modelAPI == "" {
+	if !ok || api == "" {
 		return
 	}
-	reqs := c.prof.ModelRoute[c.modelAPI]
+	reqs := c.prof.ModelRoute[api]
 	if len(reqs) == 0 {
-		c.diags.Addf(diag.ModelRoute, "model.api", "profile %s routes no request of API %s; an api-key launch of it is refused", c.prof.Name, c.modelAPI)
+		c.diags.Addf(diag.ModelRoute, "model.api", "profile %s routes no request of API %s; an api-key launch of it is refused", c.prof.Name, api)
 		return
 	}
 	if slices.ContainsFunc(reqs, func(r string) bool { return strings.Contains(r, grant.ModelInPath) }) && !grant.PathSafeModel(c.facts.Model.ID) {
-		c.diags.Addf(diag.ModelRoute, "model.id", "API %s names the model in the request path, where the route admits the model id as one plain path segment (letters, digits, . _ -) only", c.modelAPI)
+		c.diags.Addf(diag.ModelRoute, "model.id", "API %s names the model in the request path, where the route admits the model id as one plain path segment (letters, digits, . _ -) only", api)
 		return
 	}
 	f := c.facts
 	if c.loginBrokered() {
-		c.modelLoginRoute(p, upstream, prefix, reqs)
+		c.modelLoginRoute(p, api, upstream, prefix, reqs)
 		return
 	}
 	p.Add(grant.Route{Purpose: "model", Proto: "tcp", Port: c.modelPort(), Path: prefix, Upstream: upstream,
-		TokenRef: f.Credential.SecretRef, API: c.modelAPI, Credential: grant.ModelCredentials[c.modelAPI], Requests: slices.Clone(reqs),
-		Model: f.Model.ID, Headers: slices.Clone(c.prof.ModelHeaders[c.modelAPI]), HostedTools: slices.Clone(c.hostedTools),
+		TokenRef: f.Credential.SecretRef, API: api, Credential: grant.ModelCredentials[api], Requests: slices.Clone(reqs),
+		Model: f.Model.ID, Headers: slices.Clone(c.prof.ModelHeaders[api]), HostedTools: slices.Clone(c.hostedTools),
 		Provenance: why("the model through the launcher's per-sandbox proxy on the gateway, which adds the provider key (credential.secretRef) outside the sandbox and forwards over TLS, verified against the provider's name, only the requests named here (profile."+
 			c.prof.Name+".modelRoute), with bodies inside the API's body policy naming model.id only and the feature headers named here (profile."+
 			c.prof.Name+".modelHeaders); the sandbox has no route to the model host itself"+c.hostedReason(), "model.baseURL")})
@@ -144,9 +153,9 @@ func (c *compilation) loginAPI(api string) bool {
 // deployment's auth.json (credential.authFile, resolved beneath a state
 // root, never mounted), its entry for model.provider, and the token
 // endpoint (credential.refreshURLs[0]) the route refreshes it at.
-func (c *compilation) modelLoginRoute(p *grant.Plan, upstream, prefix string, reqs []string) {
+func (c *compilation) modelLoginRoute(p *grant.Plan, api, upstream, prefix string, reqs []string) {
 	f := c.facts
-	if !c.loginAPI(c.modelAPI) {
+	if !c.loginAPI(api) {
 		return
 	}
 	if len(f.Credential.RefreshURLs) != 1 || f.Credential.AuthFile != f.State.AgentDir+"/auth.json" {
@@ -164,9 +173,9 @@ func (c *compilation) modelLoginRoute(p *grant.Plan, upstream, prefix string, re
 	if !ok {
 		return
 	}
-	headers := append(slices.Clone(c.prof.ModelHeaders[c.modelAPI]), modelLoginHeaders[c.modelAPI]...)
+	headers := append(slices.Clone(c.prof.ModelHeaders[api]), modelLoginHeaders[api]...)
 	p.Add(grant.Route{Purpose: "model", Proto: "tcp", Port: c.modelPort(), Path: prefix, Upstream: upstream,
-		API: c.modelAPI, Credential: grant.ModelLoginCredential, Requests: slices.Clone(reqs),
+		API: api, Credential: grant.ModelLoginCredential, Requests: slices.Clone(reqs),
 		Model: f.Model.ID, Headers: headers, HostedTools: slices.Clone(c.hostedTools),
 		LoginFile: s.host, LoginEntry: f.Model.Provider, LoginRefresh: refresh,
 		Provenance: why("the model through the launcher's per-sandbox proxy on the gateway, which holds the subscription login outside the sandbox (entry "+f.Model.Provider+
@@ -259,8 +268,9 @@ var modelProviderKeys = []string{"api", "apiKey", "authHeader", "baseUrl", "comp
 // none): the selected provider's entry only, its baseUrl the route, its
 // apiKey the placeholder. Other providers are left out: their keys would
 // land in the bundle, and the sandbox reaches no other provider anyway.
-// It settles c.modelAPI.
-func (c *compilation) modelsDoc(daemon []byte, port int) []byte {
+// It settles the route's API (modelFiles.api), which the route grant
+// (modelRoute) uses; a refusal returns neither.
+func (c *compilation) modelsDoc(daemon []byte, port int) modelFiles {
 	f := c.facts
 	entry := map[string]json.RawMessage{}
 	if daemon != nil {
@@ -269,7 +279,7 @@ func (c *compilation) modelsDoc(daemon []byte, port int) []byte {
 		}
 		if err := json.Unmarshal(daemon, &doc); err != nil {
 			c.diags.Addf(diag.ModelRoute, modelsFact, "models.json must be a JSON object of providers of at most %d bytes", modelsBytes)
-			return nil
+			return modelFiles{}
 		}
 		if e, ok := doc.Providers[f.Model.Provider]; ok && e != nil {
 			entry = e
@@ -278,7 +288,7 @@ func (c *compilation) modelsDoc(daemon []byte, port int) []byte {
 	for _, k := range slices.Sorted(maps.Keys(entry)) {
 		if !slices.Contains(modelProviderKeys, k) {
 			c.diags.Addf(diag.ModelRoute, modelsFact, "the selected provider's entry sets %q; with the model route only %s are carried into the sandbox (headers and OAuth would carry credentials)", k, strings.Join(modelProviderKeys, ", "))
-			return nil
+			return modelFiles{}
 		}
 	}
 	api := f.Model.API
@@ -286,7 +296,7 @@ func (c *compilation) modelsDoc(daemon []byte, port int) []byte {
 		var a string
 		if json.Unmarshal(raw, &a) != nil || (api != "" && a != api) {
 			c.diags.Addf(diag.ModelRoute, "model.api", "the daemon's models.json names another API for the provider than model.api")
-			return nil
+			return modelFiles{}
 		}
 		api = a
 	}
@@ -298,43 +308,43 @@ func (c *compilation) modelsDoc(daemon []byte, port int) []byte {
 			if api != "" && api != catAPI {
 				cat, _ := EmbeddedPiCatalogue()
 				c.diags.Addf(diag.ModelRoute, "model.api", "names API %s, but Pi %s speaks %s to its built-in model %s of provider %s; leave model.api out or name that API", api, cat.Pi, catAPI, f.Model.ID, f.Model.Provider)
-				return nil
+				return modelFiles{}
 			}
 			api = catAPI
 		}
 	}
 	if api == "" {
 		c.diags.Addf(diag.ModelRoute, "model.api", "api-key mode routes the model by its provider API: Pi's built-in catalogue has no model %s of provider %s, so name the API in model.api or in the provider's models.json entry", f.Model.ID, f.Model.Provider)
-		return nil
+		return modelFiles{}
 	}
 	if why, ok := signedAPIs[api]; ok {
 		c.diags.Addf(diag.ModelSigned, "model.api", "API %s %s: there is no static key the model route could add outside the sandbox, so an api-key launch of it is refused", api, why)
-		return nil
+		return modelFiles{}
 	}
 	if what, ok := notTurnAPIs[api]; ok {
 		c.diags.Addf(diag.ModelNotTurn, "model.api", "API %s %s, not a provider API Pi streams an agent's turn through: the model route refuses it", api, what)
-		return nil
+		return modelFiles{}
 	}
 	if c.loginBrokered() {
 		if !c.loginAPI(api) {
-			return nil
+			return modelFiles{}
 		}
 	} else if grant.ModelCredentials[api] == "" {
 		c.diags.Addf(diag.ModelRoute, "model.api", "the model route knows no credential header for API %s", api)
-		return nil
+		return modelFiles{}
 	}
 	if raw, ok := entry["baseUrl"]; ok {
 		var b string
 		if json.Unmarshal(raw, &b) != nil || strings.TrimSuffix(b, "/") != strings.TrimSuffix(f.Model.BaseURL, "/") {
 			c.diags.Addf(diag.ModelRoute, modelsFact, "the selected provider's baseUrl is not model.baseURL, the route's upstream")
-			return nil
+			return modelFiles{}
 		}
 	}
 	if !c.modelsPerModelOK(entry, api) {
-		return nil
+		return modelFiles{}
 	}
 	if api == "anthropic-messages" && !c.anthropicCompatOff(entry) {
-		return nil
+		return modelFiles{}
 	}
 	prefix := ""
 	if u, err := url.Parse(f.Model.BaseURL); err == nil {
@@ -351,10 +361,9 @@ func (c *compilation) modelsDoc(daemon []byte, port int) []byte {
 	out, err := bundle.Marshal(map[string]any{"providers": map[string]any{f.Model.Provider: entry}})
 	if err != nil {
 		c.diags.Addf(diag.ModelRoute, modelsFact, "models.json: the selected provider's entry cannot be re-encoded")
-		return nil
+		return modelFiles{}
 	}
-	c.modelAPI = api
-	return out
+	return modelFiles{api: api, doc: out}
 }
 
 // anthropicOff are the compat settings of Pi 1.6.0's Anthropic client

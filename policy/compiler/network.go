@@ -2,7 +2,6 @@ package compiler
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -14,15 +13,14 @@ import (
 	"paseo.dev/paseo-policy/policy/grant"
 )
 
-func parseIP(s string) net.IP { return net.ParseIP(s) }
-
 // network adds the runsc network flag and, in sandbox mode, one egress or
 // route grant per destination the profile's purposes and the facts require.
-func (c *compilation) network(p *grant.Plan) {
+// modelAPI is the model route's provider API, which the generated
+// models.json settled (modelroute.go modelsDoc); "" when it was refused.
+func (c *compilation) network(p *grant.Plan, modelAPI string) {
 	n := c.reg.Network
 	p.Add(grant.NetworkMode{Mode: n.Mode, Provenance: why(networkReason(n.Mode), "registry.network.mode")})
 	p.Add(grant.DirectFS{On: false, Provenance: why("file access stays behind the gofer", "profile."+c.prof.Name)})
-	c.hostedTools = c.checkHostedTools() // whatever the launch: the registry's names are checked
 	if n.Mode != "sandbox" {
 		c.checkURLs() // still refuse bad URLs: facts must be valid whatever the registry says
 		c.fsmonitorGrant(p)
@@ -32,7 +30,7 @@ func (c *compilation) network(p *grant.Plan) {
 	purposes := c.prof.Egress
 	f := c.facts
 	if c.modelRouted() {
-		c.modelRoute(p)
+		c.modelRoute(p, modelAPI)
 	} else if slices.Contains(purposes, "model") {
 		if host, port, scheme, ok := c.endpoint("model.baseURL", f.Model.BaseURL); ok {
 			p.Add(grant.Egress{Host: host, Proto: "tcp", Port: port, Purpose: "model",

@@ -23,7 +23,6 @@ const (
 	sandboxTmp  = "/tmp"
 	sandboxLang = "C.UTF-8"
 	hostname    = "paseo-sandbox"
-	gatewayHost = "gateway"
 	// gatewayName is the host name the sandbox reaches its gateway (the
 	// launcher's route proxies) by; the launcher pins it in /etc/hosts
 	// because the address is leased only at launch.
@@ -31,37 +30,31 @@ const (
 	cpuPeriodUsec = 100000
 )
 
+// compilation is one compile's context: the three inputs, the resolver,
+// and what is decided from the inputs alone before the first phase
+// (newCompilation). Every field is set there and only read after. A phase
+// that settles something a later phase needs returns it, and plan hands
+// it on, so the order the phases run in is written in plan's calls, not
+// in which phase happened to set a field first.
 type compilation struct {
 	facts *schema.Facts
 	reg   *schema.Registry
 	prof  *schema.Profile
 	res   pathsafe.Resolver
+	// diags collects every refusal; each phase appends to it.
 	diags *diag.List
 
+	// dep is the facts' deployment entry in the registry.
 	dep schema.Deployment
+	// src resolves bind sources beneath the deployment's roots and
+	// remembers what each resolved to, for the pins (plan.go pins).
 	src *sources
-	// set while planning, read by the renderers
+	// limits are the effective limits: the registry's, capped by the
+	// profile's.
 	limits schema.Limits
-	// image directories mounted from EROFS files; no bind may go inside
-	erofsDirs []string
-	// set when a Git fact was refused: its control data is not looked for
-	gitRefused bool
-	// the verified repository (gitprotect.go), the .git that led to it,
-	// and the start script's environment for its private Git dir
-	git    *gitLayout
-	gitDot dotGit
-	gitEnv []grant.Env
-	// gitStoreDest is the agent's Git store in fact space, once granted.
-	gitStoreDest string
-	// the projected settings.json, checked once every mount is known
-	settings *source
-	// the model route (modelroute.go): the provider API it serves and the
-	// generated models.json
-	modelAPI string
 	// hostedTools are the registry's hosted tools for this deployment,
-	// checked (checkHostedTools).
+	// checked (checkHostedTools) whatever the launch.
 	hostedTools []string
-	models      []byte
 	// fsmon is the workspace monitor's decision (fsmonitor.go); nil when
 	// the profile does not ask for it.
 	fsmon *fsmonitorPlan
@@ -70,44 +63,42 @@ type compilation struct {
 	search *searchPlan
 }
 
-// Plan is what the renderers read, and all they read: the grants, and the
-// decisions about a launch that are not authority (the manifest's header,
-// the DNS mode egress.json records, the identity each bind source resolved
-// to). Render is a function of it alone.
-type Plan struct {
-	grant.Plan
-	Header bundle.Manifest // manifest.json without its grants and outputs
-	DNS    string          // registry.network.dns
-	Pins   []bundle.Pin    // one per bind with a host source, by destination
-	// Models is files/models.json when the model route is granted: the
-	// daemon's entry for the selected provider, pointed at the route.
-	Models []byte
-}
-
-func (c *compilation) plan() *Plan {
-	f := c.facts
-	dep, ok := c.reg.Deployments[f.Deployment.ID]
+// newCompilation looks up the facts' deployment and decides what every
+// phase reads: the limits, the hosted tools, the workspace monitor; and
+// runs the checks that need no grant (the credential's shape, a brokered
+// login's needs). Nothing is returned when the deployment is unknown.
+func newCompilation(facts *schema.Facts, reg *schema.Registry, prof *schema.Profile, res pathsafe.Resolver, diags *diag.List) *compilation {
+	dep, ok := reg.Deployments[facts.Deployment.ID]
 	if !ok {
-		c.diags.Addf(diag.DeploymentUnknown, "deployment.id", "deployment %q is not in the registry", f.Deployment.ID)
+		diags.Addf(diag.DeploymentUnknown, "deployment.id", "deployment %q is not in the registry", facts.Deployment.ID)
 		return nil
 	}
-	c.dep = dep
-	c.src = &sources{diags: c.diags, depID: f.Deployment.ID, dep: dep, forbid: forbiddenFor(dep, c.reg.Supervisor), res: c.res}
+	c := &compilation{facts: facts, reg: reg, prof: prof, res: res, diags: diags, dep: dep,
+		src: &sources{diags: diags, depID: facts.Deployment.ID, dep: dep, forbid: forbiddenFor(dep, reg.Supervisor), res: res}}
 	c.limits = c.effectiveLimits()
+	c.hostedTools = c.checkHostedTools()
 	c.checkCredential()
 	c.checkLoginBroker()
 	c.fsmon = c.decideFSMonitor()
 	c.search = c.decideSearch()
+	return c
+}
 
-	p := &Plan{DNS: c.reg.Network.DNS}
+// plan runs the phases in order. What one settles for a later one is its
+// return value: the image's EROFS dirs (rootfs) bound where binds may go
+// (mounts); the binds (mounts) settle the private Git dir's environment
+// (env) and the model route's API and generated models.json (network, and
+// the plan's Models).
+func (c *compilation) plan() *bundle.Plan {
+	p := &bundle.Plan{DNS: c.reg.Network.DNS}
 	g := &p.Plan
-	c.rootfs(g)
+	erofsDirs := c.rootfs(g)
 	c.process(g)
 	c.namespaces(g)
-	c.mounts(g)
-	c.env(g)
+	settled := c.mounts(g, erofsDirs)
+	c.env(g, settled.gitEnv)
 	c.resources(g)
-	c.network(g)
+	c.network(g, settled.model.api)
 	if len(*c.diags) > 0 {
 		return p
 	}
@@ -115,7 +106,7 @@ func (c *compilation) plan() *Plan {
 	if p.Header, err = c.header(); err != nil {
 		c.diags.Addf(diag.Internal, "", "manifest header: %v", err)
 	}
-	p.Models = c.models
+	p.Models = settled.model.doc
 	if p.Pins, err = c.pins(g); err != nil {
 		c.diags.Addf(diag.Internal, "", "pins: %v", err)
 	}
@@ -125,11 +116,13 @@ func (c *compilation) plan() *Plan {
 	return p
 }
 
-func (c *compilation) rootfs(p *grant.Plan) {
+// rootfs grants the image and returns the directories its EROFS files
+// cover, where no bind may go.
+func (c *compilation) rootfs(p *grant.Plan) (erofsDirs []string) {
 	img := c.reg.Image // checked with the whole registry (checkRootfs)
 	p.Add(grant.Rootfs{Path: img.Rootfs, ReadOnly: true, Version: img.Version, Digest: img.Digest,
 		Provenance: why("pinned image with Pi, Node, bash, git, rg and fd; read-only so the agent cannot change its own tools", "registry.image")})
-	c.erofs(p)
+	return c.erofs(p)
 }
 
 // erofs mounts the image's EROFS files over their directories. The Sentry
@@ -140,7 +133,7 @@ func (c *compilation) rootfs(p *grant.Plan) {
 // the mount points of binds the image does not have (the workspace, the
 // state dirs); the gofer-backed root still can, in the launcher's private
 // overlay. Nothing may be bound inside these directories for the same reason.
-func (c *compilation) erofs(p *grant.Plan) {
+func (c *compilation) erofs(p *grant.Plan) []string {
 	var dirs []string
 	for i, e := range c.reg.Image.Erofs {
 		fact := fmt.Sprintf("registry.image.erofs[%d]", i)
@@ -174,7 +167,7 @@ func (c *compilation) erofs(p *grant.Plan) {
 		p.Add(grant.Mount{Destination: e.Dir, Type: "erofs", Source: e.File, Digest: e.Digest, Options: []string{"ro", "nosuid", "nodev"},
 			Provenance: why("the image's "+e.Dir+" from its EROFS file, read by the Sentry without gofer round trips; same files as the tree, digest checked at launch", fact)})
 	}
-	c.erofsDirs = dirs
+	return dirs
 }
 
 func (c *compilation) process(p *grant.Plan) {
@@ -252,9 +245,10 @@ func (c *compilation) namespaces(p *grant.Plan) {
 }
 
 // mounts adds kernel filesystems, private tmpfs, generated /etc files and
-// every bind the facts call for. Binds are sorted by destination so a parent
-// is always mounted before what nests in it.
-func (c *compilation) mounts(p *grant.Plan) {
+// every bind the facts call for, none inside erofsDirs. Binds are sorted by
+// destination so a parent is always mounted before what nests in it. It
+// returns what the binds settled for the later phases.
+func (c *compilation) mounts(p *grant.Plan, erofsDirs []string) bound {
 	for i, m := range c.prof.Mounts {
 		p.Add(grant.Mount{Destination: m.Destination, Type: m.Type, Source: m.Type, Options: m.Options,
 			Provenance: why(m.Reason, fmt.Sprintf("profile.%s.mounts[%d]", c.prof.Name, i))})
@@ -272,7 +266,8 @@ func (c *compilation) mounts(p *grant.Plan) {
 	c.fsmonitorMount(p)
 	c.searchMounts(p)
 
-	binds := c.binds()
+	bd := c.binds()
+	binds := bd.mounts
 	sort.SliceStable(binds, func(i, j int) bool { return binds[i].Destination < binds[j].Destination })
 	seen := map[string]string{}
 	for _, b := range binds {
@@ -284,16 +279,17 @@ func (c *compilation) mounts(p *grant.Plan) {
 		p.Add(b)
 	}
 	for _, b := range binds {
-		c.checkDestination(b)
+		c.checkDestination(b, erofsDirs)
 	}
 	// Last: a shell settings.json names must lie outside every mount.
-	c.checkSettings(p)
+	c.checkSettings(p, bd.settings)
+	return bd.bound
 }
 
 // reservedDest are sandbox paths a fact-driven bind may not cover or sit in.
 var reservedDest = []string{"/proc", "/sys", "/dev", "/etc", sandboxHome}
 
-func (c *compilation) checkDestination(b grant.Mount) {
+func (c *compilation) checkDestination(b grant.Mount, erofsDirs []string) {
 	for _, r := range reservedDest {
 		if pathform.Beneath(r, b.Destination) || pathform.Beneath(b.Destination, r) {
 			c.diags.Addf(diag.PathLayout, b.Fact, "would mount over or inside the sandbox's own %s", r)
@@ -303,7 +299,7 @@ func (c *compilation) checkDestination(b grant.Mount) {
 	if b.Destination == sandboxTmp || b.Destination == "/" {
 		c.diags.Addf(diag.PathLayout, b.Fact, "would replace the sandbox's %s", b.Destination)
 	}
-	for _, d := range c.erofsDirs {
+	for _, d := range erofsDirs {
 		if pathform.Beneath(d, b.Destination) || pathform.Beneath(b.Destination, d) {
 			c.diags.Addf(diag.PathLayout, b.Fact, "would mount over or inside the image's read-only EROFS %s, which cannot hold mount points", d)
 			return
@@ -322,8 +318,27 @@ func bind(dest, host string, a grant.Access, reason, fact string) grant.Mount {
 
 func why(reason, fact string) grant.Provenance { return grant.Provenance{Reason: reason, Fact: fact} }
 
+// bound is what the binds settle for the phases after mounts.
+type bound struct {
+	// gitEnv is the start script's environment for the private Git dir
+	// (gitprotect.go repoView), added by env.
+	gitEnv []grant.Env
+	// model is the model route's API and generated models.json (state.go,
+	// modelroute.go modelsDoc), granted by network.
+	model modelFiles
+}
+
+// bindSet is binds' result: the fact-driven bind mounts, the projected
+// settings.json that mounts checks once every mount is known, and what
+// the later phases need.
+type bindSet struct {
+	mounts   []grant.Mount
+	settings *source
+	bound
+}
+
 // binds resolves every fact-driven bind mount.
-func (c *compilation) binds() []grant.Mount {
+func (c *compilation) binds() bindSet {
 	f := c.facts
 	roots := c.dep.Roots
 	var out []grant.Mount
@@ -335,6 +350,11 @@ func (c *compilation) binds() []grant.Mount {
 	}
 	cwd, cwdOK := c.src.resolve("workspace.cwd", f.Workspace.Cwd, "workspace", roots.Workspace, pathsafe.Dir)
 	add(cwd, cwdOK, grant.RW, "the agent's workspace, read-write at the path the daemon uses")
+
+	// verified is the repository the Git facts name, once they resolved
+	// and match what the cwd uses; nil when a Git fact was refused (its
+	// control data is not looked for) or the facts name none.
+	var verified *gitLayout
 
 	if g := f.Workspace.Git; g != nil {
 		// The Git dirs are not bound here: gitBinds (gitprotect.go) shows
@@ -352,21 +372,23 @@ func (c *compilation) binds() []grant.Mount {
 			add(s, ok, grant.RO, "object alternate; read-only, new objects go to the repository's own store")
 			alts, allOK = append(alts, s), allOK && ok
 		}
+		var dotgit dotGit
 		if allOK && cwdOK {
-			allOK = c.verifyGit(gitdir, common, alts)
+			dotgit, allOK = c.verifyGit(gitdir, common, alts)
 		}
-		c.gitRefused = !allOK
 		if allOK {
-			l := gitLayout{gitdir: gitdir, repo: gitdir, worktree: path.Dir(c.gitDot.path), dotgit: c.gitDot, write: g.Write, fact: "workspace.git.gitdir"}
+			l := gitLayout{gitdir: gitdir, repo: gitdir, worktree: path.Dir(dotgit.path), dotgit: dotgit, write: g.Write, fact: "workspace.git.gitdir"}
 			if common != nil {
 				l.repo, l.linked, l.fact = *common, true, "workspace.git.commondir"
 			}
-			c.git = &l
+			verified = &l
 		}
 	}
 
-	out = append(out, c.gitBinds(out)...)
-	out = append(out, c.agentDirProjection()...)
+	git := c.gitBinds(out, verified)
+	out = append(out, git.mounts...)
+	agent := c.agentDirProjection()
+	out = append(out, agent.mounts...)
 	if c.prof.State.SessionDir != "none" {
 		// Pi replays a session log on resume, so whoever can write the
 		// session dir writes what a later Pi of this agent reads.
@@ -386,7 +408,7 @@ func (c *compilation) binds() []grant.Mount {
 	if f.Launch.MCPConfig != "" && c.usesSlot("mcp-config") && c.mcpRouted() && c.src.lexical("launch.mcpConfig", f.Launch.MCPConfig) {
 		// The daemon's own file names its loopback, which the sandbox cannot
 		// reach, and may list other servers; the sandbox gets a generated one
-		// at the same path instead (render.go renderMCPConfig).
+		// at the same path instead (policy/render/oci renderMCPConfig).
 		out = append(out, grant.Mount{Destination: f.Launch.MCPConfig, Type: "bind", Source: bundle.MCPConfigFile,
 			Options:    []string{"bind", "ro", "nosuid", "nodev", "noexec"},
 			Provenance: why("generated MCP config: only Paseo's server, through the launcher's proxy on the gateway; no bearer (the proxy adds the daemon's)", "launch.mcpConfig")})
@@ -402,8 +424,8 @@ func (c *compilation) binds() []grant.Mount {
 	}
 	out = append(out, c.credentialMount()...)
 	c.agentDirApart(out)
-	c.gitStoreApart(out)
-	return out
+	c.gitStoreApart(out, git.storeDest)
+	return bindSet{mounts: out, settings: agent.settings, bound: bound{gitEnv: git.env, model: agent.model}}
 }
 
 // mcpRouted reports whether this launch gets the private MCP route: network

@@ -9,10 +9,11 @@ import (
 
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/grant"
+	"paseo.dev/paseo-policy/policy/render/oci"
 )
 
-// Render takes the plan and nothing else.
-var _ func(*Plan) (bundle.Files, *bundle.Manifest, error) = Render
+// The bundle's rendering takes the plan and nothing else.
+var _ func(*bundle.Plan) (bundle.Files, *bundle.Manifest, error) = oci.Render
 
 // Every rendering is a function of the plan alone: a plan rebuilt from the
 // manifest's decoded grants and the plan's own fields (no compilation, no
@@ -34,9 +35,9 @@ func TestRenderFromPlanAlone(t *testing.T) {
 			}
 			header := *m
 			header.Grants, header.Outputs = nil, nil
-			rebuilt := &Plan{Plan: grant.Plan{Grants: m.Grants}, Header: header, DNS: r.Plan.DNS, Pins: r.Plan.Pins, Models: r.Plan.Models}
+			rebuilt := &bundle.Plan{Plan: grant.Plan{Grants: m.Grants}, Header: header, DNS: r.Plan.DNS, Pins: r.Plan.Pins, Models: r.Plan.Models}
 			for i := range 2 {
-				files, _, err := Render(rebuilt)
+				files, _, err := oci.Render(rebuilt)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -65,11 +66,11 @@ func TestPlanFieldsAreData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back Plan
+	var back bundle.Plan
 	if err := json.Unmarshal(data, &back); err != nil {
 		t.Fatal(err)
 	}
-	files, _, err := Render(&back)
+	files, _, err := oci.Render(&back)
 	if err != nil {
 		t.Fatal(err)
 	}

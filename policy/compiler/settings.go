@@ -140,11 +140,13 @@ var packageKeys = []string{"autoload", "extensions", "prompts", "skills", "sourc
 // the allowlist, or names a command or code a sandbox could have written:
 // project resources of a workspace other agents share (defaultProjectTrust
 // "always"), a path in a bind from the host, a shell outside the image.
-func (c *compilation) checkSettings(p *grant.Plan) {
-	if c.settings == nil {
+// settings is the projected one (state.go agentDirProjection), nil when
+// the agent dir holds none.
+func (c *compilation) checkSettings(p *grant.Plan, settings *source) {
+	if settings == nil {
 		return
 	}
-	data, err := c.res.ReadSmall(rootOf(c.dep.Roots.State, c.settings.host), c.settings.host, settingsBytes)
+	data, err := c.res.ReadSmall(rootOf(c.dep.Roots.State, settings.host), settings.host, settingsBytes)
 	var set map[string]json.RawMessage
 	if err == nil {
 		err = json.Unmarshal(data, &set)
@@ -153,7 +155,7 @@ func (c *compilation) checkSettings(p *grant.Plan) {
 		c.diags.Addf(diag.StateSettings, settingsFact, "settings.json must be a JSON object of at most %d bytes", settingsBytes)
 		return
 	}
-	sc := settingsCheck{diags: c.diags, agentDir: path.Dir(c.settings.dest)}
+	sc := settingsCheck{diags: c.diags, agentDir: path.Dir(settings.dest)}
 	for _, g := range p.Of(grant.KindMount) {
 		sc.mounts = append(sc.mounts, g.(grant.Mount))
 	}

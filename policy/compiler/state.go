@@ -32,18 +32,29 @@ import (
 //     dir, the jiti cache, and in oauth-file mode the agent dir holding
 //     auth.json) must be named for this agent, so two agents never share one.
 
+// agentDir is what agentDirProjection grants and finds: the mounts, the
+// daemon's settings.json (checked once every mount is known: settings.go
+// checkSettings) and, with the model route, its API and generated
+// models.json.
+type agentDir struct {
+	mounts   []grant.Mount
+	settings *source
+	model    modelFiles
+}
+
 // agentDirProjection grants the agent dir as a private tmpfs and binds the
 // profile's agentFiles into it read-only. The host agent dir itself is
 // resolved (it must be a directory beneath a state root) but never mounted.
-func (c *compilation) agentDirProjection() []grant.Mount {
+func (c *compilation) agentDirProjection() agentDir {
 	f := c.facts
+	var ad agentDir
 	agent, ok := c.src.resolve("state.agentDir", f.State.AgentDir, "state", c.dep.Roots.State, pathsafe.Dir)
 	if !ok {
-		return nil
+		return ad
 	}
 	if c.prof.State.AgentDir != "projected" {
 		c.diags.Addf(diag.ProfileInvalid, "profile."+c.prof.Name+".state.agentDir", "the agent dir is only ever projected")
-		return nil
+		return ad
 	}
 	uid, gid := c.ownerOptions()
 	out := []grant.Mount{{Destination: agent.dest, Type: "tmpfs", Source: "tmpfs",
@@ -62,7 +73,7 @@ func (c *compilation) agentDirProjection() []grant.Mount {
 			continue
 		}
 		if name == "settings.json" {
-			c.settings = &s
+			ad.settings = &s
 		}
 		if name == "models.json" && c.modelRouted() {
 			// Read for the selected provider's entry, never bound: the
@@ -80,13 +91,14 @@ func (c *compilation) agentDirProjection() []grant.Mount {
 			Provenance: why("the daemon's "+name+", read-only: the sandbox cannot change what a later Pi is configured to load", fact)})
 	}
 	if c.modelRouted() && !modelsBad {
-		if c.models = c.modelsDoc(daemonModels, c.modelPort()); c.models != nil {
+		if ad.model = c.modelsDoc(daemonModels, c.modelPort()); ad.model.doc != nil {
 			out = append(out, grant.Mount{Destination: agent.dest + "/models.json", Type: "bind", Source: bundle.ModelsFile,
 				Options:    []string{"bind", "ro", "nosuid", "nodev", "noexec"},
 				Provenance: why("generated models.json: the selected provider only, at the model route on the gateway with a placeholder key; the provider key stays outside the sandbox", modelsFact)})
 		}
 	}
-	return out
+	ad.mounts = out
+	return ad
 }
 
 // agentDirBytes bounds the agent dir projection: Pi writes a few small JSON

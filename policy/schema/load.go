@@ -29,14 +29,17 @@ type Input struct {
 	Data []byte
 }
 
-// Loader checks inputs against the embedded schema. It holds one
-// cue.Context and one build of the schema, so the inputs of one compile
-// share them; a Loader is not safe for concurrent use, and separate
-// Loaders share nothing of CUE's (CUE writes into the syntax trees it
-// builds, so the schema is parsed afresh for each Loader). What they do
-// share is checkedRegistries: bytes, behind a mutex.
+// Loader checks inputs against the embedded schema. It holds one build of
+// the schema, in a cue.Context that builds nothing else: each input is
+// built in a context of its own (check), as cue's own mod/modfile keeps
+// its schema's context apart from the module files it parses. The schema
+// is only read after the build (looked up, unified with), but CUE
+// evaluates lazily and does not promise that reading a value is safe
+// for concurrent use, so a Loader is not safe for concurrent use either;
+// separate Loaders share nothing of CUE's (CUE writes into the syntax
+// trees it builds, so the schema is parsed afresh for each Loader). What
+// they do share is checkedRegistries: bytes, behind a mutex.
 type Loader struct {
-	ctx    *cue.Context
 	schema cue.Value
 	err    error
 	// defs are the definitions looked up so far: a lookup parsed its path
@@ -46,7 +49,7 @@ type Loader struct {
 
 // NewLoader parses and builds the embedded schema.
 func NewLoader() *Loader {
-	ld := &Loader{ctx: cuecontext.New()}
+	ld := &Loader{}
 	names, err := fs.Glob(files, "*.cue")
 	if err != nil {
 		ld.err = err
@@ -74,7 +77,7 @@ func NewLoader() *Loader {
 			merged.Decls = append(merged.Decls, d)
 		}
 	}
-	ld.schema = ld.ctx.BuildFile(merged)
+	ld.schema = cuecontext.New().BuildFile(merged)
 	ld.err = ld.schema.Err()
 	return ld
 }
@@ -187,7 +190,6 @@ func (ld *Loader) load(in Input, defName string, pre precheck, out any) diag.Lis
 // JSON, or the refusals.
 func (ld *Loader) check(in Input, defName string, pre precheck) ([]byte, diag.List) {
 	var l diag.List
-	ctx := ld.ctx
 	def, err := ld.definition(defName)
 	if err != nil {
 		l.Addf(diag.Internal, "", "embedded schema: %v", err)
@@ -196,7 +198,19 @@ func (ld *Loader) check(in Input, defName string, pre precheck) ([]byte, diag.Li
 	if !checkSize(in, &l) {
 		return nil, l
 	}
-	raw, ok := parseInput(ctx, in, &l)
+	// A context per input, never the schema's, as cue's mod/modfile
+	// builds each module file: a value holds memory for as long as the
+	// context it was built with is alive, and a pooled Loader's context
+	// lives across compiles. cuelang.org/go 0.17.1 happens to keep nothing
+	// of a built input in its context (TestLoaderReuseMemoryBounded), but
+	// that is what it does, not what it promises; built in its own context,
+	// the input and the unified value (Unify evaluates in its receiver's
+	// context) go with this call whatever a later CUE does, and the schema
+	// is only read. A steady-state compile builds one input (the facts:
+	// the registry's check and the embedded profiles are remembered), so
+	// this is one context per compile; BenchmarkCUEBaseline/LoadFacts and
+	// the compile benchmarks measure it (docs/benchmarks.md, "Compile").
+	raw, ok := parseInput(cuecontext.New(), in, &l)
 	if !ok {
 		return nil, l
 	}
@@ -206,7 +220,7 @@ func (ld *Loader) check(in Input, defName string, pre precheck) ([]byte, diag.Li
 		pre(generic, &l)
 		unknownFields(def, generic, "", &l)
 	}
-	unified := def.Unify(raw)
+	unified := raw.Unify(def)
 	if err := unified.Validate(cue.Concrete(true), cue.Final()); err != nil {
 		for _, d := range schemaDiagnostics(def, err) {
 			if !l.Has(d.Path) {

@@ -13,6 +13,7 @@ import (
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/grant"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // One sandbox per auth.json (threat 57)
@@ -42,6 +43,37 @@ import (
 
 // ErrAuthFileInUse refuses a launch whose auth.json another sandbox owns.
 var ErrAuthFileInUse = errors.New("the agent's auth.json is in use by another sandbox (oauth-file mode runs one sandbox per auth.json)")
+
+// AuthFileHold is how the sandbox that owns an auth.json holds it.
+type AuthFileHold string
+
+const (
+	AuthFileRunning    AuthFileHold = "running"    // its launcher holds the lock
+	AuthFileHibernated AuthFileHold = "hibernated" // its checkpoint holds the tokens it read
+	AuthFileRecorded   AuthFileHold = "recorded"   // its launcher died without teardown; it may still run
+)
+
+// AuthFileInUseError is ErrAuthFileInUse naming the sandbox that owns the
+// auth.json (empty: the lock's holder had not written its id yet) and how
+// it holds it. One code (PP-LAUNCH-AUTHFILE-IN-USE) covers every case: the
+// caller's remedy differs (wait, wake or delete, gc), so the refusal says
+// which.
+type AuthFileInUseError struct {
+	Owner string
+	Hold  AuthFileHold
+}
+
+func (e *AuthFileInUseError) Error() string {
+	switch e.Hold {
+	case AuthFileHibernated:
+		return fmt.Sprintf("%v: sandbox %s is hibernated with it; wake it or delete it first", ErrAuthFileInUse, e.Owner)
+	case AuthFileRecorded:
+		return fmt.Sprintf("%v: sandbox %s has a record but no launcher holding the lock, so it may still run; gc it first", ErrAuthFileInUse, e.Owner)
+	}
+	return fmt.Sprintf("%v: sandbox %s is running with it", ErrAuthFileInUse, orUnknown(e.Owner))
+}
+
+func (e *AuthFileInUseError) Unwrap() error { return ErrAuthFileInUse }
 
 // authFileFact is the fact of the one read-write auth.json bind the
 // compiler grants in oauth-file mode (policy/compiler/credential.go).
@@ -145,7 +177,7 @@ func (l *authLock) take() error {
 			owner := readLockOwner(f)
 			f.Close()
 			if errors.Is(err, unix.EWOULDBLOCK) {
-				return fmt.Errorf("%w: sandbox %s is running with it", ErrAuthFileInUse, orUnknown(owner))
+				return &AuthFileInUseError{Owner: owner, Hold: AuthFileRunning}
 			}
 			return fmt.Errorf("auth.json lock: flock: %w", err)
 		}
@@ -174,14 +206,14 @@ func (l *authLock) take() error {
 // owns the auth.json: it is hibernated (and this is not its wake), or its
 // record says it may run.
 func (l *authLock) ownedElsewhere(owner string) error {
-	if _, err := newRunDirName(owner); err != nil {
+	if err := statedir.ValidID(owner); err != nil {
 		return fmt.Errorf("auth.json lock %s names no valid sandbox id", l.name)
 	}
-	if _, err := os.Stat(HibernateDir(l.stateRoot, owner)); err == nil {
-		return fmt.Errorf("%w: sandbox %s is hibernated with it; wake it or delete it first", ErrAuthFileInUse, owner)
+	if _, err := os.Stat(statedir.HibernateDir(l.stateRoot, owner)); err == nil {
+		return &AuthFileInUseError{Owner: owner, Hold: AuthFileHibernated}
 	}
-	if _, err := recordOf(l.stateRoot, owner); err == nil {
-		return fmt.Errorf("%w: sandbox %s has a record but no launcher holding the lock, so it may still run; gc it first", ErrAuthFileInUse, owner)
+	if _, ok, err := statedir.Lookup(l.stateRoot, owner); err == nil && ok {
+		return &AuthFileInUseError{Owner: owner, Hold: AuthFileRecorded}
 	}
 	return nil
 }
@@ -206,7 +238,7 @@ func (l *authLock) checkStaged(path string) error {
 // the log but not in a kept record.
 func (l *authLock) release() error {
 	var err error
-	if _, serr := os.Stat(HibernateDir(l.stateRoot, l.id)); serr != nil {
+	if _, serr := os.Stat(statedir.HibernateDir(l.stateRoot, l.id)); serr != nil {
 		if uerr := unix.Unlinkat(int(l.dir.Fd()), l.name, 0); uerr != nil && !errors.Is(uerr, unix.ENOENT) {
 			err = fmt.Errorf("removing the lock file %s: %w", l.name, uerr)
 		}

@@ -14,6 +14,8 @@ import (
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
+	"paseo.dev/paseo-policy/runtime/launcher/inventory"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // The auth.json lock (authlock.go) against the pinned runsc: oauth-file
@@ -99,15 +101,18 @@ func lockFile(t *testing.T, state, p string) string {
 	return filepath.Join(state, "locks", fmt.Sprintf("authfile-%d-%d", st.Dev, st.Ino))
 }
 
-func wantAuthInUse(t *testing.T, err error, owner string) {
+// wantAuthInUse checks that err refuses the launch because sandbox owner
+// holds the auth.json as hold.
+func wantAuthInUse(t *testing.T, err error, owner string, hold AuthFileHold) {
 	t.Helper()
 	var ue *UnavailableError
 	if !errors.As(err, &ue) {
 		t.Fatalf("second launch: got %v, want sandbox-unavailable", err)
 	}
 	wantUnavailableIs(t, err, diag.LaunchAuthFileInUse)
-	if !errors.Is(err, ErrAuthFileInUse) || !strings.Contains(ue.Reason, owner) {
-		t.Errorf("%v: not ErrAuthFileInUse, or the reason does not name its owner %s", err, owner)
+	var ae *AuthFileInUseError
+	if !errors.Is(err, ErrAuthFileInUse) || !errors.As(err, &ae) || ae.Owner != owner || ae.Hold != hold || !strings.Contains(ue.Reason, owner) {
+		t.Errorf("%v: not ErrAuthFileInUse by %s (%s), or the reason does not name the owner", err, owner, hold)
 	}
 }
 
@@ -125,7 +130,7 @@ func TestAuthFileLockRefusesSecondSandbox(t *testing.T) {
 	}
 	for _, second := range []*sandbox{s, linked} {
 		_, _, _, err := second.launch(t, nil)
-		wantAuthInUse(t, err, oauthID("first"))
+		wantAuthInUse(t, err, oauthID("first"), AuthFileRunning)
 	}
 	lock := lockFile(t, s.state, s.authFile())
 	if fi, err := os.Stat(lock); err != nil || fi.Mode().Perm() != 0o600 || fi.Sys().(*syscall.Stat_t).Uid != 0 {
@@ -196,13 +201,10 @@ func TestAuthFileLockHibernated(t *testing.T) {
 	}
 	r.ended(t)
 	_, _, _, err := s.launch(t, nil)
-	wantAuthInUse(t, err, id)
-	if !strings.Contains(err.Error(), "hibernated") {
-		t.Errorf("refusal %q does not say the owner is hibernated", err)
-	}
+	wantAuthInUse(t, err, id, AuthFileHibernated)
 	// Only a wake takes the lock back, not a fresh start under its id.
 	_, err = Launch(context.Background(), Options{BundleDir: s.bundle, ID: id, StateRoot: s.state, RunscPath: s.runsc, Stdin: strings.NewReader("")})
-	wantAuthInUse(t, err, id)
+	wantAuthInUse(t, err, id, AuthFileHibernated)
 	if n := s.starts(t); n != 1 {
 		t.Errorf("%d agents started while the first was hibernated, want only the first", n)
 	}
@@ -215,7 +217,7 @@ func TestAuthFileLockHibernated(t *testing.T) {
 		t.Fatalf("woken sandbox answered %q", got)
 	}
 	_, _, _, err = s.launch(t, nil)
-	wantAuthInUse(t, err, id)
+	wantAuthInUse(t, err, id, AuthFileRunning)
 	r.in.Close()
 	r.ended(t)
 
@@ -249,12 +251,12 @@ func TestAuthFileLockDeadLauncherRecord(t *testing.T) {
 	if err := os.WriteFile(lock, []byte(oauthID("orphan")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeRecord(s.state, Record{ID: oauthID("orphan"), LauncherPID: 1 << 30}); err != nil {
+	if err := statedir.WriteRecord(s.state, statedir.Record{ID: oauthID("orphan"), LauncherPID: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
 	_, _, _, err := s.launch(t, nil)
-	wantAuthInUse(t, err, oauthID("orphan"))
-	if _, err := (Inventory{StateRoot: s.state, RunscPath: s.runsc}).GC(); err != nil {
+	wantAuthInUse(t, err, oauthID("orphan"), AuthFileRecorded)
+	if _, err := (inventory.Inventory{StateRoot: s.state, RunscPath: s.runsc}).GC(); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, stderr, err := s.launch(t, nil); err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +16,8 @@ import (
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
 	"paseo.dev/paseo-policy/runtime/launcher/preflight"
+	"paseo.dev/paseo-policy/runtime/launcher/runsc"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // Launch benchmarks (make bench-launch, scripts/bench-launch.sh). They are
@@ -101,8 +102,8 @@ func BenchmarkBareRunscFirstByte(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rs := &runsc{path: s.Runsc, root: filepath.Join(s.State, "runsc"), network: "none"}
-	if err := os.MkdirAll(rs.root, 0o700); err != nil {
+	rs := &runsc.Runner{Path: s.Runsc, Root: statedir.RunscRoot(s.State), Network: "none"}
+	if err := os.MkdirAll(rs.Root, 0o700); err != nil {
 		b.Fatal(err)
 	}
 	var total time.Duration
@@ -123,13 +124,13 @@ func BenchmarkBareRunscFirstByte(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := run.writeSpec(spec, runtimeState{cgroupsPath: CgroupsPath(id), binds: staged}); err != nil {
+		if err := run.writeSpec(spec, runtimeState{cgroupsPath: statedir.CgroupsPath(id), binds: staged}); err != nil {
 			b.Fatal(err)
 		}
 		var out firstByte
 		var errb bytes.Buffer
 		// What rs.command builds, spelled out: the bare runsc invocation.
-		cmd := exec.Command(s.Runsc, "--root", rs.root, "--network=none", "--directfs=false", "run", "--bundle", run.dir, id)
+		cmd := exec.Command(s.Runsc, "--root", rs.Root, "--network=none", "--directfs=false", "run", "--bundle", run.dir, id)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(""), &out, &errb
@@ -139,7 +140,7 @@ func BenchmarkBareRunscFirstByte(b *testing.B) {
 		err = cmd.Run()
 
 		b.StopTimer()
-		rs.cleanup(id)
+		rs.Delete(id)
 		run.remove()
 		d, got := out.since(start)
 		if err != nil || got != "ready\n" || d == 0 {
@@ -157,8 +158,8 @@ func BenchmarkBareRunscFirstByte(b *testing.B) {
 // launcher's share of the first-byte time goes.
 func BenchmarkLaunchSteps(b *testing.B) {
 	s := benchBundle(b, benchScript)
-	rs := &runsc{path: s.Runsc, root: filepath.Join(s.State, "runsc"), network: "none"}
-	if err := os.MkdirAll(rs.root, 0o700); err != nil {
+	rs := &runsc.Runner{Path: s.Runsc, Root: statedir.RunscRoot(s.State), Network: "none"}
+	if err := os.MkdirAll(rs.Root, 0o700); err != nil {
 		b.Fatal(err)
 	}
 	// Warm the runsc digest cache, as every launch after a state root's
@@ -185,13 +186,13 @@ func BenchmarkLaunchSteps(b *testing.B) {
 		if !report.OK() {
 			b.Fatal(report.Err())
 		}
-		known, err := rs.knows(id)
+		known, err := rs.Knows(id)
 		t3 := time.Now()
 		if err != nil || known {
 			b.Fatalf("runsc id check: known %v, %v", known, err)
 		}
-		err = writeRecord(s.State, Record{ID: id, Bundle: s.Bundle, Profile: m.Profile, Agent: m.Agent, Deployment: m.Deployment,
-			Network: "none", Started: time.Now().UTC(), LauncherPID: os.Getpid(), LauncherStart: processStart(os.Getpid())})
+		err = statedir.WriteRecord(s.State, statedir.Record{ID: id, Bundle: s.Bundle, Profile: m.Profile, Agent: m.Agent, Deployment: m.Deployment,
+			Network: "none", Started: time.Now().UTC(), LauncherPID: os.Getpid(), LauncherStart: statedir.ProcessStart(os.Getpid())})
 		t4 := time.Now()
 		if err != nil {
 			b.Fatal(err)
@@ -208,7 +209,7 @@ func BenchmarkLaunchSteps(b *testing.B) {
 		}
 		t6 := time.Now()
 		if err == nil {
-			err = run.writeSpec(spec, runtimeState{cgroupsPath: CgroupsPath(id), binds: staged})
+			err = run.writeSpec(spec, runtimeState{cgroupsPath: statedir.CgroupsPath(id), binds: staged})
 		}
 		t7 := time.Now()
 		if err != nil {
@@ -216,7 +217,7 @@ func BenchmarkLaunchSteps(b *testing.B) {
 		}
 		b.StopTimer()
 		run.remove()
-		removeRecord(s.State, id)
+		statedir.RemoveRecord(s.State, id)
 		b.StartTimer()
 		read, pre, idCheck = read+t1.Sub(t0), pre+t2.Sub(t1), idCheck+t3.Sub(t2)
 		record, rundir, binds = record+t4.Sub(t3), rundir+t5.Sub(t4)+t7.Sub(t6), binds+t6.Sub(t5)

@@ -15,6 +15,9 @@ import (
 	"paseo.dev/paseo-policy/internal/testkit/skip"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
+	"paseo.dev/paseo-policy/runtime/launcher/mounts"
+	"paseo.dev/paseo-policy/runtime/launcher/runsc"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // Bind staging (binds.go) against the pinned runsc. The workspace is the
@@ -81,8 +84,8 @@ func bareRunscErr(t *testing.T, s *sandbox, edit func(*rspec.Spec), swap func())
 		t.Fatal(err)
 	}
 	id := newID()
-	rs := &runsc{path: s.runsc, root: filepath.Join(s.state, "runsc"), network: "none"}
-	if err := os.MkdirAll(rs.root, 0o700); err != nil {
+	rs := &runsc.Runner{Path: s.runsc, Root: statedir.RunscRoot(s.state), Network: "none"}
+	if err := os.MkdirAll(rs.Root, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	run, err := newRunDir(s.state, id)
@@ -100,7 +103,7 @@ func bareRunscErr(t *testing.T, s *sandbox, edit func(*rspec.Spec), swap func())
 	}
 	// The edit sees the run copy as the launcher would write it, staged
 	// binds and private root included.
-	if err := run.writeSpec(spec, runtimeState{cgroupsPath: CgroupsPath(id), privateRoot: true, binds: staged}); err != nil {
+	if err := run.writeSpec(spec, runtimeState{cgroupsPath: statedir.CgroupsPath(id), privateRoot: true, binds: staged}); err != nil {
 		t.Fatal(err)
 	}
 	edit(spec)
@@ -109,8 +112,8 @@ func bareRunscErr(t *testing.T, s *sandbox, edit func(*rspec.Spec), swap func())
 		t.Fatal(err)
 	}
 	swap()
-	defer rs.cleanup(id)
-	cmd := rs.command(id, run.dir)
+	defer rs.Delete(id)
+	cmd := rs.Command(id, run.dir)
 	var out, errb bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(""), &out, &errb
 	err = cmd.Run()
@@ -199,7 +202,7 @@ func TestStagedBindsSurviveSwap(t *testing.T) {
 	}
 	var restore func()
 	res, out, stderr, err := s.launchStaged(t, func(run string) {
-		staged := mountsBeneath(filepath.Join(run, "binds"))
+		staged := mounts.Beneath(filepath.Join(run, "binds"))
 		if len(staged) != len(pins.Pins) {
 			t.Errorf("%d staged mounts for %d pins: %v", len(staged), len(pins.Pins), staged)
 		}
@@ -350,10 +353,10 @@ func TestRemoveRunDirUnmountsEscapedPaths(t *testing.T) {
 	if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
 		t.Fatal(err)
 	}
-	if got := mountsBeneath(dir); len(got) != 1 || got[0] != target {
+	if got := mounts.Beneath(dir); len(got) != 1 || got[0] != target {
 		t.Fatalf("mounts beneath %q: %q", dir, got)
 	}
-	if err := removeRunDir(dir); err != nil {
+	if err := mounts.RemoveDir(dir); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
+
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // cleanupStack undoes a launch's resources in the reverse of the order
@@ -31,15 +33,10 @@ type undoStep struct {
 	f    func() error
 }
 
-// UndoFailure is one teardown step that failed: what it was undoing and
-// why it failed. What it left behind is garbage that ps shows and gc
-// removes.
-type UndoFailure struct {
-	Step  string `json:"step"`
-	Error string `json:"error"`
-}
-
-func (f UndoFailure) String() string { return f.Step + ": " + f.Error }
+// UndoFailure is one teardown step that failed (Result.Teardown); the
+// record keeps the same list when the launch ends with failures, so the
+// type is the state root's.
+type UndoFailure = statedir.UndoFailure
 
 // push arms f, the undo of step; it runs before everything pushed earlier.
 func (c *cleanupStack) push(step string, f func() error) {

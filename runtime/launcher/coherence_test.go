@@ -17,6 +17,8 @@ import (
 
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
+	"paseo.dev/paseo-policy/runtime/launcher/runsc"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // The workspace is one tree seen from both sides while the agent runs
@@ -237,8 +239,8 @@ func bareShell(t *testing.T, s *sandbox, flags ...string) *shell {
 		t.Fatal(err)
 	}
 	id := newID()
-	rs := &runsc{path: s.runsc, root: filepath.Join(s.state, "runsc"), network: "none"}
-	if err := os.MkdirAll(rs.root, 0o700); err != nil {
+	rs := &runsc.Runner{Path: s.runsc, Root: statedir.RunscRoot(s.state), Network: "none"}
+	if err := os.MkdirAll(rs.Root, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	run, err := newRunDir(s.state, id)
@@ -254,10 +256,10 @@ func bareShell(t *testing.T, s *sandbox, flags ...string) *shell {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := run.writeSpec(spec, runtimeState{cgroupsPath: CgroupsPath(id), privateRoot: true, binds: staged}); err != nil {
+	if err := run.writeSpec(spec, runtimeState{cgroupsPath: statedir.CgroupsPath(id), privateRoot: true, binds: staged}); err != nil {
 		t.Fatal(err)
 	}
-	cmd := rs.command(id, run.dir)
+	cmd := rs.Command(id, run.dir)
 	i := slices.Index(cmd.Args, "run")
 	cmd.Args = slices.Insert(cmd.Args, i, flags...)
 	sh := &shell{errb: &bytes.Buffer{}}
@@ -273,10 +275,10 @@ func bareShell(t *testing.T, s *sandbox, flags ...string) *shell {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); rs.cleanup(id) })
+	t.Cleanup(func() { _ = cmd.Process.Kill(); rs.Delete(id) })
 	sh.wait = func() (Result, error) {
 		err := cmd.Wait()
-		rs.cleanup(id)
+		rs.Delete(id)
 		return Result{}, err
 	}
 	return sh

@@ -13,6 +13,7 @@ import (
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/runtime/launcher/fsmonitor"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
+	"paseo.dev/paseo-policy/runtime/launcher/runsc"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 )
 
@@ -21,7 +22,7 @@ import (
 // socket beneath its binds (threat 87).
 func TestRunscFlagsOpenNoHostSockets(t *testing.T) {
 	for _, mode := range []string{"none", "sandbox"} {
-		f := (&runsc{root: "/r", network: mode}).flags()
+		f := (&runsc.Runner{Root: "/r", Network: mode}).Flags()
 		if !slices.Equal(f, launchplan.RunscFlags("/r", mode)) || slices.ContainsFunc(f, func(a string) bool { return strings.Contains(a, "host-uds") }) {
 			t.Errorf("mode %s: %q", mode, f)
 		}

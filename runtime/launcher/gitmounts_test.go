@@ -13,6 +13,7 @@ import (
 	"paseo.dev/paseo-policy/internal/pathsafe"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/runtime/launcher/mounts"
 )
 
 // How the pinned runsc treats binds nested in binds, which the protection
@@ -297,7 +298,7 @@ func newExtraBinds(t *testing.T, s *sandbox) *extraBinds {
 		t.Fatal(err)
 	}
 	e := &extraBinds{dir: dir, root: s.host}
-	t.Cleanup(func() { removeRunDir(dir) })
+	t.Cleanup(func() { mounts.RemoveDir(dir) })
 	return e
 }
 
@@ -322,7 +323,7 @@ func (e *extraBinds) add(t *testing.T, spec *rspec.Spec, source, dest string, ro
 
 func (e *extraBinds) remove(t *testing.T) {
 	t.Helper()
-	if err := removeRunDir(e.dir); err != nil {
+	if err := mounts.RemoveDir(e.dir); err != nil {
 		t.Error(err)
 	}
 }

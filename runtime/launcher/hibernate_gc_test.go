@@ -10,7 +10,9 @@ import (
 	"slices"
 	"testing"
 
+	"paseo.dev/paseo-policy/runtime/launcher/inventory"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // gc and checkpoints: a checkpoint whose owner (the process that took it,
@@ -26,10 +28,10 @@ func TestGCRemovesOrphanedHibernation(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.ended(t)
-	inv := Inventory{StateRoot: s.state, RunscPath: s.runsc}
-	ownerPath := filepath.Join(HibernateDir(s.state, id), OwnerFile)
-	var o owner
-	if data, err := os.ReadFile(ownerPath); err != nil || json.Unmarshal(data, &o) != nil || o.PID != os.Getpid() || o.Start != processStart(os.Getpid()) || o.PidNS != pidNamespace() {
+	inv := inventory.Inventory{StateRoot: s.state, RunscPath: s.runsc}
+	ownerPath := filepath.Join(statedir.HibernateDir(s.state, id), statedir.OwnerFile)
+	var o statedir.Owner
+	if data, err := os.ReadFile(ownerPath); err != nil || json.Unmarshal(data, &o) != nil || o.PID != os.Getpid() || o.Start != statedir.ProcessStart(os.Getpid()) || o.PidNS != statedir.PidNamespace() {
 		t.Fatalf("owner file %+v (%v): want this process, which took the checkpoint", o, err)
 	}
 	listed := func(what string, garbage bool) {
@@ -38,7 +40,7 @@ func TestGCRemovesOrphanedHibernation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		i := slices.IndexFunc(es, func(e Entry) bool { return e.ID == id })
+		i := slices.IndexFunc(es, func(e inventory.Entry) bool { return e.ID == id })
 		if i < 0 || es[i].Status != "hibernated" || es[i].Garbage != garbage || es[i].Network != "sandbox" {
 			t.Fatalf("%s: ps lists %+v, want %s hibernated (network sandbox) with garbage %v", what, es, id, garbage)
 		}
@@ -50,7 +52,7 @@ func TestGCRemovesOrphanedHibernation(t *testing.T) {
 		if err != nil || len(rep.Removed) > 0 || len(rep.Errors) > 0 {
 			t.Fatalf("%s: gc %+v %v, want nothing removed", what, rep, err)
 		}
-		if !Hibernated(s.state, id) {
+		if !statedir.Hibernated(s.state, id) {
 			t.Fatalf("%s: gc removed the checkpoint", what)
 		}
 		if _, ok, err := sandboxnet.LeasedLink(filepath.Join(s.state, "net"), netip.Prefix{}, id); !ok || err != nil {
@@ -81,7 +83,7 @@ func TestGCRemovesOrphanedHibernation(t *testing.T) {
 	if err := dead.Start(); err != nil {
 		t.Fatal(err)
 	}
-	gone := owner{PID: dead.Process.Pid, Start: processStart(dead.Process.Pid), PidNS: "pid:[1]"}
+	gone := statedir.Owner{PID: dead.Process.Pid, Start: statedir.ProcessStart(dead.Process.Pid), PidNS: "pid:[1]"}
 	_ = dead.Process.Kill()
 	_ = dead.Wait()
 	if gone.Start == 0 {
@@ -93,7 +95,7 @@ func TestGCRemovesOrphanedHibernation(t *testing.T) {
 		t.Fatal(err)
 	}
 	keeps("owner in another pid namespace")
-	gone.PidNS = pidNamespace()
+	gone.PidNS = statedir.PidNamespace()
 	data, _ = json.Marshal(gone)
 	if err := os.WriteFile(ownerPath, data, 0o600); err != nil {
 		t.Fatal(err)
@@ -103,7 +105,7 @@ func TestGCRemovesOrphanedHibernation(t *testing.T) {
 	if err != nil || !slices.Contains(rep.Removed, id) || len(rep.Errors) > 0 {
 		t.Fatalf("gc of a checkpoint whose owner is dead: %+v %v", rep, err)
 	}
-	if _, err := os.Lstat(HibernateDir(s.state, id)); !os.IsNotExist(err) {
+	if _, err := os.Lstat(statedir.HibernateDir(s.state, id)); !os.IsNotExist(err) {
 		t.Errorf("the orphaned checkpoint is still there (%v)", err)
 	}
 	s.assertClean(t)

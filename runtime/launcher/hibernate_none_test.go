@@ -8,7 +8,9 @@ import (
 	"testing"
 
 	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/runtime/launcher/inventory"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // noneScript counts the lines it reads (memory), writes each to the
@@ -68,7 +70,7 @@ func TestHibernateWakeNetworkNone(t *testing.T) {
 			t.Fatalf("round %d: image %+v, want network none, no link, files", round, img)
 		}
 		noNetwork(fmt.Sprintf("round %d hibernated", round))
-		if rep, err := (Inventory{StateRoot: s.state, RunscPath: s.runsc}).GC(); err != nil || len(rep.Removed) > 0 {
+		if rep, err := (inventory.Inventory{StateRoot: s.state, RunscPath: s.runsc}).GC(); err != nil || len(rep.Removed) > 0 {
 			t.Errorf("round %d: gc of a hibernated sandbox: %+v %v", round, rep, err)
 		}
 		r = s.startRun(t, id, key, true)
@@ -78,7 +80,7 @@ func TestHibernateWakeNetworkNone(t *testing.T) {
 		if r.netns != nil {
 			t.Fatalf("round %d: the wake of a network-none sandbox built a network: %+v", round, r.netns)
 		}
-		if Hibernated(s.state, id) {
+		if statedir.Hibernated(s.state, id) {
 			t.Errorf("round %d: the image outlived the wake", round)
 		}
 		n := 2*round - 1

@@ -22,7 +22,9 @@ import (
 	"paseo.dev/paseo-policy/internal/testkit/fakemodel"
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/runtime/launcher/inventory"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // hibernateScript counts the lines it reads (state only the sandbox's
@@ -178,7 +180,7 @@ func TestHibernateWake(t *testing.T) {
 		rotated := fmt.Sprintf("s3cr3t-value-%d", round)
 		fm.SetAPIKey(rotated)
 		key = staticSecret(rotated)
-		fi, err := os.Stat(HibernateDir(s.state, id))
+		fi, err := os.Stat(statedir.HibernateDir(s.state, id))
 		if err != nil || fi.Mode().Perm() != 0o700 {
 			t.Fatalf("hibernate dir: %v %v, want 0700", fi, err)
 		}
@@ -186,7 +188,7 @@ func TestHibernateWake(t *testing.T) {
 			t.Errorf("round %d: a hibernated sandbox keeps run dirs: %v", round, ents)
 		}
 		// The link stays the sandbox's while it is hibernated, gc or not.
-		if rep, err := (Inventory{StateRoot: s.state, RunscPath: s.runsc}).GC(); err != nil || len(rep.Removed) > 0 {
+		if rep, err := (inventory.Inventory{StateRoot: s.state, RunscPath: s.runsc}).GC(); err != nil || len(rep.Removed) > 0 {
 			t.Errorf("round %d: gc of a hibernated sandbox: %+v %v", round, rep, err)
 		}
 		if kept, ok, err := sandboxnet.LeasedLink(filepath.Join(s.state, "net"), netip.Prefix{}, id); err != nil || !ok || kept != img.Link {
@@ -199,7 +201,7 @@ func TestHibernateWake(t *testing.T) {
 		if r.netns.Gateway != link {
 			t.Errorf("round %d: woke on gateway %s, hibernated on %s", round, r.netns.Gateway, link)
 		}
-		if Hibernated(s.state, id) {
+		if statedir.Hibernated(s.state, id) {
 			t.Errorf("round %d: the image outlived the wake", round)
 		}
 		want := fmt.Sprintf("got %d w%d key=%s", 2*round-2, round, bundle.ModelRoutePlaceholder)
@@ -261,11 +263,11 @@ func TestWakeFailsClosed(t *testing.T) {
 	wantRefused("workspace swapped for a symlink", key, diag.PathSymlink)
 	restore()
 
-	ents, err := os.ReadDir(imageDir(s.state, id))
+	ents, err := os.ReadDir(statedir.ImageDir(s.state, id))
 	if err != nil || len(ents) == 0 {
 		t.Fatalf("image: %v %v", ents, err)
 	}
-	victim := filepath.Join(imageDir(s.state, id), ents[0].Name())
+	victim := filepath.Join(statedir.ImageDir(s.state, id), ents[0].Name())
 	f, err := os.OpenFile(victim, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -291,7 +293,7 @@ func TestWakeKeepsWallTime(t *testing.T) {
 	s := compileScript(t, "while read line; do echo \"got $line\"; done", `{"limits":{"wallSeconds":300}}`)
 	key := staticSecret("v")
 	id := "pp-hibwall-" + fmt.Sprint(os.Getpid())
-	checkpoint := func() *Image {
+	checkpoint := func() *statedir.Image {
 		t.Helper()
 		img, err := Checkpoint(CheckpointOptions{ID: id, StateRoot: s.state, RunscPath: s.runsc})
 		if err != nil {
@@ -315,7 +317,7 @@ func TestWakeKeepsWallTime(t *testing.T) {
 	if !strings.Contains(string(old), `"secretsDigest":"e3b0`) {
 		t.Fatalf("the old image form: %s", old)
 	}
-	if err := os.WriteFile(filepath.Join(HibernateDir(s.state, id), ImageFile), old, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(statedir.HibernateDir(s.state, id), statedir.ImageFile), old, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	r = s.startRun(t, id, key, true)
@@ -333,7 +335,7 @@ func TestWakeKeepsWallTime(t *testing.T) {
 	// stopped at the limit) refuses the wake.
 	second.Ran = 301 * time.Second
 	data, _ := json.Marshal(second)
-	if err := os.WriteFile(filepath.Join(HibernateDir(s.state, id), ImageFile), data, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(statedir.HibernateDir(s.state, id), statedir.ImageFile), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	r = s.startRun(t, id, key, true)
@@ -395,7 +397,7 @@ func TestCheckpointHoldsNoKey(t *testing.T) {
 	r.ended(t)
 	scan := func(value string) (holding []string) {
 		for name := range img.Files {
-			data, err := os.ReadFile(filepath.Join(imageDir(s.state, id), name))
+			data, err := os.ReadFile(filepath.Join(statedir.ImageDir(s.state, id), name))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -411,7 +413,7 @@ func TestCheckpointHoldsNoKey(t *testing.T) {
 	if holding := scan("kept:" + held); len(holding) == 0 {
 		t.Errorf("control: no image file holds the value the sandbox held (files %v): the scan proves nothing; the pinned runsc changed (threat 66)", img.Files)
 	}
-	data, _ := os.ReadFile(filepath.Join(HibernateDir(s.state, id), ImageFile))
+	data, _ := os.ReadFile(filepath.Join(statedir.HibernateDir(s.state, id), statedir.ImageFile))
 	if bytes.Contains(data, []byte(theKey)) {
 		t.Error("the image description holds the key")
 	}

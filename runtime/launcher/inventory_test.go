@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/netip"
 	"os"
@@ -19,7 +20,11 @@ import (
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
+	"paseo.dev/paseo-policy/runtime/launcher/inventory"
+	"paseo.dev/paseo-policy/runtime/launcher/mounts"
+	"paseo.dev/paseo-policy/runtime/launcher/runsc"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // lineWaiter is a stdout that reports when a line containing want appears.
@@ -59,8 +64,8 @@ func (w *lineWaiter) wait(t *testing.T, d time.Duration) {
 	}
 }
 
-func (s *sandbox) inventory() Inventory {
-	return Inventory{StateRoot: s.state, RunscPath: s.runsc}
+func (s *sandbox) inventory() inventory.Inventory {
+	return inventory.Inventory{StateRoot: s.state, RunscPath: s.runsc}
 }
 
 // ps shows a running sandbox with a live launcher; kill ends it and the
@@ -90,8 +95,8 @@ func TestPSAndKill(t *testing.T) {
 	if entries[0].Profile != "pi-session" || entries[0].Agent != "agent-7f3c" {
 		t.Errorf("ps lacks the manifest's profile and agent: %+v", entries[0])
 	}
-	if err := s.inventory().Kill("nope", unix.SIGKILL); err == nil {
-		t.Error("kill of an unknown id succeeded")
+	if err := s.inventory().Kill("nope", unix.SIGKILL); !errors.Is(err, inventory.ErrNoSandbox) {
+		t.Errorf("kill of an unknown id: %v, want refused (%v)", err, inventory.ErrNoSandbox)
 	}
 	if err := s.inventory().Kill("ps-kill", unix.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -119,7 +124,7 @@ func TestKillWhileStarting(t *testing.T) {
 	res, err := Launch(context.Background(), Options{BundleDir: s.bundle, StateRoot: s.state, RunscPath: s.runsc,
 		ID: "kill-starting", Secrets: staticSecret("v"), Stdin: strings.NewReader(""), Stdout: io.Discard,
 		OnStart: func() {
-			if known, _ := s.inventory().runsc().knows("kill-starting"); known {
+			if known, _ := (&runsc.Runner{Root: statedir.RunscRoot(s.state)}).Knows("kill-starting"); known {
 				t.Error("runsc knew the container when OnStart ran: the test no longer signals before it does")
 			}
 			go func() { killed <- s.inventory().Kill("kill-starting", unix.SIGKILL) }()
@@ -181,8 +186,17 @@ func TestGCAfterLauncherCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 1 || entries[0].Launcher != "dead" || !entries[0].Garbage {
+	if len(entries) != 1 || entries[0].Launcher != "dead" || !entries[0].Garbage || entries[0].Status != "running" {
 		t.Fatalf("ps after a launcher crash: %+v", entries)
+	}
+	// Its launcher gone, the sandbox is an orphan: kill refuses to signal
+	// it (gc's business), and runsc still runs it (TestPSAndKill is the
+	// control: a live launch's sandbox is signalled).
+	if err := inv.Kill("crashed", unix.SIGKILL); !errors.Is(err, inventory.ErrLaunchEnded) {
+		t.Fatalf("kill of an orphaned sandbox: %v, want refused (%v)", err, inventory.ErrLaunchEnded)
+	}
+	if entries, err := inv.PS(); err != nil || len(entries) != 1 || entries[0].Status != "running" {
+		t.Fatalf("ps after the refused kill: %+v %v", entries, err)
 	}
 	peer, _, table := sandboxnet.Names("crashed")
 	if _, err := os.Stat(sandboxnet.NetnsPath(filepath.Join(s.state, "net"), "crashed")); err != nil {
@@ -191,7 +205,7 @@ func TestGCAfterLauncherCrash(t *testing.T) {
 	// The crash also left the staged bind sources mounted in the run dir;
 	// gc must unmount them before it removes the dir, or it would delete
 	// the workspace through its mount.
-	if staged := mountsBeneath(filepath.Join(s.state, "run", "crashed", "binds")); len(staged) == 0 {
+	if staged := mounts.Beneath(filepath.Join(s.state, "run", "crashed", "binds")); len(staged) == 0 {
 		t.Fatal("the crash left no staged bind to collect; the test proves nothing about them")
 	}
 	keep := filepath.Join(s.host, "srv/paseo/workspace/proj-feature/keep")
@@ -213,8 +227,8 @@ func TestGCAfterLauncherCrash(t *testing.T) {
 		t.Errorf("records left: %v", entries)
 	}
 	assertNoUplinkObjects(t, world.Uplink, peer, table)
-	for _, m := range cgroupMounts() {
-		if _, err := os.Stat(filepath.Join(m, cgroupParent, "crashed")); err == nil {
+	for _, m := range mounts.Cgroups() {
+		if _, err := os.Stat(filepath.Join(m, statedir.CgroupParent, "crashed")); err == nil {
 			t.Errorf("cgroup left in %s", m)
 		}
 	}

@@ -6,37 +6,30 @@
 package launcher
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
-	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/diag"
-	"paseo.dev/paseo-policy/internal/childproc"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/runtime/execution"
 	"paseo.dev/paseo-policy/runtime/launcher/launchplan"
 	"paseo.dev/paseo-policy/runtime/launcher/nativesearch"
 	"paseo.dev/paseo-policy/runtime/launcher/preflight"
 	"paseo.dev/paseo-policy/runtime/launcher/routeproxy"
+	"paseo.dev/paseo-policy/runtime/launcher/runsc"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // DefaultStateRoot is where the launcher keeps run dirs and runsc state.
@@ -171,116 +164,6 @@ type RouteStats = execution.RouteStats
 // server's own counters).
 type SearchStats = execution.SearchStats
 
-// startRoute runs the proxy of one private route on the sandbox's gateway.
-func startRoute(n *sandboxnet.Network, r bundle.Route, tok *routeproxy.Token) (*routeproxy.Proxy, error) {
-	proxy, err := routeproxy.New(r, routeproxy.Limits{}, tok)
-	if err != nil {
-		return nil, err
-	}
-	l, err := n.ListenGateway(r.Port)
-	if err != nil {
-		return nil, fmt.Errorf("route %s: listening on the gateway: %w", r.Purpose, err)
-	}
-	proxy.Serve(l)
-	return proxy, nil
-}
-
-// startModelRoute runs the model route's proxy on the gateway. The key
-// must be there at launch, as a missing credential always refused one;
-// after that a request the key source cannot serve gets 503.
-func (l *launch) startModelRoute(n *sandboxnet.Network, r bundle.Route) (*routeproxy.Proxy, error) {
-	var key func() ([]byte, error)
-	var login *routeproxy.Login
-	switch {
-	case r.LoginFile != "":
-		// A subscription login (oauth-broker): the route reads it from the
-		// deployment's auth.json and refreshes it there; no key is handed.
-		var err error
-		if login, err = routeproxy.OpenLogin(r, n.Dialer(l.opts.Resolve), l.opts.ModelRoots); err != nil {
-			return nil, refused(diag.LaunchSecret, "secret", err)
-		}
-		key = login.Key()
-	case l.opts.ModelKey != nil:
-		key = l.opts.ModelKey
-	case l.opts.Secrets != nil:
-		secrets, deployment, ref := l.opts.Secrets, l.m.Deployment, r.TokenRef
-		key = func() ([]byte, error) { return secrets(deployment, ref) }
-	default:
-		return nil, refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: secret %s (the provider key): no secret source", r.Purpose, r.TokenRef))
-	}
-	fail := func(err error) (*routeproxy.Proxy, error) {
-		if login != nil {
-			login.Close()
-		}
-		return nil, err
-	}
-	v, err := key()
-	valid := err == nil && routeproxy.ValidToken(v)
-	clear(v)
-	if !valid {
-		if err == nil {
-			err = routeproxy.ErrBadToken
-		}
-		if login != nil {
-			return fail(refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: the subscription login %s of %s: %w", r.Purpose, r.LoginEntry, r.LoginFile, err)))
-		}
-		return nil, refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: secret %s (the provider key): %w", r.Purpose, r.TokenRef, err))
-	}
-	// The provider's name must resolve, to addresses egress could have, at
-	// launch, as an egress rule's must; each connection resolves again.
-	u, err := url.Parse(r.Upstream)
-	if err != nil {
-		return fail(fmt.Errorf("route %s: upstream: %w", r.Purpose, err))
-	}
-	if err := n.CheckHost(context.Background(), l.opts.Resolve, u.Hostname()); err != nil {
-		return fail(fmt.Errorf("route %s: the provider host: %w", r.Purpose, err))
-	}
-	proxy, err := routeproxy.NewModel(r, routeproxy.ModelOptions{Key: key, Dial: n.Dialer(l.opts.Resolve), Roots: l.opts.ModelRoots, Login: login})
-	if err != nil {
-		return fail(err)
-	}
-	ln, err := n.ListenGateway(r.Port)
-	if err != nil {
-		proxy.Close()
-		return nil, fmt.Errorf("route %s: listening on the gateway: %w", r.Purpose, err)
-	}
-	proxy.Serve(ln)
-	return proxy, nil
-}
-
-// routeToken is where the route's proxy finds the daemon's bearer: the
-// caller's holder, or (none given) a holder filled once from the secrets
-// under the route's tokenRef. The value stays in this process. Without
-// the generated MCP config nothing in the sandbox is set up to use the
-// route, so a token that cannot be found leaves the holder empty (the
-// route answers 503); with it, the launch is refused, as a missing
-// credential is, rather than start an agent whose Paseo tools all fail.
-func routeToken(opts Options, files bundle.Files, deployment string, r bundle.Route) (*routeproxy.Token, error) {
-	if opts.MCPToken != nil {
-		return opts.MCPToken, nil
-	}
-	_, configured := files[bundle.MCPConfigFile]
-	if r.TokenRef == "" || opts.Secrets == nil {
-		if !configured {
-			return &routeproxy.Token{}, nil
-		}
-		return nil, refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: no daemon token was handed over and no secret source holds its tokenRef", r.Purpose))
-	}
-	v, err := opts.Secrets(deployment, r.TokenRef)
-	if err != nil {
-		if !configured {
-			return &routeproxy.Token{}, nil
-		}
-		return nil, refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: %w", r.Purpose, err))
-	}
-	defer clear(v)
-	tok := &routeproxy.Token{}
-	if err := tok.Set(v); err != nil {
-		return nil, refused(diag.LaunchSecret, "secret", fmt.Errorf("route %s: secret %s: %w", r.Purpose, r.TokenRef, err))
-	}
-	return tok, nil
-}
-
 // Launch runs the bundle to completion, in phases (prepare, network,
 // start, wait, teardown). Each phase pushes the undo of what it makes onto
 // the launch's cleanup stack, and teardown runs the stack whether a phase
@@ -328,7 +211,7 @@ type launch struct {
 	m     *bundle.Manifest // plan.Manifest
 	// limits are the plan's, with a wake's wall time already run taken off.
 	limits launchplan.Limits
-	rs     *runsc
+	rs     *runsc.Runner
 	run    *runDir
 	// spec is the run copy of config.json, patched in memory and written
 	// once at start (runstate.go); state holds what the phases learn for it.
@@ -347,7 +230,7 @@ type launch struct {
 
 // running is a started runsc and what the wait phase watches.
 type running struct {
-	cmd  *exec.Cmd
+	proc *runsc.Proc
 	wall context.Context // ends at the wall-time limit or with the caller's
 	stop <-chan string   // the output limit was passed (the reason)
 	done <-chan error    // runsc's wait
@@ -413,8 +296,8 @@ func (l *launch) prepare() error {
 		return refused(diag.LaunchBundle, "bundle", fmt.Errorf("%w (this bundle's is %q)", ErrNativeSearchNoGateway, plan.Network))
 	}
 	l.limits = plan.Limits
-	l.rs = &runsc{path: l.opts.RunscPath, root: filepath.Join(l.opts.StateRoot, "runsc"), network: plan.Network}
-	if err := os.MkdirAll(l.rs.root, 0o700); err != nil {
+	l.rs = &runsc.Runner{Path: l.opts.RunscPath, Root: statedir.RunscRoot(l.opts.StateRoot), Network: plan.Network}
+	if err := os.MkdirAll(l.rs.Root, 0o700); err != nil {
 		return err
 	}
 	// Before anything is made: its undo goes under the record's, so the
@@ -428,7 +311,7 @@ func (l *launch) prepare() error {
 	if l.spec, err = l.run.materialize(plan); err != nil {
 		return err
 	}
-	l.state = runtimeState{cgroupsPath: CgroupsPath(l.opts.ID), privateRoot: true}
+	l.state = runtimeState{cgroupsPath: statedir.CgroupsPath(l.opts.ID), privateRoot: true}
 	if l.state.binds, err = l.run.stageBinds(plan); err != nil {
 		return err
 	}
@@ -469,24 +352,24 @@ func (l *launch) claim() error {
 	// runsc's create with an id it already knows deletes the first
 	// container's state and orphans it, so an id runsc knows is refused
 	// even when this launcher has no record of it.
-	if known, err := l.rs.knows(l.opts.ID); err != nil || known {
+	if known, err := l.rs.Knows(l.opts.ID); err != nil || known {
 		if err == nil {
 			err = refused(diag.LaunchID, "id", fmt.Errorf("container id %s already exists in the runsc root", l.opts.ID))
 		}
 		return undoRun(err)
 	}
-	rec := Record{ID: l.opts.ID, Bundle: l.opts.BundleDir, Profile: l.m.Profile, Agent: l.m.Agent, Deployment: l.m.Deployment,
+	rec := statedir.Record{ID: l.opts.ID, Bundle: l.opts.BundleDir, Profile: l.m.Profile, Agent: l.m.Agent, Deployment: l.m.Deployment,
 		Network: l.plan.Network, Uplink: l.opts.Uplink, Started: time.Now().UTC(), RanBefore: l.ranBefore(),
-		LauncherPID: os.Getpid(), LauncherStart: processStart(os.Getpid())}
-	if err := writeRecord(l.opts.StateRoot, rec); err != nil {
+		LauncherPID: os.Getpid(), LauncherStart: statedir.ProcessStart(os.Getpid())}
+	if err := statedir.WriteRecord(l.opts.StateRoot, rec); err != nil {
 		return undoRun(idRefused(err))
 	}
 	stateRoot := l.opts.StateRoot
 	l.cleanup.push("record", func() error {
 		if failed := l.cleanup.failures(); len(failed) > 0 {
-			return keepFailedRecord(stateRoot, rec, failed)
+			return statedir.KeepFailedRecord(stateRoot, rec, failed)
 		}
-		return removeRecord(stateRoot, rec.ID)
+		return statedir.RemoveRecord(stateRoot, rec.ID)
 	})
 	l.cleanup.push("run dir", run.remove)
 	l.run = run
@@ -503,7 +386,7 @@ func (l *launch) network(ctx context.Context) error {
 	if l.state.search != nil {
 		gatewayPorts = append(gatewayPorts, l.state.search.port)
 	}
-	net, err := sandboxnet.Setup(ctx, sandboxnet.Config{ID: l.opts.ID, Egress: *l.plan.Egress, StateDir: filepath.Join(l.opts.StateRoot, "net"),
+	net, err := sandboxnet.Setup(ctx, sandboxnet.Config{ID: l.opts.ID, Egress: *l.plan.Egress, StateDir: statedir.NetDir(l.opts.StateRoot),
 		Uplink: l.opts.Uplink, Pool: l.opts.Pool, Link: l.wakeLink(), Resolve: l.opts.Resolve, Caps: l.opts.NetCaps, GatewayPorts: gatewayPorts})
 	if err != nil {
 		return fmt.Errorf("sandbox network: %w", err)
@@ -566,23 +449,6 @@ func (l *launch) teardown() {
 	logFailures(l.opts.Log, l.opts.ID, l.res.Teardown)
 }
 
-// recordRoute puts a closed proxy's counters into the result.
-func (l *launch) recordRoute(purpose string, proxy *routeproxy.Proxy) {
-	if l.res.Routes == nil {
-		l.res.Routes = map[string]RouteStats{}
-	}
-	s := &proxy.Stats
-	l.res.Routes[purpose] = RouteStats{Forwarded: s.Forwarded.Load(), Refused: s.Refused.Load(),
-		OutOfScope: s.OutOfScope.Load(), Filtered: s.Filtered.Load(),
-		RefusedConns: s.RefusedConns.Load(), Cut: s.Cut.Load(), Scrubbed: s.Scrubbed.Load(),
-		Decompressed: s.Decompressed.Load()}
-	if m := s.Refusals(); len(m) > 0 {
-		rs := l.res.Routes[purpose]
-		rs.ByReason = m
-		l.res.Routes[purpose] = rs
-	}
-}
-
 // start fills the launch-time fields into the run copy of config.json and
 // writes it, makes the memory cgroup and starts runsc with the launcher's
 // stdio.
@@ -598,7 +464,7 @@ func (l *launch) start(ctx context.Context) (*running, error) {
 		l.cleanup.push("memory cgroup", memcg.remove) // runs after runsc delete, pushed next
 	}
 	id := l.opts.ID
-	l.cleanup.push("runsc delete", func() error { return l.rs.cleanup(id) })
+	l.cleanup.push("runsc delete", func() error { return l.rs.Delete(id) })
 
 	r := &running{wall: ctx}
 	if l.limits.Wall > 0 {
@@ -613,7 +479,6 @@ func (l *launch) start(ctx context.Context) (*running, error) {
 	errw.onLimit = out.onLimit
 	r.stop = stop
 
-	r.cmd = l.runscCommand()
 	// stdin goes through a pipe the launcher owns, not exec's copier: Wait
 	// would otherwise wait for the caller's reader to end, so an agent that
 	// exits (or is stopped) while its client keeps stdin open would hang
@@ -626,14 +491,12 @@ func (l *launch) start(ctx context.Context) (*running, error) {
 	// The copier below closes it too; whichever close comes second fails
 	// harmlessly, so this undo reports nothing.
 	l.cleanup.push("stdin", func() error { stdinW.Close(); return nil })
-	r.cmd.Stdin = stdinR
-	r.cmd.Stdout = out
-	r.cmd.Stderr = errw
-	waited, err := childproc.Start(r.cmd)
+	proc, waited, err := l.rs.Start(id, l.run.dir, l.imageDir(), runsc.Stdio{In: stdinR, Out: out, Err: errw})
 	stdinR.Close() // runsc, if it started, holds its own copy
 	if err != nil {
 		return nil, fmt.Errorf("starting runsc: %w", err)
 	}
+	r.proc = proc
 	if l.opts.OnStart != nil {
 		l.opts.OnStart()
 	}
@@ -668,12 +531,12 @@ func (l *launch) wait(ctx context.Context, r *running) {
 		if ctx.Err() != nil {
 			l.res.Reason, l.res.Limit = "cancelled", ""
 		}
-		waitErr = l.rs.stop(l.opts.ID, r.cmd, r.done, l.opts.Grace)
+		waitErr = l.rs.Stop(l.opts.ID, r.proc, r.done, l.opts.Grace)
 	case why := <-r.stop:
 		l.res.Reason, l.res.Limit = why, LimitOutput
-		waitErr = l.rs.stop(l.opts.ID, r.cmd, r.done, l.opts.Grace)
+		waitErr = l.rs.Stop(l.opts.ID, r.proc, r.done, l.opts.Grace)
 	}
-	l.res.ExitCode = exitCode(waitErr)
+	l.res.ExitCode = runsc.ExitCode(waitErr)
 	if l.res.Reason == "" && ((l.memcg != nil && l.memcg.oomKills() > 0) || l.polledOOM.Load() > 0) {
 		l.res.Reason, l.res.Limit = "memory limit exceeded: the kernel killed the sandbox", LimitMemory
 	}
@@ -696,250 +559,8 @@ func orDiscard(w io.Writer) io.Writer {
 	return w
 }
 
-func exitCode(err error) int {
-	if err == nil {
-		return 0
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal())
-		}
-		return ee.ExitCode()
-	}
-	return -1
-}
-
 func newID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return "pp-" + hex.EncodeToString(b[:])
-}
-
-// limitWriter passes output through and calls onLimit once when the total
-// across it and shared passes limit; output past the limit is dropped.
-// stdout and stderr have one limitWriter each, written by exec's two
-// copiers at once, so the shared total is counted under the total's lock.
-type limitWriter struct {
-	w       io.Writer
-	limit   int64
-	shared  *limitWriter
-	onLimit func()
-
-	mu    sync.Mutex // of the total: guards n and fired
-	n     int64
-	fired bool
-}
-
-func (l *limitWriter) Write(p []byte) (int, error) {
-	total := l
-	if l.shared != nil {
-		total = l.shared
-	}
-	total.mu.Lock()
-	if total.limit > 0 && total.n+int64(len(p)) > total.limit {
-		fire := !total.fired
-		total.fired = true
-		total.mu.Unlock()
-		if fire && l.onLimit != nil {
-			l.onLimit()
-		}
-		return len(p), nil
-	}
-	total.n += int64(len(p))
-	total.mu.Unlock()
-	_, err := l.w.Write(p)
-	return len(p), err
-}
-
-// runDir is the private, root-only copy of a bundle a launch runs from.
-type runDir struct {
-	dir  string
-	root string // the private overlay root, while mounted
-}
-
-func newRunDir(stateRoot, id string) (*runDir, error) {
-	if strings.ContainsAny(id, "/\x00") || id == "" || id == "." || id == ".." {
-		return nil, refused(diag.LaunchID, "id", errors.New("invalid container id"))
-	}
-	base := filepath.Join(stateRoot, "run")
-	if err := os.MkdirAll(base, 0o700); err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(stateRoot, 0o700); err != nil {
-		return nil, err
-	}
-	dir := filepath.Join(base, id)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("run dir for %s: %w (is the id in use?)", id, err)
-	}
-	return &runDir{dir: dir}, nil
-}
-
-// materialize writes the plan's bundle files into the run dir and returns
-// the run copy of the spec, which start writes once it is complete
-// (runstate.go); the reviewed bundle itself is never modified. No secret
-// goes into either: the plan's validator refused any placeholder.
-func (r *runDir) materialize(plan *launchplan.Plan) (*rspec.Spec, error) {
-	spec, err := runSpec(plan.Spec)
-	if err != nil {
-		return nil, err
-	}
-	files := plan.Files
-	if data, ok := files[bundle.MCPConfigFile]; ok {
-		mcp, err := checkMCP(data)
-		if err != nil {
-			return nil, err
-		}
-		// Read by the agent through the gofer, so readable inside the
-		// sandbox; the run dir (0700) keeps it from everyone else.
-		if err := r.writeFile(bundle.MCPConfigFile, mcp, 0o444); err != nil {
-			return nil, err
-		}
-	}
-	if hook, ok := files[bundle.FSMonitorHookFile]; ok {
-		// Run by the sandbox's git: executable, read-only.
-		if err := r.writeFile(bundle.FSMonitorHookFile, hook, 0o555); err != nil {
-			return nil, err
-		}
-	}
-	if client, ok := files[bundle.SearchClientFile]; ok {
-		// Run as rg by the sandbox's shell and tools: executable, read-only.
-		if err := r.writeFile(bundle.SearchClientFile, client, 0o555); err != nil {
-			return nil, err
-		}
-	}
-	for _, name := range []string{bundle.HostsFile, bundle.ResolvFile, bundle.GitHeadFile, bundle.ModelsFile} {
-		if _, ok := files[name]; !ok && (name == bundle.GitHeadFile || name == bundle.ModelsFile) {
-			continue // only a main worktree's layout has a HEAD, only a model route a models.json
-		}
-		// Readable by the sandbox user through the gofer.
-		if err := r.writeFile(name, files[name], 0o644); err != nil {
-			return nil, err
-		}
-	}
-	return spec, nil
-}
-
-func (r *runDir) writeFile(name string, data []byte, mode os.FileMode) error {
-	p := filepath.Join(r.dir, filepath.FromSlash(name))
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return err
-	}
-	return os.WriteFile(p, data, mode)
-}
-
-// remove unmounts the private root and removes the run dir; what it
-// cannot remove, it reports (and gc retries).
-func (r *runDir) remove() error {
-	return errors.Join(r.unmountRoot(), removeRunDir(r.dir))
-}
-
-// runsc drives the pinned binary with fixed flags only.
-type runsc struct {
-	path    string
-	root    string
-	network string
-}
-
-func (r *runsc) flags() []string {
-	return launchplan.RunscFlags(r.root, r.network)
-}
-
-func (r *runsc) command(id, bundleDir string) *exec.Cmd {
-	args := append(r.flags(), "run", "--bundle", bundleDir, id)
-	cmd := exec.Command(r.path, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	return cmd
-}
-
-func (r *runsc) run(args ...string) error {
-	cmd := exec.Command(r.path, append(r.flags(), args...)...)
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("runsc %s: %v: %s", args[0], err, strings.TrimSpace(stderr.String()))
-	}
-	return nil
-}
-
-// knows reports whether the runsc root has a container with this id. It
-// looks for runsc's own state file, "<id>_sandbox:<sandbox id>.state",
-// instead of running `runsc list` (6 ms, most of what a launch adds to a
-// bare runsc run). The layout is the pinned runsc's;
-// TestGCHalfCreatedAndDuplicateID fails if a new runsc changes it.
-func (r *runsc) knows(id string) (bool, error) {
-	ents, err := os.ReadDir(r.root)
-	if err != nil {
-		return false, fmt.Errorf("runsc root: %w", err)
-	}
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), id+"_sandbox:") {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-// pollOOM records the container's OOM kill count while it runs, for hosts
-// where runsc owns (and on exit removes) the memory cgroup.
-func pollOOM(id string, exited <-chan struct{}, n *atomic.Uint64) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		if k := oomKills(id); k > n.Load() {
-			n.Store(k)
-		}
-		select {
-		case <-t.C:
-		case <-exited:
-			return
-		}
-	}
-}
-
-// stop asks the container to end, then kills runsc's process group, which
-// takes the sandbox and gofer with it.
-func (r *runsc) stop(id string, cmd *exec.Cmd, done <-chan error, grace time.Duration) error {
-	_ = r.run("kill", id, "SIGTERM")
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(grace):
-	}
-	_ = r.run("kill", "--all", id, "SIGKILL")
-	_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
-	return <-done
-}
-
-// cleanup deletes the container state and unmounts what runsc leaves
-// behind under its root (it leaves an nsfs mount at <root>/null-netns).
-func (r *runsc) cleanup(id string) error {
-	return errors.Join(r.run("delete", "--force", id), unmountBeneath(r.root))
-}
-
-// unmountBeneath detaches every mount at or beneath root, deepest first,
-// and reports those that would not go. A mount already gone (EINVAL: no
-// longer a mount point; ENOENT) is not a failure: the runsc root is shared
-// by every sandbox of the state root, and their teardowns race for it.
-func unmountBeneath(root string) error {
-	points, err := mountPoints()
-	if err != nil {
-		return err
-	}
-	var targets []string
-	for _, p := range points {
-		if p == root || strings.HasPrefix(p, root+"/") {
-			targets = append(targets, p)
-		}
-	}
-	var errs []error
-	for i := len(targets) - 1; i >= 0; i-- {
-		if err := unix.Unmount(targets[i], unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("unmounting %s: %w", targets[i], err))
-		}
-	}
-	return errors.Join(errs...)
 }

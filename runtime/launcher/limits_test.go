@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"paseo.dev/paseo-policy/runtime/launcher/mounts"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // The compiled limits reach the kernel: while the sandbox runs, its
@@ -37,7 +40,7 @@ func TestCgroupLimitsApplied(t *testing.T) {
 	}
 	for file, v := range want {
 		dir, name := filepath.Split(file)
-		p := filepath.Join("/sys/fs/cgroup", dir, CgroupsPath("limits"), name)
+		p := filepath.Join("/sys/fs/cgroup", dir, statedir.CgroupsPath("limits"), name)
 		got, err := os.ReadFile(p)
 		if err != nil || strings.TrimSpace(string(got)) != v {
 			t.Errorf("%s = %q (%v), want %s", p, strings.TrimSpace(string(got)), err, v)
@@ -50,8 +53,8 @@ func TestCgroupLimitsApplied(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.assertClean(t)
-	for _, m := range cgroupMounts() {
-		if _, err := os.Stat(filepath.Join(m, CgroupsPath("limits"))); err == nil {
+	for _, m := range mounts.Cgroups() {
+		if _, err := os.Stat(filepath.Join(m, statedir.CgroupsPath("limits"))); err == nil {
 			t.Errorf("cgroup left in %s", m)
 		}
 	}

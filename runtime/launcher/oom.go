@@ -7,8 +7,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"paseo.dev/paseo-policy/runtime/launcher/mounts"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // The memory cgroup and out-of-memory reports
@@ -33,7 +38,7 @@ type memoryCgroup struct {
 // hosts without a v1 memory hierarchy.
 func prepareMemoryCgroup(id string, limit int64) (*memoryCgroup, error) {
 	root := ""
-	for _, m := range cgroupMounts() {
+	for _, m := range mounts.Cgroups() {
 		if filepath.Base(m) == "memory" {
 			if _, err := os.Stat(filepath.Join(m, "memory.limit_in_bytes")); err == nil {
 				root = m
@@ -43,7 +48,7 @@ func prepareMemoryCgroup(id string, limit int64) (*memoryCgroup, error) {
 	if root == "" || limit <= 0 {
 		return nil, nil
 	}
-	dir := filepath.Join(root, CgroupsPath(id))
+	dir := filepath.Join(root, statedir.CgroupsPath(id))
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, err
 	}
@@ -96,8 +101,25 @@ func oomKillsIn(dir string) uint64 {
 // for hosts where runsc owns the cgroup (v2): valid only while it exists.
 func oomKills(id string) uint64 {
 	var total uint64
-	for _, m := range cgroupMounts() {
-		total += oomKillsIn(filepath.Join(m, CgroupsPath(id)))
+	for _, m := range mounts.Cgroups() {
+		total += oomKillsIn(filepath.Join(m, statedir.CgroupsPath(id)))
 	}
 	return total
+}
+
+// pollOOM records the container's OOM kill count while it runs, for hosts
+// where runsc owns (and on exit removes) the memory cgroup.
+func pollOOM(id string, exited <-chan struct{}, n *atomic.Uint64) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if k := oomKills(id); k > n.Load() {
+			n.Store(k)
+		}
+		select {
+		case <-t.C:
+		case <-exited:
+			return
+		}
+	}
 }

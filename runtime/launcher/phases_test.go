@@ -14,6 +14,7 @@ import (
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // A launch that fails after its network and route proxy exist (here a
@@ -59,7 +60,7 @@ func TestLaunchFailureAfterNetworkUndoesEverything(t *testing.T) {
 		t.Errorf("route stats %+v: want the mcp proxy's, all zero", res.Routes)
 	}
 	s.assertNotStarted(t)
-	if recs, err := Records(s.state); err != nil || len(recs) != 0 {
+	if recs, err := statedir.Records(s.state); err != nil || len(recs) != 0 {
 		t.Errorf("records left behind: %v %v", recs, err)
 	}
 }

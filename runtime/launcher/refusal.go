@@ -8,6 +8,7 @@ import (
 	"paseo.dev/paseo-policy/internal/pathsafe"
 	"paseo.dev/paseo-policy/runtime/launcher/preflight"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // PhaseError is a launch step's refusal with its stable code (diag.Launch*)
@@ -28,11 +29,16 @@ func (e *PhaseError) Unwrap() error { return e.Err }
 // Is matches the refusal's code.
 func (e *PhaseError) Is(target error) bool { c, ok := target.(diag.Code); return ok && c == e.Code }
 
-// refused gives err its code unless it has one already (nil stays nil).
+// refused gives err its code unless it has one already (nil stays nil):
+// a PhaseError's, or the state root's (statedir.Error) as a PhaseError.
 func refused(code diag.Code, step string, err error) error {
 	var pe *PhaseError
-	if err == nil || errors.As(err, &pe) {
+	var se *statedir.Error
+	switch {
+	case err == nil, errors.As(err, &pe):
 		return err
+	case errors.As(err, &se):
+		return &PhaseError{Code: se.Code, Step: se.Step, Err: err}
 	}
 	return &PhaseError{Code: code, Step: step, Err: err}
 }
@@ -46,9 +52,13 @@ func coded(err error) error {
 	var pe *PhaseError
 	var re *sandboxnet.ResolveError
 	var pse *pathsafe.Error
+	var se *statedir.Error
 	switch {
 	case errors.As(err, &pre), errors.As(err, &pe):
 		return err
+	case errors.As(err, &se):
+		// The state root refused (a checkpoint dir not root's only).
+		return &PhaseError{Code: se.Code, Step: se.Step, Err: err}
 	case errors.As(err, &pse):
 		// Staging refused a pin: pathsafe's code says how (PP-PATH-*).
 		return &PhaseError{Code: pse.Code, Step: "bind", Err: err}

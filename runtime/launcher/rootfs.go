@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"paseo.dev/paseo-policy/runtime/launcher/mounts"
 )
 
 // A private root for every launch
@@ -49,7 +51,7 @@ func (r *runDir) unmountRoot() error {
 	if r.root == "" {
 		return nil
 	}
-	err := unmountBeneath(r.root)
+	err := mounts.UnmountBeneath(r.root)
 	r.root = ""
 	return err
 }

@@ -25,10 +25,6 @@ import (
 // changes it; the phases collect the values (runtimeState), and start
 // patches them in and writes the copy once, just before runsc starts. Nothing reads it back.
 
-// CgroupsPath is the cgroup of container id. runsc applies the spec's
-// resources only when a cgroups path is set, so every launch sets one.
-func CgroupsPath(id string) string { return "/" + cgroupParent + "/" + id }
-
 type runtimeState struct {
 	cgroupsPath string
 	netnsPath   string

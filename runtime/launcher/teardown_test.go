@@ -16,6 +16,8 @@ import (
 
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/policy/bundle"
+	"paseo.dev/paseo-policy/runtime/launcher/inventory"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // The run copy of config.json is written once, at start, from the plan's
@@ -58,7 +60,7 @@ func TestLaunchWritesTheRunSpecOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Put back what the launch fills in; the rest must be as reviewed.
-	if run.Linux.CgroupsPath != CgroupsPath(id) || run.Root.Path != filepath.Join(runDir, "root", "merged") {
+	if run.Linux.CgroupsPath != statedir.CgroupsPath(id) || run.Root.Path != filepath.Join(runDir, "root", "merged") {
 		t.Errorf("cgroups path %q, root %q: not the launch's", run.Linux.CgroupsPath, run.Root.Path)
 	}
 	run.Linux.CgroupsPath, run.Root.Path = reviewed.Linux.CgroupsPath, reviewed.Root.Path
@@ -127,14 +129,14 @@ func TestTeardownFailureIsReported(t *testing.T) {
 	if diff := cmp.Diff(want, entries[0].Teardown); diff != "" {
 		t.Errorf("ps teardown (-want +got):\n%s", diff)
 	}
-	if err := s.inventory().Kill(id, 9); err == nil {
+	if err := s.inventory().Kill(id, 9); !errors.Is(err, inventory.ErrLaunchEnded) {
 		t.Error("kill accepted a sandbox whose teardown ended")
 	}
 	rep, err := s.inventory().GC()
 	if err != nil || len(rep.Errors) > 0 || len(rep.Removed) != 1 || rep.Removed[0] != id {
 		t.Fatalf("gc: %+v %v, want %s removed", rep, err, id)
 	}
-	if recs, err := Records(s.state); err != nil || len(recs) != 0 {
+	if recs, err := statedir.Records(s.state); err != nil || len(recs) != 0 {
 		t.Errorf("records after gc: %v %v", recs, err)
 	}
 	s.assertClean(t)
@@ -153,16 +155,16 @@ func indexOf(list []string, s string) int {
 // failures, whoever wrote it: the launch it names is over.
 func TestPSShowsAKeptRecord(t *testing.T) {
 	state := t.TempDir()
-	rec := Record{ID: "pp-kept", Network: "none", Started: time.Unix(0, 0).UTC(), LauncherPID: os.Getpid(), LauncherStart: processStart(os.Getpid())}
-	if err := writeRecord(state, rec); err != nil {
+	rec := statedir.Record{ID: "pp-kept", Network: "none", Started: time.Unix(0, 0).UTC(), LauncherPID: os.Getpid(), LauncherStart: statedir.ProcessStart(os.Getpid())}
+	if err := statedir.WriteRecord(state, rec); err != nil {
 		t.Fatal(err)
 	}
-	inv := Inventory{StateRoot: state, RunscPath: "/nonexistent/runsc"}
+	inv := inventory.Inventory{StateRoot: state, RunscPath: "/nonexistent/runsc"}
 	if e, err := inv.PS(); err != nil || len(e) != 1 || e[0].Garbage {
 		t.Fatalf("a running launch's record: %+v %v, want it live", e, err)
 	}
 	failed := []UndoFailure{{Step: "sandbox network", Error: "deleting table: busy"}}
-	if err := keepFailedRecord(state, rec, failed); err != nil {
+	if err := statedir.KeepFailedRecord(state, rec, failed); err != nil {
 		t.Fatal(err)
 	}
 	e, err := inv.PS()
@@ -172,7 +174,7 @@ func TestPSShowsAKeptRecord(t *testing.T) {
 	if diff := cmp.Diff(failed, e[0].Teardown); diff != "" {
 		t.Errorf("ps teardown (-want +got):\n%s", diff)
 	}
-	if err := inv.Kill("pp-kept", 9); err == nil || !strings.Contains(err.Error(), "use gc") {
+	if err := inv.Kill("pp-kept", 9); !errors.Is(err, inventory.ErrLaunchEnded) {
 		t.Errorf("kill of a record whose teardown ended: %v, want refused", err)
 	}
 }

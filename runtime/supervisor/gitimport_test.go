@@ -89,7 +89,7 @@ func TestGitImportOp(t *testing.T) {
 	branch := func() string { return gitAs(t, root, "--git-dir="+common, "rev-parse", "refs/heads/agent") }
 
 	// The compile's pins, as a linked worktree's layout has them.
-	res := &compiler.Result{Manifest: &bundle.Manifest{Agent: "agent-g"}, Plan: &compiler.Plan{Pins: []bundle.Pin{
+	res := &compiler.Result{Manifest: &bundle.Manifest{Agent: "agent-g"}, Plan: &bundle.Plan{Pins: []bundle.Pin{
 		{Destination: compiler.GitStoreView, Source: store, Root: filepath.Join(lab, "state")},
 		{Destination: compiler.GitSeedView, Source: filepath.Join(common, "worktrees/wt")},
 		{Destination: "/srv/repo/.git", Source: common},

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
@@ -42,7 +42,7 @@ func TestHibernateRefusedInputPending(t *testing.T) {
 	if st := h.status(); st != StatusRunning {
 		t.Fatalf("after the refused hibernate the sandbox is %s, want running", st)
 	}
-	if _, err := os.Lstat(launcher.HibernateDir(f.sc.State, h.id)); !os.IsNotExist(err) {
+	if _, err := os.Lstat(statedir.HibernateDir(f.sc.State, h.id)); !os.IsNotExist(err) {
 		t.Errorf("a refused hibernate left a checkpoint dir (%v)", err)
 	}
 	if err := c.Call(tctx(t), Request{Op: "delete", Sandbox: h.id}, nil); err != nil {

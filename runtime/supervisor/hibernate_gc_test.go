@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/inventory"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
@@ -30,9 +31,9 @@ func TestOrphanedHibernationGC(t *testing.T) {
 	pid := holderPID(t, f.sc.State, h.id)
 	h.hibernate()
 	f.stop()
-	inv := launcher.Inventory{StateRoot: f.sc.State, RunscPath: f.sc.Runsc}
-	if rep, err := inv.GC(); err != nil || len(rep.Removed) > 0 || !launcher.Hibernated(f.sc.State, h.id) {
-		t.Fatalf("gc with the holder alive and no supervisor: %+v %v (hibernated %v)", rep, err, launcher.Hibernated(f.sc.State, h.id))
+	inv := inventory.Inventory{StateRoot: f.sc.State, RunscPath: f.sc.Runsc}
+	if rep, err := inv.GC(); err != nil || len(rep.Removed) > 0 || !statedir.Hibernated(f.sc.State, h.id) {
+		t.Fatalf("gc with the holder alive and no supervisor: %+v %v (hibernated %v)", rep, err, statedir.Hibernated(f.sc.State, h.id))
 	}
 
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
@@ -52,7 +53,7 @@ func TestOrphanedHibernationGC(t *testing.T) {
 	if err != nil || !slices.Contains(rep.Removed, h.id) || len(rep.Errors) > 0 {
 		t.Fatalf("gc of the orphaned checkpoint: %+v %v", rep, err)
 	}
-	if _, err := os.Lstat(launcher.HibernateDir(f.sc.State, h.id)); !os.IsNotExist(err) {
+	if _, err := os.Lstat(statedir.HibernateDir(f.sc.State, h.id)); !os.IsNotExist(err) {
 		t.Errorf("the orphaned checkpoint is still there (%v)", err)
 	}
 	// The supervisor that found the holder dead removed what was only

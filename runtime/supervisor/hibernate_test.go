@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"paseo.dev/paseo-policy/policy/schema"
-	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // hibernateSession drives one attached client of a sandbox: prompts, reads
@@ -132,7 +132,7 @@ func TestHibernateThroughSupervisor(t *testing.T) {
 		if err := h.c.Call(tctx(t), Request{Op: "list"}, &list); err != nil || len(list) != 1 || list[0].Status != StatusHibernated {
 			t.Fatalf("round %d: list %+v %v", round, list, err)
 		}
-		fi, err := os.Stat(launcher.HibernateDir(f.sc.State, h.id))
+		fi, err := os.Stat(statedir.HibernateDir(f.sc.State, h.id))
 		if err != nil || fi.Mode().Perm() != 0o700 {
 			t.Fatalf("round %d: checkpoint dir %v %v", round, fi, err)
 		}
@@ -142,7 +142,7 @@ func TestHibernateThroughSupervisor(t *testing.T) {
 		if st := h.status(); st != StatusRunning {
 			t.Fatalf("round %d: after the write the sandbox is %s", round, st)
 		}
-		if launcher.Hibernated(f.sc.State, h.id) {
+		if statedir.Hibernated(f.sc.State, h.id) {
 			t.Fatalf("round %d: the image outlived the wake", round)
 		}
 		h.turn()

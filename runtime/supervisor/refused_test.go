@@ -14,7 +14,7 @@ import (
 	"paseo.dev/paseo-policy/internal/testkit/testtree"
 	"paseo.dev/paseo-policy/policy/compiler"
 	"paseo.dev/paseo-policy/policy/schema"
-	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/inventory"
 	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
@@ -98,7 +98,7 @@ func TestPreflightRefusalCodesAsData(t *testing.T) {
 	}
 	// Nothing of the sandbox is left; the holder's log stays, as for any
 	// launch a holder reported refused.
-	entries, err := launcher.Inventory{StateRoot: f.sc.State, RunscPath: f.sc.Runsc}.PS()
+	entries, err := inventory.Inventory{StateRoot: f.sc.State, RunscPath: f.sc.Runsc}.PS()
 	if err != nil || len(entries) != 0 {
 		t.Errorf("left after the refusal: %+v %v", entries, err)
 	}

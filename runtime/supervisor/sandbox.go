@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
 	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 	"paseo.dev/paseo-policy/runtime/supervisor/holder"
 )
 
@@ -114,12 +114,8 @@ func (s *Server) delete(b *box) error {
 // not refuse it.
 func (s *Server) awaitLauncherEnd(id string, d time.Duration) {
 	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		recs, err := launcher.Records(s.cfg.StateRoot)
-		if err != nil {
-			return
-		}
-		i := slices.IndexFunc(recs, func(r launcher.Record) bool { return r.ID == id })
-		if i < 0 || !recs[i].LauncherAlive() {
+		r, ok, err := statedir.Lookup(s.cfg.StateRoot, id)
+		if err != nil || !ok || !r.LauncherAlive() {
 			return
 		}
 	}

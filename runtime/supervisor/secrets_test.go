@@ -15,6 +15,7 @@ import (
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/policy/schema"
 	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/inventory"
 	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
@@ -132,7 +133,7 @@ func TestLaunchRefusalCodesAsData(t *testing.T) {
 	if err := c.Call(tctx(t), Request{Op: "list"}, &list); err != nil || len(list) != 0 {
 		t.Errorf("after the refusal: %v %v", list, err)
 	}
-	entries, err := launcher.Inventory{StateRoot: f.sc.State, RunscPath: f.sc.Runsc}.PS()
+	entries, err := inventory.Inventory{StateRoot: f.sc.State, RunscPath: f.sc.Runsc}.PS()
 	if err != nil || len(entries) != 0 {
 		t.Errorf("left after the refusal: %+v %v", entries, err)
 	}

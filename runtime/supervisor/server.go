@@ -5,7 +5,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -14,7 +13,9 @@ import (
 	"paseo.dev/paseo-policy/runtime/bridge"
 	"paseo.dev/paseo-policy/runtime/execution"
 	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/inventory"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // Config is the supervisor's own configuration (root-owned; never from a
@@ -95,8 +96,8 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-func (s *Server) inventory() launcher.Inventory {
-	return launcher.Inventory{StateRoot: s.cfg.StateRoot, RunscPath: s.cfg.RunscPath}
+func (s *Server) inventory() inventory.Inventory {
+	return inventory.Inventory{StateRoot: s.cfg.StateRoot, RunscPath: s.cfg.RunscPath}
 }
 
 // reconcile adopts the sandboxes of an earlier supervisor. A sandbox whose
@@ -111,19 +112,17 @@ func (s *Server) reconcile() error {
 	if err != nil {
 		return err
 	}
-	recs, err := launcher.Records(s.cfg.StateRoot)
-	if err != nil {
-		return err
-	}
 	for _, e := range entries {
 		if e.Launcher != "dead" || s.boxes[e.ID] != nil {
 			continue
 		}
-		i := slices.IndexFunc(recs, func(r launcher.Record) bool { return r.ID == e.ID })
-		if i < 0 {
+		r, ok, err := statedir.Lookup(s.cfg.StateRoot, e.ID)
+		if err != nil {
+			return err
+		}
+		if !ok {
 			continue // not one of ours: gc's business
 		}
-		r := recs[i]
 		first := stateExited
 		if e.Status == "running" || e.Status == "created" {
 			first = stateOrphaned

@@ -19,7 +19,8 @@ import (
 	"paseo.dev/paseo-policy/internal/testkit/skip"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/policy/schema"
-	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/inventory"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 	"paseo.dev/paseo-policy/runtime/supervisor/rpcerr"
 )
 
@@ -329,7 +330,7 @@ func isCode(err error, code rpcerr.Code) bool {
 // assertNothingLeft checks the state root and runsc after delete.
 func (f *fixture) assertNothingLeft(t *testing.T) {
 	t.Helper()
-	entries, err := launcher.Inventory{StateRoot: f.sc.State, RunscPath: f.sc.Runsc}.PS()
+	entries, err := inventory.Inventory{StateRoot: f.sc.State, RunscPath: f.sc.Runsc}.PS()
 	if err != nil || len(entries) != 0 {
 		t.Errorf("left after delete: %+v %v", entries, err)
 	}
@@ -571,7 +572,7 @@ func (f *fixture) waitDial(t *testing.T) *Client {
 // holderPID is the pid of the sandbox's holder, which its launch record
 // names as the launcher.
 func holderPID(t *testing.T, state, id string) int {
-	recs, err := launcher.Records(state)
+	recs, err := statedir.Records(state)
 	if err != nil {
 		t.Fatal(err)
 	}

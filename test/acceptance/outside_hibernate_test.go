@@ -16,6 +16,7 @@ import (
 
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // Attacks on a hibernated sandbox's checkpoint (docs/threat-model.md,
@@ -95,11 +96,11 @@ func daemonReadsCheckpoint(t *testing.T) OutsideAttack {
 	case <-time.After(60 * time.Second):
 		t.Fatal("hibernate attack: the checkpointed launch did not end")
 	}
-	product := filepath.Join(launcher.HibernateDir(sc.State, id), "image")
+	product := filepath.Join(statedir.HibernateDir(sc.State, id), "image")
 	// Every directory above the sandbox's own hibernate directory is opened
 	// to the daemon (the state root and the test's temp dirs are 0700), so
 	// what holds on the product's side is that directory's mode alone.
-	for d := filepath.Dir(launcher.HibernateDir(sc.State, id)); d != "/" && d != "/tmp"; d = filepath.Dir(d) {
+	for d := filepath.Dir(statedir.HibernateDir(sc.State, id)); d != "/" && d != "/tmp"; d = filepath.Dir(d) {
 		if err := os.Chmod(d, 0o755); err != nil {
 			t.Fatal(err)
 		}

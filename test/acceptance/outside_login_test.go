@@ -20,6 +20,7 @@ import (
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // Attacks from inside on a subscription login (issue 35). The agent
@@ -261,7 +262,7 @@ func runLoginAgent(t *testing.T, s *scene, sc *testbundle.Scene, p *loginProvide
 	}
 	holding := 0
 	for name := range img.Files {
-		data, err := os.ReadFile(filepath.Join(launcher.HibernateDir(sc.State, id), "image", name))
+		data, err := os.ReadFile(filepath.Join(statedir.HibernateDir(sc.State, id), "image", name))
 		if err == nil && (bytes.Contains(data, []byte(p.access)) || bytes.Contains(data, []byte(p.refresh))) {
 			holding++
 		}

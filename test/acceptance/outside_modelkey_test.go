@@ -22,6 +22,7 @@ import (
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/internal/testkit/testnet"
 	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // Attacks from inside on the provider key (issue 24). The agent (any code
@@ -289,7 +290,7 @@ func runModelKeyAgent(t *testing.T, s *scene, sc *testbundle.Scene, p *provider,
 	}
 	holding := 0
 	for name := range img.Files {
-		data, err := os.ReadFile(filepath.Join(launcher.HibernateDir(sc.State, id), "image", name))
+		data, err := os.ReadFile(filepath.Join(statedir.HibernateDir(sc.State, id), "image", name))
 		if err == nil && bytes.Contains(data, []byte(key)) {
 			holding++
 		}

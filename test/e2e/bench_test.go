@@ -48,7 +48,7 @@ import (
 
 	"paseo.dev/paseo-policy/internal/testkit/piproto"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
-	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 func BenchmarkPiSandboxedFirstResponse(b *testing.B) {
@@ -189,11 +189,11 @@ func (e *env) benchSandboxedStart(tb testing.TB, sc *testbundle.Scene, o benchOp
 	return d, cpu
 }
 
-// sandboxCPU is the CPU time of the sandbox's cgroup (launcher.CgroupsPath)
+// sandboxCPU is the CPU time of the sandbox's cgroup (statedir.CgroupsPath)
 // so far: cpuacct.usage on cgroup v1, cpu.stat's usage_usec on v2.
 func sandboxCPU(tb testing.TB, id string) time.Duration {
 	tb.Helper()
-	rel := launcher.CgroupsPath(id)
+	rel := statedir.CgroupsPath(id)
 	if b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpuacct", rel, "cpuacct.usage")); err == nil {
 		ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"paseo.dev/paseo-policy/internal/testkit/piproto"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
 	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
 // BenchmarkPiWakeFirstResponse (make bench-pi, section 6) times the
@@ -40,18 +41,18 @@ func BenchmarkPiWakeFirstResponse(b *testing.B) {
 		// Wake deletes the image once runsc reports the container running,
 		// which may come after Pi's answer.
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-			if _, err := os.Stat(launcher.HibernateDir(sc.State, id)); err != nil {
+			if _, err := os.Stat(statedir.HibernateDir(sc.State, id)); err != nil {
 				break
 			}
 		}
 		t0 := time.Now()
 		if _, err := launcher.Checkpoint(launcher.CheckpointOptions{ID: id, StateRoot: sc.State, RunscPath: sc.Runsc}); err != nil {
-			out, _ := exec.Command("ls", "-laR", launcher.HibernateDir(sc.State, id)).CombinedOutput()
+			out, _ := exec.Command("ls", "-laR", statedir.HibernateDir(sc.State, id)).CombinedOutput()
 			b.Fatalf("checkpoint: %v\n%s\nstderr: %s", err, out, p.stderr)
 		}
 		checkpoint += time.Since(t0)
 		if n == 0 {
-			b.Logf("checkpoint of a warm Pi: %v; image %s", time.Since(t0).Round(time.Millisecond), duSize(launcher.HibernateDir(sc.State, id)))
+			b.Logf("checkpoint of a warm Pi: %v; image %s", time.Since(t0).Round(time.Millisecond), duSize(statedir.HibernateDir(sc.State, id)))
 		}
 		select {
 		case <-p.done:

@@ -18,8 +18,9 @@ import (
 
 	"paseo.dev/paseo-policy/internal/testkit/fakemodel"
 	"paseo.dev/paseo-policy/policy/schema"
-	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/inventory"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 	"paseo.dev/paseo-policy/runtime/supervisor"
 )
 
@@ -50,7 +51,7 @@ func TestPiHibernateMidSession(t *testing.T) {
 	h.turn(t, 0)
 	for round := 1; round <= hibernateRounds; round++ {
 		h.hibernate(t)
-		if fi, err := os.Stat(launcher.HibernateDir(sc.State, h.id)); err != nil || fi.Mode().Perm() != 0o700 {
+		if fi, err := os.Stat(statedir.HibernateDir(sc.State, h.id)); err != nil || fi.Mode().Perm() != 0o700 {
 			t.Fatalf("round %d: checkpoint dir %v %v, want root's 0700", round, fi, err)
 		}
 		if ents, _ := os.ReadDir(filepath.Join(sc.State, "run")); len(ents) > 0 {
@@ -59,7 +60,7 @@ func TestPiHibernateMidSession(t *testing.T) {
 		start := time.Now()
 		h.turn(t, round) // the prompt's write wakes it
 		t.Logf("round %d: prompt → settled after wake in %v", round, time.Since(start).Round(time.Millisecond))
-		if launcher.Hibernated(sc.State, h.id) {
+		if statedir.Hibernated(sc.State, h.id) {
 			t.Fatalf("round %d: the image outlived the wake", round)
 		}
 	}
@@ -260,7 +261,7 @@ func (h *hibernateHarness) status(t *testing.T) string {
 // dir, record, bundle, holder socket, and no mount under the state root.
 func assertNoTrace(t *testing.T, state, runsc, uplink, id string) {
 	t.Helper()
-	if entries, err := (launcher.Inventory{StateRoot: state, RunscPath: runsc}).PS(); err != nil || len(entries) != 0 {
+	if entries, err := (inventory.Inventory{StateRoot: state, RunscPath: runsc}).PS(); err != nil || len(entries) != 0 {
 		t.Errorf("sandboxes left: %+v %v", entries, err)
 	}
 	for _, d := range []string{"hibernate", "run", "records", "net/netns", "net/leases", "bundles", "holders"} {

@@ -18,7 +18,7 @@ import (
 
 	"paseo.dev/paseo-policy/internal/testkit/fakemodel"
 	"paseo.dev/paseo-policy/internal/testkit/piproto"
-	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 	"paseo.dev/paseo-policy/runtime/supervisor"
 )
 
@@ -303,7 +303,7 @@ func TestPiModelLoginThroughSupervisor(t *testing.T) {
 		t.Errorf("%d refreshes by the holder's route, want 1", refreshes)
 	}
 	h.hibernate(t)
-	img := filepath.Join(launcher.HibernateDir(sc.State, h.id), "image")
+	img := filepath.Join(statedir.HibernateDir(sc.State, h.id), "image")
 	ents, err := os.ReadDir(img)
 	if err != nil || len(ents) == 0 {
 		t.Fatalf("checkpoint image: %v", err)

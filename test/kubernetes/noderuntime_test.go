@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"paseo.dev/paseo-policy/internal/testkit/skip"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -163,13 +164,14 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bl
 		pauseImage, runtimeHandler, filepath.Join(dir, "runsc.toml"), filepath.Join(dir, "net.d")))
 	// A bridge with no gateway and no masquerade, in the node's own
 	// network namespace, addressed from the benchmarking range: pods get an
-	// eth0 as the kubelet's CNI gives them, and no packet leaves.
+	// eth0 as the kubelet's CNI gives them, and no packet leaves. Pods take
+	// .2-.199; the gateway test gives the rest to its servers.
 	write("net.d/10-paseo-test.conflist", fmt.Sprintf(`{
   "cniVersion": "0.4.0",
   "name": "paseo-kube-test",
   "plugins": [{
     "type": "bridge", "bridge": "pkube0", "isGateway": false, "ipMasq": false,
-    "ipam": {"type": "host-local", "ranges": [[{"subnet": "198.18.0.0/24"}]], "dataDir": %q}
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": "198.18.0.0/24", "rangeEnd": "198.18.0.199"}]], "dataDir": %q}
   }]
 }
 `, filepath.Join(dir, "ipam")))
@@ -184,10 +186,22 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bl
 	n.cmd.Env = append(os.Environ(), "PATH="+filepath.Join(dir, "bin")+":"+os.Getenv("PATH"))
 	n.cmd.Stdout, n.cmd.Stderr = logf, logf
 	n.cmd.SysProcAttr = nodeNamespaces()
-	if err := n.cmd.Start(); err != nil {
+	// containerd dies (Pdeathsig) when the thread that forked it exits, and
+	// the Go runtime ends a thread whose goroutine returns locked to it, as
+	// every namespace switch does (nsutil.Do): the fork happens on a thread
+	// held until the node stops.
+	started, release := make(chan error), make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		started <- n.cmd.Start()
+		<-release
+	}()
+	if err := <-started; err != nil {
+		close(release)
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { n.stop(t); logf.Close() })
+	t.Cleanup(func() { n.stop(t); close(release); logf.Close() })
 
 	conn, err := grpc.NewClient("unix://"+n.sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"paseo.dev/paseo-policy/runtime/execution"
 	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/inventory"
 	"paseo.dev/paseo-policy/runtime/launcher/routeproxy"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 )
@@ -51,8 +52,8 @@ type OCI struct {
 
 func (OCI) Name() string { return "oci-runsc" }
 
-func (o OCI) inventory() launcher.Inventory {
-	return launcher.Inventory{StateRoot: o.StateRoot, RunscPath: o.RunscPath}
+func (o OCI) inventory() inventory.Inventory {
+	return inventory.Inventory{StateRoot: o.StateRoot, RunscPath: o.RunscPath}
 }
 
 // Start launches the bundle and returns once runsc runs it. The launch
@@ -158,7 +159,7 @@ func (o OCI) Cleanup(context.Context) ([]string, error) {
 type ociProcess struct {
 	id string
 	*pipes
-	inv    launcher.Inventory
+	inv    inventory.Inventory
 	oci    OCI
 	bundle string
 	input  *inputRelay

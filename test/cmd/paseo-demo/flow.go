@@ -22,7 +22,7 @@ import (
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/policy/schema"
 	"paseo.dev/paseo-policy/runtime/gitimport"
-	"paseo.dev/paseo-policy/runtime/launcher"
+	"paseo.dev/paseo-policy/runtime/launcher/inventory"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 	"paseo.dev/paseo-policy/runtime/supervisor"
 	"paseo.dev/paseo-policy/runtime/supervisor/holder"
@@ -311,7 +311,7 @@ func compileAndExplain(t *demoT, sc *scene, dir string, rep *report) {
 func sandboxLeftovers(t *demoT, w *world, stateRoot, runsc, id string) []string {
 	var left []string
 	// PS lists every launch record and every container in runsc's root.
-	entries, err := launcher.Inventory{StateRoot: stateRoot, RunscPath: runsc}.PS()
+	entries, err := inventory.Inventory{StateRoot: stateRoot, RunscPath: runsc}.PS()
 	t.check(err, "launcher inventory")
 	for _, e := range entries {
 		left = append(left, fmt.Sprintf("sandbox %s (runsc %s, launcher %s)", e.ID, e.Status, e.Launcher))

@@ -1,23 +1,26 @@
-package launcher
+// Package inventory is ps, kill and gc over one state root: it joins the
+// launcher's records (statedir) with runsc's own view of its containers
+// (runsc), signals a live sandbox's container, and removes what no live
+// launcher owns. It never imports the launcher: what it knows of a
+// sandbox is what the state root and runsc say.
+package inventory
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"paseo.dev/paseo-policy/runtime/launcher/mounts"
+	"paseo.dev/paseo-policy/runtime/launcher/runsc"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
+	"paseo.dev/paseo-policy/runtime/launcher/statedir"
 )
 
-// Inventory: ps, kill and gc
+// ps, kill and gc
 //
 // The launcher's records and runsc's own state are two views of the same
 // sandboxes; ps joins them so an operator sees both what runs and what was
@@ -49,7 +52,7 @@ type Entry struct {
 	Garbage bool `json:"garbage"`
 	// Teardown lists the steps of the sandbox's teardown that failed (its
 	// record's); what they left is gc's.
-	Teardown []UndoFailure `json:"teardown,omitempty"`
+	Teardown []statedir.UndoFailure `json:"teardown,omitempty"`
 }
 
 // Inventory reads sandboxes from one state root with one runsc.
@@ -58,44 +61,19 @@ type Inventory struct {
 	RunscPath string
 }
 
-func (inv Inventory) runsc() *runsc {
-	return &runsc{path: inv.RunscPath, root: filepath.Join(inv.StateRoot, "runsc"), network: "none"}
-}
-
-type runscContainer struct {
-	ID     string `json:"id"`
-	Status string `json:"status"`
-}
-
-// containers lists runsc's containers in the state root.
-func (inv Inventory) containers() (map[string]string, error) {
-	out := map[string]string{}
-	if _, err := os.Stat(inv.runsc().root); errors.Is(err, os.ErrNotExist) {
-		return out, nil
-	}
-	cmd := exec.Command(inv.RunscPath, "--root", inv.runsc().root, "list", "-format", "json")
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	data, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("runsc list: %w", err)
-	}
-	var cs []runscContainer
-	if err := json.Unmarshal(data, &cs); err != nil {
-		return nil, fmt.Errorf("runsc list: %w", err)
-	}
-	for _, c := range cs {
-		out[c.ID] = c.Status
-	}
-	return out, nil
+// runsc is the state root's runsc; the commands the inventory runs (kill,
+// delete, list) take network mode none's flags.
+func (inv Inventory) runsc() *runsc.Runner {
+	return &runsc.Runner{Path: inv.RunscPath, Root: statedir.RunscRoot(inv.StateRoot), Network: "none"}
 }
 
 // PS joins the launcher's records with runsc's containers.
 func (inv Inventory) PS() ([]Entry, error) {
-	recs, err := Records(inv.StateRoot)
+	recs, err := statedir.Records(inv.StateRoot)
 	if err != nil {
 		return nil, err
 	}
-	cs, err := inv.containers()
+	cs, err := inv.runsc().List()
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +81,7 @@ func (inv Inventory) PS() ([]Entry, error) {
 	for _, r := range recs {
 		e := Entry{ID: r.ID, Status: "absent", Launcher: "dead", Profile: r.Profile, Agent: r.Agent,
 			Deployment: r.Deployment, Network: r.Network, Started: r.Started.Format("2006-01-02T15:04:05Z"),
-			Garbage: r.ended(), Teardown: r.Teardown}
+			Garbage: r.Ended(), Teardown: r.Teardown}
 		if st, ok := cs[r.ID]; ok {
 			e.Status = st
 			delete(cs, r.ID)
@@ -124,12 +102,12 @@ func (inv Inventory) PS() ([]Entry, error) {
 	for _, e := range out {
 		listed[e.ID] = true
 	}
-	for _, id := range dirNames(filepath.Join(inv.StateRoot, "hibernate")) {
+	for _, id := range statedir.Names(statedir.HibernateDirs(inv.StateRoot)) {
 		if listed[id] {
 			continue
 		}
-		e := Entry{ID: id, Status: "hibernated", Launcher: "none", Garbage: !hibernationOwned(inv.StateRoot, id)}
-		if img, err := loadImage(inv.StateRoot, id); err == nil {
+		e := Entry{ID: id, Status: "hibernated", Launcher: "none", Garbage: !statedir.HibernationOwned(inv.StateRoot, id)}
+		if img, err := statedir.LoadImage(inv.StateRoot, id); err == nil {
 			e.Network, e.Started = img.Network, img.Taken.Format("2006-01-02T15:04:05Z")
 		}
 		out = append(out, e)
@@ -138,36 +116,43 @@ func (inv Inventory) PS() ([]Entry, error) {
 	return out, nil
 }
 
+// Kill's refusals: no record names the id, or the record's launch is over
+// (its launcher is gone, or its teardown failed), so the sandbox is an
+// orphan and gc's, even while runsc still runs it.
+var (
+	ErrNoSandbox   = errors.New("no sandbox")
+	ErrLaunchEnded = errors.New("has no live launcher or its teardown failed; use gc")
+)
+
 // Kill signals the container of a live sandbox; its launcher then sees
 // runsc end and tears everything down. SIGKILL reaches every process in
 // the container.
 func (inv Inventory) Kill(id string, sig unix.Signal) error {
-	recs, err := Records(inv.StateRoot)
+	rec, ok, err := statedir.Lookup(inv.StateRoot, id)
 	if err != nil {
 		return err
 	}
-	i := slices.IndexFunc(recs, func(r Record) bool { return r.ID == id })
-	if i < 0 {
-		return fmt.Errorf("no sandbox %s under %s", id, inv.StateRoot)
+	if !ok {
+		return fmt.Errorf("%w %s under %s", ErrNoSandbox, id, inv.StateRoot)
 	}
-	if recs[i].ended() {
-		return fmt.Errorf("sandbox %s has no live launcher or its teardown failed; use gc", id)
+	if rec.Ended() {
+		return fmt.Errorf("sandbox %s %w", id, ErrLaunchEnded)
 	}
-	if err := inv.awaitStarted(id); err != nil {
+	if err := inv.AwaitStarted(id); err != nil {
 		return err
 	}
 	args := []string{"kill"}
 	if sig == unix.SIGKILL {
 		args = append(args, "--all")
 	}
-	return inv.runsc().run(append(args, id, unix.SignalName(sig))...)
+	return inv.runsc().Exec(append(args, id, unix.SignalName(sig))...)
 }
 
 // startWait bounds how long Kill (and Checkpoint) waits for a launching
 // sandbox's container to exist.
 const startWait = 30 * time.Second
 
-// awaitStarted returns once runsc reports container id past its creation.
+// AwaitStarted returns once runsc reports container id past its creation.
 // A launch (or a wake) has a record and a live launcher from before `runsc
 // run` until the end, but runsc knows the container only a moment after it
 // starts: a signal in that window (a client's cancel right after
@@ -184,7 +169,7 @@ const startWait = 30 * time.Second
 // else with the process that signals it, and runsc's state is what the
 // signal needs, so runsc is the right witness; a holder signals its own
 // launch the same way (execution.Process.Signal).
-func (inv Inventory) awaitStarted(id string) error {
+func (inv Inventory) AwaitStarted(id string) error {
 	rs := inv.runsc()
 	ifd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
@@ -195,7 +180,7 @@ func (inv Inventory) awaitStarted(id string) error {
 	// IN_CLOSE_WRITE: `runsc state` opens its lock file for writing, so
 	// each look would wake the next.
 	const mask = unix.IN_CREATE | unix.IN_MODIFY | unix.IN_MOVED_TO | unix.IN_DELETE
-	for _, dir := range []string{rs.root, recordsDir(inv.StateRoot)} {
+	for _, dir := range []string{rs.Root, statedir.RecordsDir(inv.StateRoot)} {
 		if _, err := unix.InotifyAddWatch(ifd, dir, mask); err != nil {
 			return fmt.Errorf("waiting for %s's container: watching %s: %w", id, dir, err)
 		}
@@ -209,21 +194,20 @@ func (inv Inventory) awaitStarted(id string) error {
 	buf := make([]byte, 4096)
 	deadline := time.Now().Add(startWait)
 	for {
-		if st, err := rs.status(id); err == nil && st != "creating" && st != "created" {
+		if st, err := rs.Status(id); err == nil && st != "creating" && st != "created" {
 			return nil
 		}
-		recs, err := Records(inv.StateRoot)
+		rec, ok, err := statedir.Lookup(inv.StateRoot, id)
 		if err != nil {
 			return err
 		}
-		i := slices.IndexFunc(recs, func(r Record) bool { return r.ID == id })
-		if i < 0 || recs[i].ended() {
+		if !ok || rec.Ended() {
 			return fmt.Errorf("sandbox %s ended before runsc started its container", id)
 		}
 		if pidfd < 0 {
 			// Opened after the liveness check above: if the pid was reused
 			// since, the next round's check says so (the start time).
-			if pidfd, err = unix.PidfdOpen(recs[i].LauncherPID, 0); err != nil {
+			if pidfd, err = unix.PidfdOpen(rec.LauncherPID, 0); err != nil {
 				return fmt.Errorf("sandbox %s: its launcher: %w", id, err)
 			}
 			continue
@@ -263,7 +247,7 @@ func (g *GCReport) note(what string, err error) {
 // holder is gone.
 func (inv Inventory) GC() (GCReport, error) {
 	var rep GCReport
-	recs, err := Records(inv.StateRoot)
+	recs, err := statedir.Records(inv.StateRoot)
 	if err != nil {
 		return rep, err
 	}
@@ -271,16 +255,16 @@ func (inv Inventory) GC() (GCReport, error) {
 	uplinks := map[string]string{}
 	var dead []string
 	// A hibernated sandbox has no record but keeps its lease for its wake
-	// (hibernate.go): while the process that can wake it lives, it is
-	// live; once that process is gone it is an orphan (hibernate_owner.go).
-	hibernated := dirNames(filepath.Join(inv.StateRoot, "hibernate"))
+	// (the launcher's checkpoint): while the process that can wake it lives, it is
+	// live; once that process is gone it is an orphan (statedir/checkpoint.go).
+	hibernated := statedir.Names(statedir.HibernateDirs(inv.StateRoot))
 	for _, name := range hibernated {
-		if hibernationOwned(inv.StateRoot, name) {
+		if statedir.HibernationOwned(inv.StateRoot, name) {
 			live[name] = true
 		}
 	}
 	for _, r := range recs {
-		if !r.ended() {
+		if !r.Ended() {
 			live[r.ID] = true
 			continue
 		}
@@ -290,7 +274,7 @@ func (inv Inventory) GC() (GCReport, error) {
 		dead = append(dead, r.ID)
 		uplinks[r.ID] = r.Uplink
 	}
-	cs, err := inv.containers()
+	cs, err := inv.runsc().List()
 	if err != nil {
 		return rep, err
 	}
@@ -303,13 +287,13 @@ func (inv Inventory) GC() (GCReport, error) {
 			ids[id] = true
 		}
 	}
-	netState := filepath.Join(inv.StateRoot, "net")
-	for _, name := range dirNames(filepath.Join(netState, "netns")) {
+	netState := statedir.NetDir(inv.StateRoot)
+	for _, name := range statedir.Names(filepath.Join(netState, "netns")) {
 		if !live[name] {
 			ids[name] = true
 		}
 	}
-	for _, name := range dirNames(filepath.Join(inv.StateRoot, "run")) {
+	for _, name := range statedir.Names(statedir.RunDirs(inv.StateRoot)) {
 		if !live[name] {
 			ids[name] = true
 		}
@@ -331,7 +315,7 @@ func (inv Inventory) GC() (GCReport, error) {
 		inv.remove(&rep, id, known, uplinks[id])
 	}
 	if len(ids) > 0 {
-		rep.note("mounts under the runsc root", unmountBeneath(inv.runsc().root))
+		rep.note("mounts under the runsc root", mounts.UnmountBeneath(inv.runsc().Root))
 	}
 	return rep, nil
 }
@@ -340,56 +324,38 @@ func (inv Inventory) GC() (GCReport, error) {
 // sandbox with a live launcher is refused (kill it instead).
 func (inv Inventory) Remove(id string) (GCReport, error) {
 	var rep GCReport
-	recs, err := Records(inv.StateRoot)
+	rec, ok, err := statedir.Lookup(inv.StateRoot, id)
 	if err != nil {
 		return rep, err
 	}
-	uplink := ""
-	for _, r := range recs {
-		if r.ID == id {
-			if !r.ended() {
-				return rep, fmt.Errorf("sandbox %s has a live launcher; kill it instead", id)
-			}
-			uplink = r.Uplink
-		}
+	if ok && !rec.Ended() {
+		return rep, fmt.Errorf("sandbox %s has a live launcher; kill it instead", id)
 	}
-	cs, err := inv.containers()
+	uplink := rec.Uplink
+	cs, err := inv.runsc().List()
 	if err != nil {
 		return rep, err
 	}
 	_, known := cs[id]
 	inv.remove(&rep, id, known, uplink)
-	rep.note("mounts under the runsc root", unmountBeneath(inv.runsc().root))
+	rep.note("mounts under the runsc root", mounts.UnmountBeneath(inv.runsc().Root))
 	return rep, nil
 }
 
 // remove deletes every object named from id.
 func (inv Inventory) remove(rep *GCReport, id string, container bool, uplink string) {
 	if container {
-		rep.note("container "+id, inv.runsc().run("delete", "--force", id))
+		rep.note("container "+id, inv.runsc().Exec("delete", "--force", id))
 	}
-	rep.note("network of "+id, sandboxnet.Remove(filepath.Join(inv.StateRoot, "net"), id, uplink))
+	rep.note("network of "+id, sandboxnet.Remove(statedir.NetDir(inv.StateRoot), id, uplink))
 	rep.note("cgroups of "+id, removeCgroups(id))
-	runDir := filepath.Join(inv.StateRoot, "run", id)
-	// The private overlay root and the staged bind sources (binds.go).
-	rep.note("run dir of "+id, removeRunDir(runDir))
-	if !hibernationOwned(inv.StateRoot, id) {
-		rep.note("checkpoint of "+id, RemoveImage(inv.StateRoot, id))
+	// The private overlay root and the staged bind sources.
+	rep.note("run dir of "+id, mounts.RemoveDir(statedir.RunDir(inv.StateRoot, id)))
+	if !statedir.HibernationOwned(inv.StateRoot, id) {
+		rep.note("checkpoint of "+id, statedir.RemoveImage(inv.StateRoot, id))
 	}
-	rep.note("record of "+id, removeRecord(inv.StateRoot, id))
+	rep.note("record of "+id, statedir.RemoveRecord(inv.StateRoot, id))
 	rep.Removed = append(rep.Removed, id)
-}
-
-func dirNames(dir string) []string {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, e := range ents {
-		out = append(out, e.Name())
-	}
-	return out
 }
 
 func sortedKeys(m map[string]bool) []string {
@@ -401,38 +367,14 @@ func sortedKeys(m map[string]bool) []string {
 	return out
 }
 
-// cgroupParent is the cgroup directory every sandbox's cgroup lives in.
-const cgroupParent = "paseo-sandbox"
-
-// cgroupMounts lists the mount points of cgroup (v1) and cgroup2
-// hierarchies.
-func cgroupMounts() []string {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok {
-			continue
-		}
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if len(f) > 4 && len(g) > 0 && (g[0] == "cgroup" || g[0] == "cgroup2") {
-			out = append(out, f[4])
-		}
-	}
-	return out
-}
-
 // removeCgroups removes the cgroup of id in every hierarchy. Only ids gc
 // found under its own state root get here: the cgroup parent is shared by
 // every state root on the host, so it is never scanned for ids. A cgroup with
 // processes cannot be removed; the error says so.
 func removeCgroups(id string) error {
 	var errs []error
-	for _, m := range cgroupMounts() {
-		p := filepath.Join(m, cgroupParent, id)
+	for _, m := range mounts.Cgroups() {
+		p := filepath.Join(m, statedir.CgroupsPath(id))
 		if err := unix.Rmdir(p); err != nil && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("%s: %w", p, err))
 		}

@@ -1,4 +1,4 @@
-package launcher
+package statedir
 
 import (
 	"encoding/json"
@@ -30,32 +30,45 @@ type Record struct {
 	Uplink     string    `json:"uplink,omitempty"`
 	Started    time.Time `json:"started"`
 	// RanBefore is how long the sandbox ran before this launch, when the
-	// launch is a wake (hibernate.go): wall time counts running time.
+	// launch is a wake: wall time counts running time.
 	RanBefore time.Duration `json:"ranBefore,omitempty"`
 	// Launcher identifies the owning launcher process; the start time
 	// guards against pid reuse.
 	LauncherPID   int    `json:"launcherPid"`
 	LauncherStart uint64 `json:"launcherStart"`
-	// Teardown lists the teardown steps that failed (Result.Teardown),
-	// written when the launch ended; empty while it runs.
+	// Teardown lists the teardown steps that failed (the launch result's
+	// Teardown), written when the launch ended; empty while it runs.
 	Teardown []UndoFailure `json:"teardown,omitempty"`
 }
 
-func recordsDir(stateRoot string) string { return filepath.Join(stateRoot, "records") }
-
-func recordPath(stateRoot, id string) string {
-	return filepath.Join(recordsDir(stateRoot), id+".json")
+// UndoFailure is one teardown step that failed: what it was undoing and
+// why it failed. What it left behind is garbage that ps shows and gc
+// removes.
+type UndoFailure struct {
+	Step  string `json:"step"`
+	Error string `json:"error"`
 }
 
-func writeRecord(stateRoot string, r Record) error {
-	if err := os.MkdirAll(recordsDir(stateRoot), 0o700); err != nil {
+func (f UndoFailure) String() string { return f.Step + ": " + f.Error }
+
+// RecordsDir holds the records, one <id>.json each.
+func RecordsDir(root string) string { return filepath.Join(root, "records") }
+
+func recordPath(root, id string) string {
+	return filepath.Join(RecordsDir(root), id+".json")
+}
+
+// WriteRecord writes r, which must be new: a record of the id already
+// there fails (fs.ErrExist), as the id is in use.
+func WriteRecord(root string, r Record) error {
+	if err := os.MkdirAll(RecordsDir(root), 0o700); err != nil {
 		return err
 	}
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(recordPath(stateRoot, r.ID), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	f, err := os.OpenFile(recordPath(root, r.ID), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return fmt.Errorf("record for %s: %w (is the id in use?)", r.ID, err)
 	}
@@ -66,38 +79,38 @@ func writeRecord(stateRoot string, r Record) error {
 	return werr
 }
 
-// removeRecord removes id's record; none there is fine.
-func removeRecord(stateRoot, id string) error {
-	if err := os.Remove(recordPath(stateRoot, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+// RemoveRecord removes id's record; none there is fine.
+func RemoveRecord(root, id string) error {
+	if err := os.Remove(recordPath(root, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return nil
 }
 
-// keepFailedRecord rewrites r with the teardown steps that failed, in
+// KeepFailedRecord rewrites r with the teardown steps that failed, in
 // place of removing it (write and rename: a reader sees the old record or
 // the new one).
-func keepFailedRecord(stateRoot string, r Record, failed []UndoFailure) error {
+func KeepFailedRecord(root string, r Record, failed []UndoFailure) error {
 	r.Teardown = failed
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := recordPath(stateRoot, r.ID) + ".tmp" // not *.json: Records skips it
+	tmp := recordPath(root, r.ID) + ".tmp" // not *.json: Records skips it
 	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err != nil {
 		return err
 	}
-	return os.Rename(tmp, recordPath(stateRoot, r.ID))
+	return os.Rename(tmp, recordPath(root, r.ID))
 }
 
-// ended reports whether the launch the record names is over: its
+// Ended reports whether the launch the record names is over: its
 // launcher is gone, or its teardown ended with failures. Its leftovers
 // are gc's.
-func (r Record) ended() bool { return len(r.Teardown) > 0 || !r.LauncherAlive() }
+func (r Record) Ended() bool { return len(r.Teardown) > 0 || !r.LauncherAlive() }
 
 // Records lists the launcher's records, sorted by id.
-func Records(stateRoot string) ([]Record, error) {
-	ents, err := os.ReadDir(recordsDir(stateRoot))
+func Records(root string) ([]Record, error) {
+	ents, err := os.ReadDir(RecordsDir(root))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -109,13 +122,9 @@ func Records(stateRoot string) ([]Record, error) {
 		if !strings.HasSuffix(e.Name(), ".json") {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(recordsDir(stateRoot), e.Name()))
+		r, err := readRecord(filepath.Join(RecordsDir(root), e.Name()))
 		if err != nil {
 			return nil, err
-		}
-		var r Record
-		if err := json.Unmarshal(data, &r); err != nil {
-			return nil, fmt.Errorf("record %s: %w", e.Name(), err)
 		}
 		out = append(out, r)
 	}
@@ -123,9 +132,37 @@ func Records(stateRoot string) ([]Record, error) {
 	return out, nil
 }
 
-// processStart is the start time of pid in clock ticks since boot (field
+// Lookup is the one lookup of a record by id: the record of sandbox id,
+// and whether there is one. An id that cannot name a record has none.
+func Lookup(root, id string) (Record, bool, error) {
+	if ValidID(id) != nil {
+		return Record{}, false, nil
+	}
+	r, err := readRecord(recordPath(root, id))
+	if errors.Is(err, os.ErrNotExist) {
+		return Record{}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, err
+	}
+	return r, true, nil
+}
+
+func readRecord(path string) (Record, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Record{}, err
+	}
+	var r Record
+	if err := json.Unmarshal(data, &r); err != nil {
+		return Record{}, fmt.Errorf("record %s: %w", filepath.Base(path), err)
+	}
+	return r, nil
+}
+
+// ProcessStart is the start time of pid in clock ticks since boot (field
 // 22 of /proc/<pid>/stat), or 0 if the process does not exist.
-func processStart(pid int) uint64 {
+func ProcessStart(pid int) uint64 {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0
@@ -147,5 +184,5 @@ func processStart(pid int) uint64 {
 
 // LauncherAlive reports whether the launcher that wrote r still runs.
 func (r Record) LauncherAlive() bool {
-	return r.LauncherPID > 0 && r.LauncherStart != 0 && processStart(r.LauncherPID) == r.LauncherStart
+	return r.LauncherPID > 0 && r.LauncherStart != 0 && ProcessStart(r.LauncherPID) == r.LauncherStart
 }

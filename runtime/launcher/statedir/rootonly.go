@@ -1,6 +1,7 @@
-package launcher
+package statedir
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,9 +11,25 @@ import (
 	"paseo.dev/paseo-policy/diag"
 )
 
+// Error is a refusal of the state root's layout with its stable code
+// (diag.Launch*) and the launch step it refuses; its text is Err's. The
+// launcher reports it as a launch refusal of that code and step.
+type Error struct {
+	Code diag.Code
+	Step string
+	Err  error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is matches the refusal's code.
+func (e *Error) Is(target error) bool { c, ok := target.(diag.Code); return ok && c == e.Code }
+
 // Why a path is enough for an image (threat 67)
 //
-// runsc opens the image files by name after loadImage has checked their
+// runsc opens the image files by name after LoadImage has checked their
 // digests, and writes them by name at checkpoint. That is safe only if no
 // one but root can change what the name resolves to between the check and
 // runsc's open: the hibernate dir must be root's 0700 (no one else may
@@ -26,23 +43,31 @@ import (
 // threat model; a chain that fails is refused at checkpoint (the image
 // holds the key) and at wake.
 
-// checkRootOnlyDir checks dir, the hibernate dir of one sandbox, and the
+// The ways a directory on the way to a checkpoint fails to keep its
+// entries for root. Both are PP-LAUNCH-HIBERNATE-PATH (the code says the
+// chain is open, not how); these say how.
+var (
+	ErrNotRootOwned = errors.New("not root's: its owner can swap what lies beneath it")
+	ErrOpenToOthers = errors.New("writable by group or others and not sticky: they can swap what lies beneath it")
+)
+
+// CheckRootOnlyDir checks dir, the hibernate dir of one sandbox, and the
 // chain of directories that lead to it.
-func checkRootOnlyDir(dir string) error {
+func CheckRootOnlyDir(dir string) error {
 	fi, err := os.Lstat(dir)
 	if err != nil {
-		return refused(diag.LaunchWake, "wake", fmt.Errorf("no checkpoint: %w", err))
+		return &Error{Code: diag.LaunchWake, Step: "wake", Err: fmt.Errorf("no checkpoint: %w", err)}
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !fi.IsDir() || !ok || st.Uid != 0 || fi.Mode().Perm() != 0o700 {
-		return refused(diag.LaunchHibernatePath, "hibernate-path", fmt.Errorf("checkpoint dir %s is not a root-only (0700) directory", dir))
+		return &Error{Code: diag.LaunchHibernatePath, Step: "hibernate-path", Err: fmt.Errorf("checkpoint dir %s is not a root-only (0700) directory", dir)}
 	}
 	abs, err := filepath.Abs(filepath.Dir(dir))
 	if err != nil {
 		return err
 	}
 	if err := checkRootChain(abs, 0); err != nil {
-		return refused(diag.LaunchHibernatePath, "hibernate-path", fmt.Errorf("checkpoint dir %s: %w", dir, err))
+		return &Error{Code: diag.LaunchHibernatePath, Step: "hibernate-path", Err: fmt.Errorf("checkpoint dir %s: %w", dir, err)}
 	}
 	return nil
 }
@@ -69,7 +94,7 @@ func checkRootChain(p string, depth int) error {
 			return err
 		}
 		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Uid != 0 {
-			return fmt.Errorf("%s is not root's: its owner can swap what lies beneath it", next)
+			return fmt.Errorf("%s is %w", next, ErrNotRootOwned)
 		}
 		if fi.Mode()&os.ModeSymlink != 0 {
 			target, err := os.Readlink(next)
@@ -102,9 +127,9 @@ func rootKeeps(dir string) error {
 	case !fi.IsDir():
 		return fmt.Errorf("%s is not a directory", dir)
 	case !ok || st.Uid != 0:
-		return fmt.Errorf("%s is not root's: its owner can swap what lies beneath it", dir)
+		return fmt.Errorf("%s is %w", dir, ErrNotRootOwned)
 	case fi.Mode().Perm()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0:
-		return fmt.Errorf("%s is writable by group or others (mode %v) and not sticky: they can swap what lies beneath it", dir, fi.Mode().Perm())
+		return fmt.Errorf("%s (mode %v) is %w", dir, fi.Mode().Perm(), ErrOpenToOthers)
 	}
 	return nil
 }
