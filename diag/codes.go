@@ -70,7 +70,7 @@ const (
 
 	// Read-only searches answered outside gVisor (grant search workspace).
 	SearchGateway Code = "PP-SEARCH-GATEWAY" // the registry turns the native search on (deployments.<id>.search "native") where it cannot be served: network mode none has no gateway
-	SearchRequest Code = "PP-SEARCH-REQUEST" // a search request off the closed list: an option, a value, a path not beneath the workspace (the client then runs the sandbox's own rg)
+	SearchRequest Code = "PP-SEARCH-REQUEST" // a search or listing request off the closed lists: a tool, an option or find test, a value, a path not beneath the workspace (the client then runs the sandbox's own rg, fd or find)
 	SearchJail    Code = "PP-SEARCH-JAIL"    // the search jail cannot be built as designed (no Landlock, no user namespaces): a plan that grants the search is refused at launch
 	// The workspace monitor.
 	FSMonitor Code = "PP-FSMONITOR" // the registry requires the workspace monitor (deployments.<id>.fsmonitor "on") where it cannot be served: network mode none has no gateway

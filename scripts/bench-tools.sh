@@ -21,8 +21,8 @@
 # (0 leaves out the third side, a sandbox in network mode sandbox, whose
 # git the workspace monitor answers: the plan's default grant), SEARCH (1
 # adds a side: a sandbox compiled with the registry's native search switch,
-# deployments.<id>.search "native", whose rg is answered from the host;
-# default 0), GO (default go).
+# deployments.<id>.search "native", whose rg, fd and find are answered from
+# the host; default 0), GO (default go).
 # With more sides, each sandbox's table and summary are printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -10,38 +10,50 @@ import (
 // "Read-only searches answered outside gVisor"): when the plan grants the
 // search, the compiler writes SearchClientFile, binds it read-only and
 // executable at SearchDir/<name> for each of SearchClientNames, and puts
-// SearchDir first on the process's PATH, so the sandbox's `rg` (a shell's,
-// Pi's grep tool's) is the client. It is one script that answers under
-// each of those names (it takes its own name from $0); whatever it does
-// not forward runs the image's own program in the sandbox, as before.
+// SearchDir first on the process's PATH, so the sandbox's `rg`, `fd` and
+// `find` (a shell's, Pi's grep and find tools') are the client. It is one
+// script that answers under each of those names (it takes its own name
+// from $0 and acts as that tool); whatever it does not forward runs the
+// image's own program (SearchReal) in the sandbox, as before.
 const (
 	SearchClientFile = "files/search-client"
 	SearchDir        = "/run/paseo/search"
-	// SearchRealRg is the sandbox's own rg, which the client runs for
-	// anything it does not forward.
-	SearchRealRg = "/usr/bin/rg"
 )
 
 // SearchClientNames are the names the client is installed under in
-// SearchDir: the one list the compiler binds, ocicheck checks and the
-// client answers.
-var SearchClientNames = []string{"rg"}
+// SearchDir: the one list of the tools answered outside, which the
+// compiler binds, ocicheck checks and the client answers.
+var SearchClientNames = []string{"rg", "fd", "find"}
 
-// SearchValue is the kind of value one of the search's options takes.
+// SearchReal are the sandbox's own programs the client runs, by name, for
+// anything it does not forward: what the sandbox's PATH
+// (/usr/local/bin:/usr/bin:/bin) finds without the client.
+var SearchReal = map[string]string{"rg": "/usr/bin/rg", "fd": "/usr/local/bin/fd", "find": "/usr/bin/find"}
+
+// SearchValue is the kind of value one of the search's options (or find's
+// tests) takes; the server (runtime/launcher/nativesearch) checks each
+// value by its kind and refuses a kind it does not know.
 type SearchValue string
 
 const (
-	SearchFlag   SearchValue = ""       // none
-	SearchText   SearchValue = "text"   // any text up to 4 KiB without NUL
-	SearchNumber SearchValue = "number" // a decimal count
-	SearchType   SearchValue = "type"   // one of rg's file type names
+	SearchFlag     SearchValue = ""          // none
+	SearchText     SearchValue = "text"      // any text up to 4 KiB without NUL
+	SearchNumber   SearchValue = "number"    // a decimal count
+	SearchType     SearchValue = "type"      // one of rg's file type names
+	SearchPath     SearchValue = "path"      // a file beneath the workspace, checked as the request's paths are
+	SearchFdType   SearchValue = "fd-type"   // fd's --type: f, d, l, x, e, s, p or their long names
+	SearchFdSize   SearchValue = "fd-size"   // fd's --size: [+-]N with a unit
+	SearchTime     SearchValue = "time"      // fd's --changed-*: a duration or a date, which fd parses
+	SearchFindType SearchValue = "find-type" // find's -type: letters of bcdpflsD, comma separated
+	SearchFindSize SearchValue = "find-size" // find's -size: [+-]N with a unit of bcwkMG
+	SearchSigned   SearchValue = "signed"    // find's times: [+-]N
 )
 
 // SearchOptions is the closed list of rg's long options a request may
 // carry, each with the kind of value it takes: the client forwards only
-// these, and the server (runtime/launcher/nativesearch) admits only these,
-// checking each value by its kind. None runs anything, follows a link,
-// reads a file the request names apart from the paths, or writes.
+// these, and the server admits only these, checking each value by its
+// kind. None runs anything, follows a link, reads a file the request
+// names apart from the paths, or writes.
 var SearchOptions = map[string]SearchValue{
 	"ignore-case": SearchFlag, "case-sensitive": SearchFlag, "smart-case": SearchFlag,
 	"fixed-strings": SearchFlag, "word-regexp": SearchFlag, "line-regexp": SearchFlag, "invert-match": SearchFlag,
@@ -58,92 +70,197 @@ var SearchOptions = map[string]SearchValue{
 	"max-count": SearchNumber, "max-depth": SearchNumber, "max-columns": SearchNumber,
 }
 
+// SearchFdOptions is fd's closed list (the image's fd 8.6), as
+// SearchOptions is rg's. Nothing on it runs a program (-x/--exec,
+// -X/--exec-batch, -l/--list-details, which runs ls), follows a link
+// (-L/--follow), reads a file the request does not name (--ignore-file),
+// looks up users (--owner: the jail has no /etc), changes its cwd
+// (--base-directory), crosses or stops at mounts differently from the
+// sandbox (--one-file-system: the jail's workspace is one mount) or sets
+// its threads (the server does). Pi's find tool sends `--color=never
+// --hidden [--no-require-git] --glob --max-results N [--full-path]
+// [--ignore-case] -- PATTERN PATH`.
+var SearchFdOptions = map[string]SearchValue{
+	"hidden": SearchFlag, "no-ignore": SearchFlag, "no-ignore-vcs": SearchFlag, "no-ignore-parent": SearchFlag, "no-require-git": SearchFlag,
+	"no-global-ignore-file": SearchFlag, "unrestricted": SearchFlag,
+	"case-sensitive": SearchFlag, "ignore-case": SearchFlag, "glob": SearchFlag, "regex": SearchFlag, "fixed-strings": SearchFlag,
+	"full-path": SearchFlag, "absolute-path": SearchFlag, "print0": SearchFlag, "prune": SearchFlag, "quiet": SearchFlag,
+	"show-errors": SearchFlag, "strip-cwd-prefix": SearchFlag, "color=never": SearchFlag,
+
+	"extension": SearchText, "exclude": SearchText,
+	"type":      SearchFdType,
+	"max-depth": SearchNumber, "min-depth": SearchNumber, "exact-depth": SearchNumber, "max-results": SearchNumber,
+	"size":           SearchFdSize,
+	"changed-within": SearchTime, "changed-before": SearchTime,
+	"search-path": SearchPath,
+}
+
+// SearchFindPrimaries is find's closed list (the image's GNU findutils
+// 4.9): its tests, actions and positional options a request may carry,
+// each with the kind of value it takes (SearchFlag for none). The client
+// splits find's words by these (which take a value, which do not); the
+// server parses them by find's grammar into a tree and re-encodes it token
+// for token, so a test's value sits in its argument slot, where find reads
+// a value whatever it looks like. On the list: name and path tests,
+// -type, depths, -size, times, -empty, -newer (a file beneath the
+// workspace), -prune, the operators and the actions -print and -print0.
+// Off it: every action that runs, writes or deletes (-exec, -execdir,
+// -ok, -okdir, -delete, -fprint, -fprint0, -fprintf, -fls), following
+// links (-L, -H, -follow, -xtype), reading a list of names
+// (-files0-from); -printf and -ls (their user, group and inode fields
+// differ in the jail, which has no /etc and the host's inode numbers),
+// -user/-group/-uid/-gid/-nouser/-nogroup (the jail maps one id only),
+// -inum/-samefile, -xdev/-mount (the jail's workspace is one mount), and
+// -regex/-iregex (a second regex engine on the host, with backreferences,
+// for searches agents rarely write; they run in the sandbox).
+var SearchFindPrimaries = map[string]SearchValue{
+	"-name": SearchText, "-iname": SearchText, "-path": SearchText, "-ipath": SearchText,
+	"-wholename": SearchText, "-iwholename": SearchText, "-lname": SearchText, "-ilname": SearchText,
+	"-type":     SearchFindType,
+	"-maxdepth": SearchNumber, "-mindepth": SearchNumber,
+	"-size":  SearchFindSize,
+	"-mtime": SearchSigned, "-mmin": SearchSigned,
+	"-newer": SearchPath,
+	"-empty": SearchFlag, "-true": SearchFlag, "-false": SearchFlag, "-depth": SearchFlag, "-noleaf": SearchFlag,
+	"-prune": SearchFlag, "-quit": SearchFlag, "-print": SearchFlag, "-print0": SearchFlag,
+}
+
+// SearchFindLangs are the locales find may run with in the jail (LC_ALL):
+// the C locales, whose data the image's /usr holds. Another locale, or
+// none known, is answered by the sandbox's find.
+var SearchFindLangs = []string{"C", "POSIX", "C.UTF-8", "C.utf8"}
+
 // SearchClient returns the client for a search served at host:port (in a
 // bundle, the gateway's name, which the launcher pins in /etc/hosts, and
 // the grant's port) for the workspace ws: Perl (the image's perl-base, as
-// the workspace monitor's hook; no binary added to the image). It turns
-// argv into a typed request when every option is on the list, the cwd
-// lies beneath ws and every path is a plain name there; stdout is not a
-// terminal and rg would not read stdin; and RIPGREP_CONFIG_PATH is unset
-// or --no-config given. It prints the answer and exits with rg's code.
-// Anything else, and any failure or "fallback" answer, execs the
-// sandbox's own rg with the same argv: the same output, only slower.
+// the workspace monitor's hook; no binary added to the image), one script
+// for every name in SearchClientNames, acting as the tool it is named. It
+// turns argv into a typed request when every option (find: every test and
+// action) is on the tool's list, the cwd lies beneath ws and every path is
+// a plain name there; for rg and fd, stdout is not a terminal and no
+// global ignore file of the user's is there (the jail has no HOME); for
+// rg, rg would not read stdin and RIPGREP_CONFIG_PATH is unset or
+// --no-config given; for find, the locale is a C locale (sent along) and
+// POSIXLY_CORRECT unset. It prints the answer and exits with the tool's
+// code. Anything else, and any failure or "fallback" answer, execs the
+// sandbox's own program (SearchReal) with the same argv: the same output,
+// only slower.
 func SearchClient(host string, port int, ws string) []byte {
-	return SearchClientFor(host, port, ws, SearchRealRg)
+	return SearchClientFor(host, port, ws, SearchReal)
 }
 
-// SearchClientFor is SearchClient falling back to realRg instead of the
-// image's (tests run the client on the host).
-func SearchClientFor(host string, port int, ws, realRg string) []byte {
-	var flags, valued []string
-	for k, v := range SearchOptions {
-		if v == SearchFlag {
-			flags = append(flags, perlQuote(k))
-		} else {
-			valued = append(valued, perlQuote(k))
-		}
+// SearchClientFor is SearchClient falling back to the programs in real
+// (by name) instead of the image's (tests run the client on the host).
+func SearchClientFor(host string, port int, ws string, real map[string]string) []byte {
+	var reals []string
+	for _, n := range SearchClientNames {
+		reals = append(reals, perlQuote(n), perlQuote(real[n]))
 	}
-	slices.Sort(flags)
-	slices.Sort(valued)
+	rgFlags, rgValued := searchSplit(SearchOptions)
+	fdFlags, fdValued := searchSplit(SearchFdOptions)
+	noarg, witharg := searchSplit(SearchFindPrimaries)
+	langs := quoted(SearchFindLangs)
 	return []byte(`#!/usr/bin/perl
 use strict;
 use Socket;
 use Cwd ();
 my $ws = ` + perlQuote(ws) + `;
 my @argv = @ARGV;
-sub real { exec {` + perlQuote(realRg) + `} 'rg', @argv; exit 2 }
-my %flag = map { $_ => 1 } (` + strings.Join(flags, ", ") + `);
-my %valued = map { $_ => 1 } (` + strings.Join(valued, ", ") + `);
-my %short = ('i','ignore-case','s','case-sensitive','S','smart-case','F','fixed-strings','w','word-regexp',
+my %real = (` + strings.Join(reals, ", ") + `);
+my ($tool) = $0 =~ m{([^/]*)\z};
+die "paseo search client: not installed as one of ` + strings.Join(SearchClientNames, ", ") + `\n" unless defined $tool && $real{$tool};
+sub real { exec {$real{$tool}} $tool, @argv; exit 2 }
+my %flag = map { $_ => 1 } ($tool eq 'rg' ? (` + rgFlags + `) : (` + fdFlags + `));
+my %valued = map { $_ => 1 } ($tool eq 'rg' ? (` + rgValued + `) : (` + fdValued + `));
+my %short = $tool eq 'rg' ? ('i','ignore-case','s','case-sensitive','S','smart-case','F','fixed-strings','w','word-regexp',
   'x','line-regexp','v','invert-match','c','count','l','files-with-matches','n','line-number','N','no-line-number',
   'H','with-filename','I','no-filename','o','only-matching','0','null','.','hidden','q','quiet',
   'g','glob','e','regexp','t','type','T','type-not','C','context','A','after-context','B','before-context',
-  'm','max-count','r','replace','M','max-columns');
-my (@opts, @pos, $noconfig, $pats, $files);
+  'm','max-count','r','replace','M','max-columns')
+  : ('H','hidden','I','no-ignore','u','unrestricted','s','case-sensitive','i','ignore-case','g','glob',
+  'F','fixed-strings','a','absolute-path','p','full-path','0','print0','q','quiet',
+  'd','max-depth','t','type','e','extension','E','exclude','S','size');
+my %eqflag = $tool eq 'rg' ? ('color', 1, 'sort', 1) : ('color', 1);
+my %noarg = map { $_ => 1 } (` + noarg + `);
+my %witharg = map { $_ => 1 } (` + witharg + `);
+my %langs = map { $_ => 1 } (` + langs + `);
+my (@opts, @pos, @expr, $noconfig, $pats, $files, $lang);
 my $i = 0;
 sub opt {
   my ($n, $v) = @_;
-  if ($n eq 'color' || $n eq 'sort') { real() unless defined $v; $n = "$n=$v"; $v = undef }
+  if ($eqflag{$n}) { real() unless defined $v; $n = "$n=$v"; $v = undef }
   if ($flag{$n}) { real() if defined $v; push @opts, $n; $noconfig = 1 if $n eq 'no-config'; $files = 1 if $n eq 'files'; return }
   real() unless $valued{$n};
   if (!defined $v) { real() if $i > $#argv; $v = $argv[$i++] }
   $pats++ if $n eq 'regexp';
   push @opts, [$n, $v];
 }
-while ($i <= $#argv) {
-  my $a = $argv[$i++];
-  if ($a eq '--') { push @pos, @argv[$i .. $#argv]; last }
-  if ($a =~ /^--([a-z0-9-]+)(?:=(.*))?$/s) {
-    my ($n, $v) = ($1, $2);
-    $v = $argv[$i++] if !defined $v && ($n eq 'color' || $n eq 'sort') && $i <= $#argv;
-    opt($n, $v); next;
+if ($tool eq 'find') {
+  # find's words: -P (the default: links never followed), the starting
+  # points up to the first word that reads as an expression, then the
+  # expression, each test's value taken as find takes it.
+  real() if defined $ENV{POSIXLY_CORRECT} || defined $ENV{LANGUAGE};
+  real() if grep { /^LC_/ && $_ ne 'LC_ALL' && length $ENV{$_} } keys %ENV;
+  $lang = defined $ENV{LC_ALL} && length $ENV{LC_ALL} ? $ENV{LC_ALL} : $ENV{LANG} // '';
+  real() unless $lang eq '' || $langs{$lang};
+  $i++ while $i <= $#argv && $argv[$i] eq '-P';
+  push @pos, $argv[$i++] while $i <= $#argv && !($argv[$i] =~ /^-./s || $argv[$i] =~ /^[()!,]\z/);
+  @expr = @argv[$i .. $#argv];
+  for (my $k = 0; $k <= $#expr; $k++) {
+    my $t = $expr[$k];
+    next if $t =~ /^(?:[()!]|-not|-a|-and|-o|-or)\z/ || $noarg{$t};
+    real() unless $witharg{$t} && $k < $#expr;
+    $k++;
   }
-  if ($a =~ /^-(.+)$/s) {
-    my @c = split //, $1;
-    while (@c) {
-      my $n = $short{shift @c} // real();
-      if ($valued{$n}) { my $rest = join '', @c; opt($n, length $rest ? $rest : undef); last }
-      opt($n);
+} else {
+  while ($i <= $#argv) {
+    my $a = $argv[$i++];
+    if ($a eq '--') { push @pos, @argv[$i .. $#argv]; last }
+    if ($a =~ /^--([a-z0-9-]+)(?:=(.*))?$/s) {
+      my ($n, $v) = ($1, $2);
+      $v = $argv[$i++] if !defined $v && $eqflag{$n} && $i <= $#argv;
+      opt($n, $v); next;
     }
-    next;
+    if ($a =~ /^-(.+)$/s) {
+      my @c = split //, $1;
+      while (@c) {
+        my $n = $short{shift @c} // real();
+        if ($valued{$n}) { my $rest = join '', @c; opt($n, length $rest ? $rest : undef); last }
+        opt($n);
+      }
+      next;
+    }
+    push @pos, $a;
   }
-  push @pos, $a;
+  real() if -t STDOUT;
+  # The user's global ignore files (Git's, fd's): the jail has no HOME.
+  real() unless defined $ENV{HOME};
+  my @cfg = ("$ENV{HOME}/.gitconfig");
+  for my $d ("$ENV{HOME}/.config", defined $ENV{XDG_CONFIG_HOME} ? $ENV{XDG_CONFIG_HOME} : ()) {
+    push @cfg, "$d/git/config", "$d/git/ignore", "$d/fd/ignore";
+  }
+  for my $f (@cfg) { real() if -e $f }
 }
-real() if -t STDOUT;
-real() if defined $ENV{RIPGREP_CONFIG_PATH} && !$noconfig;
 my $pattern;
-$pattern = shift @pos unless $pats || $files;
-real() unless defined $pattern || $pats || $files;
-real() if !@pos && (-p STDIN || -f STDIN || -S STDIN);
+if ($tool eq 'rg') {
+  real() if defined $ENV{RIPGREP_CONFIG_PATH} && !$noconfig;
+  $pattern = shift @pos unless $pats || $files;
+  real() unless defined $pattern || $pats || $files;
+  real() if !@pos && (-p STDIN || -f STDIN || -S STDIN);
+} elsif ($tool eq 'fd') {
+  $pattern = shift @pos;
+}
 my $cwd = Cwd::getcwd() // real();
 my $rel;
 if ($cwd eq $ws) { $rel = '.' } elsif (index($cwd, "$ws/") == 0) { $rel = substr($cwd, length($ws) + 1) } else { real() }
-my $req = "paseo-search 1\0cwd\0$rel\0";
+my $req = "paseo-search 1\0tool\0$tool\0cwd\0$rel\0";
 for my $o (@opts) {
   if (ref $o) { $req .= "opt\0$o->[0]\0val\0$o->[1]\0" } else { $req .= "opt\0$o\0" }
 }
 $req .= "pattern\0$pattern\0" if defined $pattern;
 $req .= "path\0$_\0" for @pos;
+$req .= "expr\0$_\0" for @expr;
+$req .= "lang\0$lang\0" if defined $lang && length $lang;
 $SIG{ALRM} = \&real;
 alarm 90;
 socket(my $s, AF_INET, SOCK_STREAM, 0) or real();
@@ -159,17 +276,42 @@ my ($exit, $no, $ne) = $r =~ /\Apaseo-search 1 ok (\d) (\d+) (\d+)\n/ or real();
 my $h = $+[0];
 real() unless length($r) == $h + $no + $ne;
 binmode STDOUT; binmode STDERR;
-# rg ends quietly with 0 when its reader goes away (head): so does this.
-$SIG{PIPE} = 'IGNORE';
+# rg and fd end quietly with 0 when their reader goes away (head): so
+# does this; find is ended by SIGPIPE (as it inherited it), so is this.
+$SIG{PIPE} = 'IGNORE' unless $tool eq 'find';
 my $out = substr($r, $h, $no);
 $off = 0;
 while ($off < length $out) {
   my $n = syswrite(STDOUT, $out, 1 << 16, $off);
-  exit 0 if !defined $n && $!{EPIPE};
-  exit 2 unless defined $n;
+  exit 0 if !defined $n && $!{EPIPE} && $tool ne 'find';
+  exit($tool eq 'rg' ? 2 : 1) unless defined $n;
   $off += $n;
 }
 print STDERR substr($r, $h + $no, $ne);
 exit $exit;
 `)
+}
+
+// searchSplit is a list's names that take no value and those that take
+// one, each sorted, as Perl lists.
+func searchSplit(m map[string]SearchValue) (flags, valued string) {
+	var f, v []string
+	for k, kind := range m {
+		if kind == SearchFlag {
+			f = append(f, k)
+		} else {
+			v = append(v, k)
+		}
+	}
+	return quoted(f), quoted(v)
+}
+
+// quoted is s sorted, as a Perl list.
+func quoted(s []string) string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	for i := range s {
+		s[i] = perlQuote(s[i])
+	}
+	return strings.Join(s, ", ")
 }

@@ -13,10 +13,10 @@ import (
 //
 // An operator's opt-in per deployment (deployments.<id>.search "native"),
 // for a profile that can use it (profile.nativeSearch: pi-session): the
-// launcher answers the sandbox's rg from the host, in a jail of its own,
-// on the gateway at a port no route and not the monitor has. It widens
-// the trusted boundary (the agent's files meet the host kernel through rg
-// and the jail, not gVisor's Sentry), so it is never a default. The
+// launcher answers the sandbox's rg, fd and find from the host, in a jail
+// of its own, on the gateway at a port no route and not the monitor has.
+// It widens the trusted boundary (the agent's files meet the host kernel
+// through those tools and the jail, not gVisor's Sentry), so it is never a default. The
 // grants: the search itself (the launcher serves it), the client bound
 // read-only at bundle.SearchDir under each of bundle.SearchClientNames (a
 // bundle file: Perl naming the gateway, the port and the workspace), and
@@ -47,12 +47,12 @@ func (c *compilation) decideSearch() *searchPlan {
 	case !c.prof.NativeSearch:
 		return &searchPlan{reason: "the deployment turns it on, and profile " + c.prof.Name + " does not use it: its searches run in the sandbox", fact: sw + "," + prof}
 	case !native:
-		return &searchPlan{reason: "an operator's opt-in (registry deployments.<id>.search \"native\"), not turned on for this deployment: the sandbox's rg searches the workspace through the gofer", fact: sw + "," + prof}
+		return &searchPlan{reason: "an operator's opt-in (registry deployments.<id>.search \"native\"), not turned on for this deployment: the sandbox's rg, fd and find search the workspace through the gofer", fact: sw + "," + prof}
 	case c.reg.Network.Mode != "sandbox":
 		c.diags.Addf(diag.SearchGateway, sw, "the deployment turns the native search on, which is served on the sandbox network's gateway only, and registry.network.mode is %q", c.reg.Network.Mode)
 		return nil
 	}
-	return &searchPlan{on: true, reason: "turned on by the registry for this deployment: the sandbox's rg asks the launcher, which runs the image's rg on the host in a jail of its own (namespaces, Landlock, seccomp, the workspace and the image's /usr read-only, the agent's uid); widens the trusted boundary", fact: sw + "," + prof}
+	return &searchPlan{on: true, reason: "turned on by the registry for this deployment: the sandbox's rg, fd and find ask the launcher, which runs the image's own on the host in a jail of its own (namespaces, Landlock, seccomp, the workspace and the image's /usr read-only, the agent's uid); widens the trusted boundary", fact: sw + "," + prof}
 }
 
 // searchMounts binds the client under each of its names, read-only and

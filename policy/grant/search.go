@@ -8,10 +8,11 @@ import (
 
 // Search is the native search (docs/spec.md, "Read-only searches answered
 // outside gVisor"): the launcher answers the sandbox's read-only searches
-// (rg) from the host, in a jail of their own that holds the workspace at
-// Path read-only and the image's /usr, over TCP on the sandbox network's
-// gateway at Port. It widens the trusted boundary (the agent's files meet
-// the host kernel through rg and the jail, not gVisor's Sentry), so it is
+// and name listings (rg, fd, find) from the host, in a jail of their own
+// that holds the workspace at Path read-only and the image's /usr, over
+// TCP on the sandbox network's gateway at Port. It widens the trusted
+// boundary (the agent's files meet the host kernel through those tools
+// and the jail, not gVisor's Sentry), so it is
 // an operator's opt-in per deployment, never a default. The client's
 // binds and PATH are grants of their own (mounts, env); this one tells
 // the launcher to serve it. Off, it records that the profile could use it

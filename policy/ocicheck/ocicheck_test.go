@@ -205,7 +205,7 @@ func TestFSMonitorServedAsGranted(t *testing.T) {
 
 // A granted native search that the bundle could not serve as granted is a
 // finding: a client for another port or workspace, no sandbox network, a
-// client bound writable or not at all, PATH not starting with its
+// client bound writable or not at all (under any of its names), PATH not starting with its
 // directory, a route or the monitor on its port. The golden bundle itself
 // passes (TestGoldenBundlesValidate).
 func TestSearchServedAsGranted(t *testing.T) {
@@ -222,6 +222,9 @@ func TestSearchServedAsGranted(t *testing.T) {
 		"a PATH before the client's":   {bundle.ConfigFile, `"PATH=/run/paseo/search:`, `"PATH=/usr/bin", "PATH=/run/paseo/search:`},
 		"PATH with the client last":    {bundle.ConfigFile, `"PATH=/run/paseo/search:/usr/local/bin:/usr/bin:/bin"`, `"PATH=/usr/local/bin:/usr/bin:/bin:/run/paseo/search"`},
 		"client not bound":             {bundle.ConfigFile, `"destination": "/run/paseo/search/rg"`, `"destination": "/run/paseo/elsewhere/rg"`},
+		"client not bound as fd":       {bundle.ConfigFile, `"destination": "/run/paseo/search/fd"`, `"destination": "/run/paseo/elsewhere/fd"`},
+		"client not bound as find":     {bundle.ConfigFile, `"destination": "/run/paseo/search/find"`, `"destination": "/run/paseo/elsewhere/find"`},
+		"client falls back elsewhere":  {bundle.SearchClientFile, "'find', '/usr/bin/find'", "'find', '/tmp/find'"},
 		"client bound writable": {bundle.ConfigFile, `"source": "files/search-client",
       "options": [
         "bind",

@@ -17,14 +17,16 @@ import (
 //
 // When the plan grants the search (an operator's opt-in per deployment,
 // registry deployments.<id>.search "native"), the launcher serves the
-// sandbox's rg from the host: on the sandbox network's gateway, on the
-// grant's port, admitted by the sandbox's nftables table from its own
-// address only and answered for that address only. Each request is a
-// typed search (nativesearch.Request) run by the image's rg in a jail of
-// its own (nativesearch.Jail): the staged workspace bind and the image's
-// /usr, read-only, as the process's uid and gid. The client (the bundle's
-// files/search-client, naming the gateway, the port and the workspace),
-// its read-only binds at bundle.SearchDir and PATH starting with that
+// sandbox's rg, fd and find (bundle.SearchClientNames) from the host: on
+// the sandbox network's gateway, on the grant's port, admitted by the
+// sandbox's nftables table from its own address only and answered for
+// that address only. Each request is a typed search or listing
+// (nativesearch.Request) run by the image's own rg, fd or find in a jail
+// of its own (nativesearch.Jail): the staged workspace bind and the
+// image's /usr, read-only, as the process's uid and gid. The client (the
+// bundle's files/search-client, naming the gateway, the port and the
+// workspace, one script answering under each of the names), its read-only
+// binds at bundle.SearchDir and PATH starting with that
 // directory are compiled grants: the launcher adds nothing to the run copy
 // for the search. The plan's validator (ocicheck CheckSearch, before
 // anything is made) checked the client is the one the grant's port and

@@ -55,9 +55,9 @@ package e2e
 //	TOOLS_BENCH_SEARCH     "1" adds a side (default off): a sandbox, the same
 //	                       but compiled with the registry's switch for the
 //	                       native search (deployments.<id>.search "native",
-//	                       grant search workspace) answering its rg (the
-//	                       plan's monitor on too, as network mode sandbox
-//	                       grants it), on a copy of the tree of its own
+//	                       grant search workspace) answering its rg, fd and
+//	                       find (the plan's monitor on too, as network mode
+//	                       sandbox grants it), on a copy of the tree of its own
 
 import (
 	"bufio"

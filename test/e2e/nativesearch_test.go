@@ -19,7 +19,10 @@ import (
 // fixed), Pi's grep tool's argv among them; the server answered them. A
 // link the agent plants to a host file and names as a path is answered by
 // the sandbox's rg (no such file there), never with the host file.
-// Control: rg on the host follows the same link to the host file.
+// Control: rg on the host follows the same link to the host file. The
+// same for fd and find: listings equal to the sandbox's own fd's and
+// find's (Pi's find tool's fd argv among them), a planted link to a host
+// directory never listed (control: host find -L lists it).
 func TestPiToolsNativeSearch(t *testing.T) {
 	im := image(t)
 	base := t.TempDir()
@@ -62,17 +65,72 @@ func TestPiToolsNativeSearch(t *testing.T) {
 			t.Errorf("%s: the host file's content reached the sandbox:\n%s", s, client)
 		}
 	}
+	// fd and find (Pi's find tool spawns fd from PATH): each listing the
+	// same as the sandbox's own fd (/usr/local/bin/fd, what PATH finds
+	// without the client) and find gives; those off the list are run by
+	// them.
+	for _, name := range []string{"fd", "find"} {
+		if got := strings.TrimSpace(sbx.output(t, "command -v "+name)); got != bundle.SearchDir+"/"+name {
+			t.Fatalf("%s in the sandbox is %q, want the client", name, got)
+		}
+	}
+	listings := []struct {
+		cmd     string
+		forward bool
+	}{
+		{`fd -e go`, true},
+		{`fd`, true},
+		{`fd -HI -tf`, true},
+		{`fd --color=never --hidden --glob --max-results 1001 -- '*.go' "$PWD"`, true}, // Pi's find tool
+		{`fd --color=never --hidden --glob --max-results 1001 --full-path --ignore-case -- "$PWD/src/**/*.GO" "$PWD"`, true},
+		{`fd -td internal`, true},
+		{`cd src && fd -e go`, true},
+		{`fd -x echo`, false},
+		{`find . -name '*.go'`, true},
+		{`find`, true},
+		{`find . -path ./build -prune -o -type f -print`, true},
+		{`find src -maxdepth 2 -type d`, true},
+		{`find . -name '*.go' -newer .gitignore`, true},
+		{`find . -name '*.go' -exec echo {} \;`, false},
+		{`find -L . -name '*.go'`, false},
+		{`ln -sfn ` + filepath.Dir(secret) + ` escape-dir && find escape-dir/ -name 'host-secret*'`, false},
+	}
+	wantListed := 0
+	for _, l := range listings {
+		client := sbx.output(t, sorted(l.cmd))
+		realCmd := strings.NewReplacer("fd ", "/usr/local/bin/fd ", "find ", "/usr/bin/find ").Replace(l.cmd + " ")
+		if l.cmd == "fd" || l.cmd == "find" {
+			realCmd = map[string]string{"fd": "/usr/local/bin/fd", "find": "/usr/bin/find"}[l.cmd]
+		}
+		real := sbx.output(t, sorted(realCmd))
+		if client != real {
+			t.Errorf("%s:\nthe client gave\n%s\nthe sandbox's own\n%s", l.cmd, client, real)
+		}
+		if strings.Contains(client, "host-secret.txt") {
+			t.Errorf("%s: the host's directory reached the sandbox:\n%s", l.cmd, client)
+		}
+		if l.forward {
+			wantListed++
+		}
+	}
 	// Control: where nothing protects, rg follows the planted link.
 	cmd := exec.Command(filepath.Join(im.Rootfs, "usr/bin/rg"), "--no-config", "--follow", "HOSTSECRET", ".")
 	cmd.Dir = r.ws
 	if out, _ := cmd.Output(); !strings.Contains(string(out), "HOSTSECRET in") {
 		t.Errorf("control: host rg --follow did not read the planted link's host file: %q", out)
 	}
+	cmd = exec.Command(filepath.Join(im.Rootfs, "usr/bin/find"), "-L", ".", "-name", "host-secret*")
+	cmd.Dir = r.ws
+	if out, _ := cmd.Output(); !strings.Contains(string(out), "host-secret.txt") {
+		t.Errorf("control: host find -L did not list the planted link's host directory: %q", out)
+	}
 	os.Remove(filepath.Join(r.ws, "escape"))
+	os.Remove(filepath.Join(r.ws, "escape-dir"))
 	res := sbx.finish()
-	// All but the planted link's, which the sandbox's rg answers (a link
-	// given as a path: the server answers "fallback").
-	if st := res.NativeSearch; st == nil || st.Answered < uint64(len(searches)-1) || st.Fallback < 1 {
-		t.Errorf("the search server's counters: %+v, want at least %d answered and the link's fallback", st, len(searches)-1)
+	// All but the planted links', which the sandbox's rg and find answer
+	// (a link given as a path: the server answers "fallback"), and those
+	// off the list, which the client runs itself.
+	if st := res.NativeSearch; st == nil || st.Answered < uint64(len(searches)-1+wantListed) || st.Fallback < 2 {
+		t.Errorf("the search server's counters: %+v, want at least %d answered and the links' fallbacks", st, len(searches)-1+wantListed)
 	}
 }

@@ -7,13 +7,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// landlock restricts this thread (and the rg it execs) to reading the
-// image's /usr and the workspace at dest, and to executing rg and its
-// loader only; every other access right this kernel's Landlock knows is
+// landlock restricts this thread (and the tool it execs) to reading the
+// image's /usr and the workspace at dest, and to executing bin (the
+// tool's binary) and its loader only; every other access right this kernel's Landlock knows is
 // handled, so denied (writes anywhere, TCP from ABI 4, signals and
 // abstract sockets out of the domain from ABI 6). Without Landlock the
 // jail is not built (Probe refuses the option before any search).
-func landlock(dest string) error {
+func landlock(dest, bin string) error {
 	abi, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
 	if e != 0 || int(abi) < 1 {
 		return fmt.Errorf("landlock: not available (%v)", e)
@@ -49,7 +49,7 @@ func landlock(dest string) error {
 	}{
 		{"/usr", read},
 		{dest, read},
-		{rgPath, unix.LANDLOCK_ACCESS_FS_EXECUTE},
+		{bin, unix.LANDLOCK_ACCESS_FS_EXECUTE},
 		{"/lib64/ld-linux-x86-64.so.2", unix.LANDLOCK_ACCESS_FS_EXECUTE}, // opened through its links: the file itself
 	} {
 		fd, err := unix.Open(r.path, unix.O_PATH|unix.O_CLOEXEC, 0)

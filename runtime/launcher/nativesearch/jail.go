@@ -68,11 +68,11 @@ type Jail struct {
 // Result is a search's answer.
 type Result struct {
 	Stdout, Stderr []byte
-	Exit           int // rg's: 0 matched, 1 none, 2 an error
+	Exit           int // the tool's: rg 0 matched, 1 none, 2 an error; fd and find 0, or 1 an error
 }
 
 // ErrFallback means the search was not answered (a limit, the jail
-// failed): the client runs the sandbox's own rg.
+// failed): the client runs the sandbox's own binary.
 var ErrFallback = errors.New("nativesearch: not answered")
 
 // ErrJail refuses the option: the jail cannot be built as designed.
@@ -120,9 +120,11 @@ func (j Jail) Check() error {
 
 // jailConfig is what the init reads from its argv.
 type jailConfig struct {
+	Tool   Tool     `json:"tool"` // the init execs toolSpecs[Tool].bin
 	Dest   string   `json:"dest"`
 	Cwd    string   `json:"cwd"`
 	Argv   []string `json:"argv"`
+	Env    []string `json:"env"`
 	CPU    uint64   `json:"cpu"`
 	Memory uint64   `json:"memory"`
 }
@@ -135,16 +137,21 @@ func (j Jail) Run(ctx context.Context, r Request) (Result, error) {
 	if err := r.Check(j.Dest); err != nil {
 		return Result{}, err
 	}
-	return j.run(ctx, r.Cwd, r.Argv())
+	var env []string
+	if r.Lang != "" {
+		env = []string{"LC_ALL=" + r.Lang}
+	}
+	return j.run(ctx, r.tool(), r.Cwd, r.Argv(), env)
 }
 
-// PlainPaths reports whether r's cwd and every path it names are, now,
-// names beneath the workspace with no link on the way (or missing). rg
-// follows a link it is given as a path, and the jail holds nothing a link
-// out of the workspace could lead to: the sandbox's rg would read there
-// what the jail cannot, so such a request is answered "fallback". A
-// matter of the same answer, not of safety: a link made after this check
-// meets the jail.
+// PlainPaths reports whether r's cwd and every path it names (its paths,
+// fd's --search-path, find's -newer) are, now, names beneath the
+// workspace with no link on the way (or missing). rg follows a link it is
+// given as a path, and each tool follows one on the way, and the jail
+// holds nothing a link out of the workspace could lead to: the sandbox's
+// tool would read there what the jail cannot, so such a request is
+// answered "fallback". A matter of the same answer, not of safety: a link
+// made after this check meets the jail.
 func (j Jail) PlainPaths(r Request) bool {
 	ws, err := unix.Open(j.Workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -164,7 +171,7 @@ func (j Jail) PlainPaths(r Request) bool {
 	if !plain(r.Cwd, false) {
 		return false
 	}
-	for _, p := range r.Paths {
+	for _, p := range r.names() {
 		rel := path.Join(r.Cwd, p)
 		if strings.HasPrefix(p, "/") {
 			rel = pathform.Rel(j.Dest, p)
@@ -176,8 +183,13 @@ func (j Jail) PlainPaths(r Request) bool {
 	return true
 }
 
-// run runs rg with argv in cwd (relative to the workspace) in a new jail.
-func (j Jail) run(ctx context.Context, cwd string, rgArgv []string) (Result, error) {
+// run runs the image's t with argv and env in cwd (relative to the
+// workspace) in a new jail.
+func (j Jail) run(ctx context.Context, t Tool, cwd string, toolArgv, env []string) (Result, error) {
+	spec, ok := toolSpecs[t]
+	if !ok {
+		return Result{}, fmt.Errorf("%w: no tool %q", ErrFallback, t)
+	}
 	ws, err := detachedTree(j.Workspace, true)
 	if err != nil {
 		return Result{}, err
@@ -189,8 +201,11 @@ func (j Jail) run(ctx context.Context, cwd string, rgArgv []string) (Result, err
 	}
 	defer usr.Close()
 	lim := j.Limits
-	argv := append([]string{fmt.Sprintf("--threads=%d", max(lim.Threads, 1))}, rgArgv...)
-	cfg, err := json.Marshal(jailConfig{Dest: j.Dest, Cwd: cwd, Argv: argv,
+	argv := toolArgv
+	if spec.threads {
+		argv = append([]string{fmt.Sprintf("--threads=%d", max(lim.Threads, 1))}, toolArgv...)
+	}
+	cfg, err := json.Marshal(jailConfig{Tool: t, Dest: j.Dest, Cwd: cwd, Argv: argv, Env: env,
 		CPU: uint64(max(lim.CPU/time.Second, 1)), Memory: lim.Memory})
 	if err != nil {
 		return Result{}, err

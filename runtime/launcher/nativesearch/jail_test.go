@@ -137,7 +137,13 @@ func matchLines(s string) string {
 // holds against, were a check to let something through.
 func (f jailFixture) runArgv(t *testing.T, cwd string, argv ...string) Result {
 	t.Helper()
-	res, err := f.j.run(context.Background(), cwd, argv)
+	return f.runTool(t, Rg, cwd, argv...)
+}
+
+// runTool is runArgv for any tool.
+func (f jailFixture) runTool(t *testing.T, tool Tool, cwd string, argv ...string) Result {
+	t.Helper()
+	res, err := f.j.run(context.Background(), tool, cwd, argv, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +239,7 @@ func TestJailSwapRace(t *testing.T) {
 	}()
 	defer func() { stop.Store(true); <-done }()
 	for i := 0; i < 20; i++ {
-		res, err := f.j.run(context.Background(), ".", []string{"--", "func", "d"})
+		res, err := f.j.run(context.Background(), Rg, ".", []string{"--", "func", "d"}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

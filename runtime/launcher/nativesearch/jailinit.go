@@ -31,7 +31,6 @@ const (
 	// exitJail is the init's exit code when it could not build the jail;
 	// rg's are 0 to 2.
 	exitJail = 125
-	rgPath   = "/usr/bin/rg"
 )
 
 func jailMain(arg string) {
@@ -68,7 +67,11 @@ func buildJail(arg string) error {
 			return fmt.Errorf("rlimit %d: %w", l.res, err)
 		}
 	}
-	if err := landlock(c.Dest); err != nil {
+	spec, ok := toolSpecs[c.Tool]
+	if !ok {
+		return fmt.Errorf("no tool %q", c.Tool)
+	}
+	if err := landlock(c.Dest, spec.bin); err != nil {
 		return err
 	}
 	if err := dropPrivileges(); err != nil {
@@ -77,7 +80,11 @@ func buildJail(arg string) error {
 	if err := seccomp(); err != nil {
 		return err
 	}
-	return syscall.Exec(rgPath, append([]string{"rg"}, c.Argv...), []string{})
+	env := c.Env
+	if env == nil {
+		env = []string{}
+	}
+	return syscall.Exec(spec.bin, append([]string{string(c.Tool)}, c.Argv...), env)
 }
 
 // mountRoot builds the jail's root and pivots into it.

@@ -66,3 +66,132 @@ func TestRequestRefusals(t *testing.T) {
 		}
 	}
 }
+
+// fd's and find's requests round-trip too, and re-encode as their argv:
+// fd's options long with "=value" then "--"; find's starting points then
+// the expression's tokens as given, each value in its test's slot (a
+// value that looks like an action stays a value).
+func TestRequestRoundTripFdFind(t *testing.T) {
+	for _, tc := range []struct {
+		r    Request
+		want []string
+	}{
+		{Request{Tool: Fd, Cwd: ".", Pattern: pat(wsDest + "/src/**/*.go"), Paths: []string{wsDest},
+			Options: []Option{{Name: "color=never"}, {Name: "hidden"}, {Name: "glob"}, {Name: "max-results", Value: "1001"}, {Name: "full-path"}, {Name: "ignore-case"}}},
+			[]string{"--color=never", "--hidden", "--glob", "--max-results=1001", "--full-path", "--ignore-case", "--", wsDest + "/src/**/*.go", wsDest}},
+		{Request{Tool: Fd, Cwd: "sub", Options: []Option{{Name: "extension", Value: "-x"}, {Name: "type", Value: "f"}, {Name: "search-path", Value: "deep"}}},
+			[]string{"--extension=-x", "--type=f", "--search-path=deep", "--"}},
+		{Request{Tool: Find, Cwd: ".", Paths: []string{".", "sub"}, Lang: "C.UTF-8",
+			Expr: mustFind(t, "(", "-name", "-delete", "-o", "!", "-iname", "*.GO", ")", "-a", "-type", "f,d", "-not", "-empty", "-print0")},
+			[]string{".", "sub", "(", "-name", "-delete", "-o", "!", "-iname", "*.GO", ")", "-a", "-type", "f,d", "-not", "-empty", "-print0"}},
+		{Request{Tool: Find, Cwd: ".", Expr: mustFind(t, "-maxdepth", "2", "-path", "./.git", "-prune", "-or", "-newer", "a.go", "-size", "+2k", "-print")},
+			[]string{"-maxdepth", "2", "-path", "./.git", "-prune", "-or", "-newer", "a.go", "-size", "+2k", "-print"}},
+		{Request{Tool: Find, Cwd: "."}, nil},
+	} {
+		got, err := Decode(tc.r.Encode(), wsDest)
+		if err != nil {
+			t.Errorf("%v: %v", tc.want, err)
+			continue
+		}
+		if a := got.Argv(); !slices.Equal(a, tc.want) {
+			t.Errorf("argv %q, want %q", a, tc.want)
+		}
+		if got.Lang != tc.r.Lang || got.tool() != tc.r.Tool {
+			t.Errorf("%v: tool %q lang %q", tc.want, got.Tool, got.Lang)
+		}
+	}
+}
+
+func mustFind(t *testing.T, tokens ...string) *Expr {
+	t.Helper()
+	e, err := ParseFind(tokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// ParseFind reads find's grammar: -o below the implicit and, ! and ( )
+// binding tightest, and Tokens gives back the tokens it was given.
+func TestParseFind(t *testing.T) {
+	e := mustFind(t, "-name", "a", "-type", "f", "-o", "!", "-name", "b")
+	if e.Op != OpOr || e.X.Op != OpAnd || e.X.Spell != "" || e.Y.Op != OpNot || *e.Y.X.Arg != "b" {
+		t.Errorf("tree %+v", e)
+	}
+	for _, toks := range [][]string{
+		{"-name", "a"}, {"(", "(", "-true", ")", ")"}, {"!", "!", "-false"}, {"-name", "(", "-o", "-name", ")"},
+		{"-path", "./x", "-prune", "-o", "-type", "f", "-print"}, {"-not", "-empty", "-and", "-mmin", "-5"},
+	} {
+		if got := mustFind(t, toks...).Tokens(); !slices.Equal(got, toks) {
+			t.Errorf("tokens %q, want %q", got, toks)
+		}
+	}
+}
+
+// fd's and find's options off the list, and their shapes find would read
+// otherwise, are refused with PP-SEARCH-REQUEST.
+func TestRequestRefusalsFdFind(t *testing.T) {
+	fd := func(opts ...Option) Request { return Request{Tool: Fd, Cwd: ".", Options: opts} }
+	for name, r := range map[string]Request{
+		"fd -x":              fd(Option{Name: "exec", Value: "sh"}),
+		"fd -X":              fd(Option{Name: "exec-batch", Value: "sh"}),
+		"fd -L":              fd(Option{Name: "follow"}),
+		"fd -l":              fd(Option{Name: "list-details"}),
+		"fd --ignore-file":   fd(Option{Name: "ignore-file", Value: "/etc/x"}),
+		"fd --owner":         fd(Option{Name: "owner", Value: "root"}),
+		"fd --base-dir":      fd(Option{Name: "base-directory", Value: "sub"}),
+		"fd --threads":       fd(Option{Name: "threads", Value: "64"}),
+		"fd one-fs":          fd(Option{Name: "one-file-system"}),
+		"fd --color=always":  fd(Option{Name: "color=always"}),
+		"fd type x;y":        fd(Option{Name: "type", Value: "f;x"}),
+		"fd size 1e9":        fd(Option{Name: "size", Value: "1e9"}),
+		"fd search-path out": fd(Option{Name: "search-path", Value: "/etc"}),
+		"fd search-path ..":  fd(Option{Name: "search-path", Value: "../x"}),
+		"fd paths, no pat":   {Tool: Fd, Cwd: ".", Paths: []string{"sub"}},
+		"fd path outside":    {Tool: Fd, Cwd: ".", Pattern: pat("x"), Paths: []string{"/etc"}},
+		"find option":        {Tool: Find, Cwd: ".", Options: []Option{{Name: "hidden"}}},
+		"find pattern":       {Tool: Find, Cwd: ".", Pattern: pat("x")},
+		"find path -x":       {Tool: Find, Cwd: ".", Paths: []string{"-exec"}},
+		"find path (":        {Tool: Find, Cwd: ".", Paths: []string{"("}},
+		"find path outside":  {Tool: Find, Cwd: ".", Paths: []string{"/"}},
+		"find locale":        {Tool: Find, Cwd: ".", Lang: "de_DE.UTF-8"},
+		"rg locale":          {Cwd: ".", Pattern: pat("x"), Lang: "C"},
+		"rg expression":      {Cwd: ".", Pattern: pat("x"), Expr: &Expr{Op: OpPrimary, Name: "-true"}},
+		"find -exec tree":    {Tool: Find, Cwd: ".", Expr: &Expr{Op: OpPrimary, Name: "-exec", Arg: pat("sh")}},
+		"find -and spelled":  {Tool: Find, Cwd: ".", Expr: &Expr{Op: OpAnd, Spell: "-exec", X: &Expr{Name: "-true"}, Y: &Expr{Name: "-true"}}},
+		"find -newer out":    {Tool: Find, Cwd: ".", Expr: &Expr{Op: OpPrimary, Name: "-newer", Arg: pat("/etc/passwd")}},
+		"other tool":         {Tool: "sh", Cwd: "."},
+	} {
+		if _, err := Decode(r.Encode(), wsDest); !isCode(err, diag.SearchRequest) {
+			t.Errorf("%s: %v, want %s", name, err, diag.SearchRequest)
+		}
+	}
+	for _, toks := range [][]string{
+		{"-exec", "rm", "{}", ";"}, {"-execdir", "sh", ";"}, {"-ok", "rm", ";"}, {"-okdir", "rm", ";"}, {"-delete"},
+		{"-fprint", "/tmp/x"}, {"-fprint0", "/tmp/x"}, {"-fprintf", "/tmp/x", "%p"}, {"-fls", "/tmp/x"},
+		{"-printf", "%u"}, {"-ls"}, {"-L"}, {"-H"}, {"-follow"}, {"-xtype", "f"}, {"-files0-from", "x"},
+		{"-regex", ".*"}, {"-user", "root"}, {"-uid", "0"}, {"-inum", "1"}, {"-xdev"},
+		{"-name", "a", ",", "-name", "b"}, {"(", "-name", "a"}, {"-name", "a", ")"}, {"-name"}, {"!"},
+		{"-o", "-name", "a"}, {"-type", "x"}, {"-maxdepth", "-1"}, {"-size", "1T"}, {"-mmin", "1.5"},
+		{"-name", "a", "-exec", "sh", ";"}, {"-name", "a\x00b"},
+	} {
+		r := Request{Tool: Find, Cwd: "."}
+		enc := string(r.Encode())
+		for _, tok := range toks {
+			enc += "expr\x00" + tok + "\x00"
+		}
+		if _, err := Decode([]byte(enc), wsDest); !isCode(err, diag.SearchRequest) {
+			t.Errorf("find %q: %v, want %s", toks, err, diag.SearchRequest)
+		}
+	}
+	deep := make([]string, 0, 2*maxExprDepth+4)
+	for i := 0; i <= maxExprDepth+1; i++ {
+		deep = append(deep, "!")
+	}
+	if _, err := ParseFind(append(deep, "-true")); !isCode(err, diag.SearchRequest) {
+		t.Errorf("nested past %d: %v", maxExprDepth, err)
+	}
+	if _, err := Decode([]byte(magic+"\x00cwd\x00.\x00tool\x00fd\x00"), wsDest); !isCode(err, diag.SearchRequest) {
+		t.Errorf("the tool after the cwd: %v", err)
+	}
+}

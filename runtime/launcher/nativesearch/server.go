@@ -19,9 +19,9 @@ import (
 //
 //	paseo-search 1 ok EXIT STDOUT-BYTES STDERR-BYTES\n
 //
-// followed by rg's stdout and stderr, or the line "paseo-search 1
+// followed by the tool's stdout and stderr, or the line "paseo-search 1
 // fallback\n" (a request off the list, a limit, the jail failed, too many
-// at once): the client then runs the sandbox's own rg. A connection from
+// at once): the client then runs the sandbox's own binary. A connection from
 // any address but the sandbox's, or one that sends nothing within the
 // deadline, is closed unanswered (the client falls back too).
 const (
@@ -108,7 +108,7 @@ func (s *Server) search(b []byte) (Result, error) {
 		return Result{}, err
 	}
 	if !s.j.PlainPaths(r) {
-		return Result{}, fmt.Errorf("%w: a path or the cwd is a link (the sandbox's rg follows it)", ErrFallback)
+		return Result{}, fmt.Errorf("%w: a path or the cwd is a link (the sandbox's tool follows it)", ErrFallback)
 	}
 	t := time.NewTimer(queueWait)
 	defer t.Stop()

@@ -63,16 +63,25 @@ func TestServerRefusesOtherAddresses(t *testing.T) {
 	}
 }
 
-// runClient runs the Perl client on the host in dir with args; the rg it
-// falls back to is the image's (as /usr/bin/rg is in the sandbox).
+// runClient runs the Perl client as rg on the host in dir with args; the
+// rg it falls back to is the image's (as /usr/bin/rg is in the sandbox).
 func runClient(t *testing.T, f jailFixture, addr netip.AddrPort, dir string, stdin io.Reader, args ...string) (string, string, int) {
 	t.Helper()
-	script := filepath.Join(t.TempDir(), "rg")
-	if err := os.WriteFile(script, bundle.SearchClientFor(addr.Addr().String(), int(addr.Port()), f.ws, f.rg), 0o755); err != nil {
+	return runClientAs(t, f, addr, "rg", dir, stdin, nil, args...)
+}
+
+// runClientAs runs the client installed as name (one of bundle.SearchClientNames), with an
+// empty HOME and env added.
+func runClientAs(t *testing.T, f jailFixture, addr netip.AddrPort, name, dir string, stdin io.Reader, env []string, args ...string) (string, string, int) {
+	t.Helper()
+	tmp := t.TempDir()
+	script := filepath.Join(tmp, name)
+	real := map[string]string{"rg": f.rg, "fd": f.bin(Fd), "find": f.bin(Find)}
+	if err := os.WriteFile(script, bundle.SearchClientFor(addr.Addr().String(), int(addr.Port()), f.ws, real), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("/usr/bin/perl", append([]string{script}, args...)...)
-	cmd.Dir, cmd.Env, cmd.Stdin = dir, []string{}, stdin
+	cmd.Dir, cmd.Env, cmd.Stdin = dir, append([]string{"HOME=" + tmp}, env...), stdin
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -154,5 +163,74 @@ func TestClientFallsBackWithoutServer(t *testing.T) {
 	want, wcode := f.hostRg(t, f.ws, "-c", "func", "sub")
 	if out != want || code != wcode {
 		t.Errorf("client %d %q, rg %d %q", code, out, wcode, want)
+	}
+}
+
+// TestClientSameAsFdAndFind: installed as fd and as find, the client's
+// output and exit code are the image's fd's and find's, for what it
+// forwards (Pi's find tool's argv among them) and for what it does not
+// (run by the sandbox's own binary); the server counts which.
+func TestClientSameAsFdAndFind(t *testing.T) {
+	f := newJail(t)
+	listingTree(t, f)
+	s, addr := serveJail(t, &f, netip.MustParseAddr("127.0.0.1"))
+	if err := os.Symlink(f.secret, filepath.Join(f.ws, "outlink")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		tool    Tool
+		args    []string
+		dir     string
+		env     []string
+		forward bool
+	}{
+		{Fd, []string{"-e", "go"}, "", nil, true},
+		{Fd, []string{}, "", nil, true},
+		{Fd, []string{"-HI", "-tf"}, "", nil, true},
+		{Fd, []string{"--color=never", "--hidden", "--glob", "--max-results", "1001", "--", "*.go", f.ws}, "", nil, true},
+		{Fd, []string{"--color=never", "--hidden", "--glob", "--max-results", "1001", "--full-path", "--ignore-case", "--", f.ws + "/sub/**/*.GO", f.ws}, "", nil, true},
+		{Fd, []string{"--color", "never", "-d2", "b", "sub"}, "", nil, true},
+		{Fd, []string{"-E", "*.go", "-td"}, "sub", nil, true},
+		{Fd, []string{"-0", "go$"}, "", nil, true},
+		{Fd, []string{"x", "no-such-dir"}, "", nil, true},
+		{Fd, []string{"--version"}, "", nil, false},
+		{Fd, []string{"-L", "key"}, "", nil, false},
+		{Fd, []string{"-x", "echo", ";", "a.go"}, "", nil, false},
+		{Fd, []string{"-l", "a.go"}, "", nil, false},
+		{Fd, []string{"key", "outlink"}, "", nil, false},
+		{Fd, []string{"b", "../sub"}, "sub", nil, false},
+		{Find, []string{".", "-name", "*.go"}, "", nil, true},
+		{Find, []string{}, "", nil, true},
+		{Find, []string{"-P", ".", "-path", "./.git", "-prune", "-o", "-type", "f", "-print"}, "", nil, true},
+		{Find, []string{"sub", "empty", "(", "-size", "+1k", "-o", "-empty", ")"}, "", nil, true},
+		{Find, []string{f.ws + "/sub", "-iname", "*.GO", "-print0"}, "sub", []string{"LANG=C.UTF-8"}, true},
+		{Find, []string{".", "-name", "-delete"}, "", nil, true}, // a name, not the action
+		{Find, []string{"no-such"}, "", nil, true},
+		{Find, []string{".", "-name", "a.go", "-exec", "echo", "{}", ";"}, "", nil, false},
+		{Find, []string{"-L", ".", "-name", "a.go"}, "", nil, false},
+		{Find, []string{".", "-name", "a.go", "-printf", "%p\\n"}, "", nil, false},
+		{Find, []string{"outlink/"}, "", nil, false},
+		{Find, []string{".", "-name", "*.go"}, "", []string{"LANG=de_DE.UTF-8"}, false},
+		{Find, []string{".", "-name", "*.go"}, "", []string{"LC_COLLATE=C.UTF-8"}, false},
+	} {
+		before := s.Stats().Answered
+		dir := filepath.Join(f.ws, tc.dir)
+		out, errs, code := runClientAs(t, f, addr, string(tc.tool), dir, nil, tc.env, tc.args...)
+		want, wcode := f.hostTool(t, tc.tool, dir, tc.args...)
+		if code != wcode || !slices.Equal(sortedLines(out), sortedLines(want)) {
+			t.Errorf("%s %q: client exit %d\n%s(stderr %s)\n%s exit %d\n%s", tc.tool, tc.args, code, out, errs, tc.tool, wcode, want)
+		}
+		if forwarded := s.Stats().Answered > before; forwarded != tc.forward {
+			t.Errorf("%s %q: forwarded %v, want %v", tc.tool, tc.args, forwarded, tc.forward)
+		}
+	}
+	// A global ignore file of the user's (the jail has no HOME): the
+	// sandbox's fd answers.
+	home := t.TempDir()
+	write(t, filepath.Join(home, ".config", "fd", "ignore"), "*.go\n")
+	before := s.Stats().Answered
+	out, _, _ := runClientAs(t, f, addr, "fd", f.ws, nil, []string{"XDG_CONFIG_HOME=" + filepath.Join(home, ".config")})
+	if s.Stats().Answered != before || strings.Contains(out, ".go") {
+		t.Errorf("fd with a global ignore file: answered %d, output %q", s.Stats().Answered-before, out)
 	}
 }
