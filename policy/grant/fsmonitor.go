@@ -1,8 +1,6 @@
 package grant
 
 import (
-	"errors"
-
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -27,12 +25,7 @@ func (g FSMonitor) Key() string           { return key(g) }
 func (FSMonitor) Apply(*specs.Spec) error { return nil }
 
 // Access is allow when the launcher serves it, set (to off) otherwise.
-func (g FSMonitor) Access() Access {
-	if g.On {
-		return Allow
-	}
-	return Set
-}
+func (g FSMonitor) Access() Access { return servedAccess(g.On) }
 
 // Restricts: an off monitor grants nothing, so adding it widens nothing.
 func (g FSMonitor) Restricts() bool { return !g.On }
@@ -40,28 +33,9 @@ func (g FSMonitor) Restricts() bool { return !g.On }
 // Against: turning it on widens (the sandbox reaches one more port of its
 // gateway and gets answers from the host); off narrows; a new port or
 // path is a change to review.
-func (g FSMonitor) Against(old Grant) Direction {
-	o := old.(FSMonitor)
-	switch {
-	case !o.On && g.On:
-		return Widened
-	case o.On && !g.On:
-		return Narrowed
-	}
-	return Changed
-}
+func (g FSMonitor) Against(old Grant) Direction { return servedAgainst(old.(FSMonitor).On, g.On) }
 
-func (g FSMonitor) Validate() error {
-	switch {
-	case !g.On && (g.Port != 0 || g.Path != ""):
-		return errors.New("an fsmonitor that is off has no port and no path")
-	case g.On && (g.Port < 1 || g.Port > 65535):
-		return errors.New("fsmonitor port must be 1-65535")
-	case g.On && !absolute(g.Path):
-		return errors.New("fsmonitor path must be absolute")
-	}
-	return nil
-}
+func (g FSMonitor) Validate() error { return validateServed("fsmonitor", g.On, g.Port, g.Path) }
 
 func (g FSMonitor) encode() Encoded {
 	w := head(g)

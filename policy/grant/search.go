@@ -1,8 +1,6 @@
 package grant
 
 import (
-	"errors"
-
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -30,12 +28,7 @@ func (g Search) Key() string           { return key(g) }
 func (Search) Apply(*specs.Spec) error { return nil }
 
 // Access is allow when the launcher serves it, set (to off) otherwise.
-func (g Search) Access() Access {
-	if g.On {
-		return Allow
-	}
-	return Set
-}
+func (g Search) Access() Access { return servedAccess(g.On) }
 
 // Restricts: an off search grants nothing, so adding it widens nothing.
 func (g Search) Restricts() bool { return !g.On }
@@ -43,28 +36,9 @@ func (g Search) Restricts() bool { return !g.On }
 // Against: turning it on widens (the sandbox reaches one more port of its
 // gateway, and the host runs searches of the agent's files); off narrows;
 // a new port or path is a change to review.
-func (g Search) Against(old Grant) Direction {
-	o := old.(Search)
-	switch {
-	case !o.On && g.On:
-		return Widened
-	case o.On && !g.On:
-		return Narrowed
-	}
-	return Changed
-}
+func (g Search) Against(old Grant) Direction { return servedAgainst(old.(Search).On, g.On) }
 
-func (g Search) Validate() error {
-	switch {
-	case !g.On && (g.Port != 0 || g.Path != ""):
-		return errors.New("a search that is off has no port and no path")
-	case g.On && (g.Port < 1 || g.Port > 65535):
-		return errors.New("search port must be 1-65535")
-	case g.On && !absolute(g.Path):
-		return errors.New("search path must be absolute")
-	}
-	return nil
-}
+func (g Search) Validate() error { return validateServed("search", g.On, g.Port, g.Path) }
 
 func (g Search) encode() Encoded {
 	w := head(g)
