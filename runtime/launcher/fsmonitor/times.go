@@ -9,11 +9,10 @@ import (
 // The watcher keeps, for each name it names, the inode, size,
 // modification and change time it read when it named it (a stat beneath
 // the workspace's descriptor, not following a link: never an open of a
-// file).
-// A close-after-write (IN_CLOSE_WRITE) or attribute (IN_ATTRIB) event on
-// a name whose four values are still the kept ones is left out of the
-// journal. Every other event (a write, a truncation, a create, a delete, a
-// rename) is always named, whatever the times say.
+// file). A close-after-write (IN_CLOSE_WRITE) or attribute (IN_ATTRIB)
+// event on a name whose four values are still the kept ones is left out of
+// the journal. Every other event (a write, a truncation, a create, a
+// delete, a rename) is always named, whatever the times say.
 //
 // Why that cannot hide a change from Git: every kept value was read while
 // an event naming the same name, or a name in the same directory, was
@@ -21,18 +20,18 @@ import (
 // its directory again, only after the answer that names it, so after the
 // read). Git therefore holds a state at least as new as the kept one. A
 // write or truncation since then has its own event, named. What a close
-// or attribute event can stand for alone — a write through a shared
-// mapping (no write event; the kernel moves the times at the page fault),
-// a chmod, chown, utimensat, a link made or removed, an extended attribute
-// — moves the change time, which the kernel sets and no process can
-// choose, so it no longer matches and the event is named. The one gap is a
-// clock that does not tick between two changes: a mapped write in the same
-// timestamp tick as the change last read. Kernels with multigrain
-// timestamps (Linux 6.13 and later, on ext4, xfs, btrfs and tmpfs) close
-// it: once a stat has read the change time, the next change gets a
-// fine-grained, different one, and this stat always reads it. A name with
-// nothing kept (not named since the watch began, past Limits.Times, or
-// since an overflow made the journal start again) is named, as before. No clock is compared: only a recorded
+// or attribute event can stand for alone (a write through a shared
+// mapping: no write event, the kernel moves the times at the page fault;
+// a chmod, chown or utimensat; an extended attribute) moves the change
+// time, which the kernel sets and no process can choose, so it no longer
+// matches and the event is named. The one gap is a clock that does not
+// tick between two changes: a mapped write in the same timestamp tick as
+// the change last read. Kernels with multigrain timestamps (Linux 6.13 and
+// later, on ext4, xfs, btrfs and tmpfs) close it: once a stat has read the
+// change time, the next change gets a fine-grained, different one, and
+// this stat always reads it. A name with nothing kept (not named since the
+// watch began, past Limits.Times, or since an overflow made the journal
+// start again) is named, as before. No clock is compared: only a recorded
 // value with the same inode's value now.
 
 // fileTime is what is kept of a name.
