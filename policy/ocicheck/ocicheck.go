@@ -260,19 +260,12 @@ func fsmonitorServed(d Decoded) error {
 	if g == nil {
 		return nil
 	}
-	var problems []string
-	if d.Egress == nil || d.Egress.Mode != "sandbox" {
-		problems = append(problems, "the monitor is served on the sandbox network's gateway, and the network mode is not sandbox")
-	} else if slices.ContainsFunc(d.Egress.Routes, func(r bundle.Route) bool { return r.Port == g.Port }) {
-		problems = append(problems, fmt.Sprintf("port %d is a route's", g.Port))
-	}
+	problems := onTheGateway(d, "the monitor", g.Port, nil)
 	if d.Spec != nil {
 		if d.Spec.Process == nil || d.Spec.Process.Cwd != g.Path {
 			problems = append(problems, "the watched path is not the process's working directory")
 		}
-		if !slices.ContainsFunc(d.Spec.Mounts, func(m specs.Mount) bool {
-			return m.Destination == bundle.FSMonitorHookPath && m.Type == "bind" && m.Source == bundle.FSMonitorHookFile && slices.Contains(m.Options, "ro")
-		}) {
+		if !boundReadOnly(d, bundle.FSMonitorHookPath, bundle.FSMonitorHookFile) {
 			problems = append(problems, "the hook is not bound read-only at "+bundle.FSMonitorHookPath)
 		}
 	}
@@ -317,26 +310,14 @@ func searchServed(d Decoded) error {
 	if g == nil {
 		return nil
 	}
-	var problems []string
-	if d.Egress == nil || d.Egress.Mode != "sandbox" {
-		problems = append(problems, "the search is served on the sandbox network's gateway, and the network mode is not sandbox")
-	} else {
-		for _, r := range d.Egress.Routes {
-			ports[r.Port] = "a route's"
-		}
-		if who, ok := ports[g.Port]; ok {
-			problems = append(problems, fmt.Sprintf("port %d is %s", g.Port, who))
-		}
-	}
+	problems := onTheGateway(d, "the search", g.Port, ports)
 	if d.Spec != nil {
 		if d.Spec.Process == nil || d.Spec.Process.Cwd != g.Path {
 			problems = append(problems, "the searched workspace is not the process's working directory")
 		}
 		for _, n := range bundle.SearchClientNames {
 			dest := bundle.SearchDir + "/" + n
-			if !slices.ContainsFunc(d.Spec.Mounts, func(m specs.Mount) bool {
-				return m.Destination == dest && m.Type == "bind" && m.Source == bundle.SearchClientFile && slices.Contains(m.Options, "ro")
-			}) {
+			if !boundReadOnly(d, dest, bundle.SearchClientFile) {
 				problems = append(problems, "the client is not bound read-only at "+dest)
 			}
 		}
@@ -355,6 +336,30 @@ func searchServed(d Decoded) error {
 		return errors.New(strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// onTheGateway is what every host service on the gateway (the monitor,
+// the search) needs of the bundle: network mode sandbox, and its port
+// neither a route's nor one of taken's (port -> whose).
+func onTheGateway(d Decoded, what string, port int, taken map[int]string) []string {
+	if d.Egress == nil || d.Egress.Mode != "sandbox" {
+		return []string{what + " is served on the sandbox network's gateway, and the network mode is not sandbox"}
+	}
+	if slices.ContainsFunc(d.Egress.Routes, func(r bundle.Route) bool { return r.Port == port }) {
+		return []string{fmt.Sprintf("port %d is a route's", port)}
+	}
+	if who, ok := taken[port]; ok {
+		return []string{fmt.Sprintf("port %d is %s", port, who)}
+	}
+	return nil
+}
+
+// boundReadOnly says whether the spec binds the bundle file source
+// read-only at dest.
+func boundReadOnly(d Decoded, dest, source string) bool {
+	return slices.ContainsFunc(d.Spec.Mounts, func(m specs.Mount) bool {
+		return m.Destination == dest && m.Type == "bind" && m.Source == source && slices.Contains(m.Options, "ro")
+	})
 }
 
 // CheckGateway is the check that a bundle names its gateway exactly when
