@@ -3,7 +3,6 @@ package launcher
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"paseo.dev/paseo-policy/diag"
@@ -86,8 +85,8 @@ func (l *launch) checkNativeSearch() error {
 	if err := j.Check(); err != nil {
 		return err
 	}
-	if fi, err := os.Lstat(filepath.Join(j.Usr, "bin/rg")); err != nil || !fi.Mode().IsRegular() {
-		return &nativesearch.ErrJail{Msg: fmt.Sprintf("the image has no rg at %s/bin/rg", j.Usr)}
+	if err := j.CheckTools(); err != nil {
+		return err
 	}
 	l.state.search = &nativeSearchState{jail: j, port: g.Port}
 	return nil

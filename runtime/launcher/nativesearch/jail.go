@@ -118,6 +118,22 @@ func (j Jail) Check() error {
 	return nil
 }
 
+// CheckTools checks that the image under j.Usr holds every tool the
+// server may run (toolSpecs: rg, fd, find), each a regular file at the
+// path the jail execs. Without one a request for it would fail in the jail
+// and fall back, per request, to the sandbox's own binary: the launch of a
+// plan that grants the search is refused instead (PP-SEARCH-JAIL), as it
+// is for a kernel that cannot build the jail.
+func (j Jail) CheckTools() error {
+	for _, t := range []Tool{Rg, Fd, Find} {
+		p := path.Join(j.Usr, strings.TrimPrefix(toolSpecs[t].bin, "/usr/"))
+		if fi, err := os.Lstat(p); err != nil || !fi.Mode().IsRegular() {
+			return &ErrJail{Msg: fmt.Sprintf("the image has no %s at %s", t, p)}
+		}
+	}
+	return nil
+}
+
 // jailConfig is what the init reads from its argv.
 type jailConfig struct {
 	Tool   Tool     `json:"tool"` // the init execs toolSpecs[Tool].bin
