@@ -353,16 +353,35 @@ func (g *gatewayNode) exec(ctx context.Context, t *testing.T, id string, timeout
 }
 
 // checkNoKey checks that the key is nowhere in the Pod: no file under /
-// (but the kernel's trees, which the environments below cover) and no
-// process's environment, searched from inside with the image's grep and
-// tr (tools is the prefix that runs them: "/bin/busybox " or ""). The
-// pattern is the key with its first character in a bracket, so the
-// probe's own argv (in /proc) does not match it. Control: a copy of the
-// key planted in the workspace (the Pod's working dir) is found.
-func (g *gatewayNode) checkNoKey(t *testing.T, id string, pod *corev1.Pod, tools string) {
+// (but the kernel's trees, which the environments below cover, and
+// imageOnly) and no process's environment, searched from inside with the
+// image's grep and tr (tools is the prefix that runs them: "/bin/busybox "
+// or ""). imageOnly are top-level directories that hold the image's bytes
+// alone: the root is read-only and no mount of the Pod lies in them
+// (checked here), so what they hold was fixed when the image was built,
+// before this run made its key. The pattern is the key with its first
+// character in a bracket, so the probe's own argv (in /proc) does not
+// match it. Control: a copy of the key planted in the workspace (the Pod's
+// working dir) is found.
+func (g *gatewayNode) checkNoKey(t *testing.T, id string, pod *corev1.Pod, tools string, imageOnly ...string) {
 	t.Helper()
 	pattern := "[" + g.key[:1] + "]" + g.key[1:]
-	search := `for d in /*; do case "$d" in /proc|/sys|/dev) ;; *) ` + tools + `grep -rl -e "$1" "$d";; esac; done
+	skip := "/proc|/sys|/dev"
+	for _, d := range imageOnly {
+		if !*pod.Spec.Containers[0].SecurityContext.ReadOnlyRootFilesystem {
+			t.Fatal("the root is writable: no directory of it holds the image's bytes alone")
+		}
+		for _, m := range pod.Spec.Containers[0].VolumeMounts {
+			if m.MountPath == d || strings.HasPrefix(m.MountPath, d+"/") {
+				t.Fatalf("%s is mounted under %s, which the search leaves out", m.MountPath, d)
+			}
+		}
+		skip += "|" + d
+	}
+	// A top-level symlink (a merged /usr's /bin, /lib, /sbin) is left out:
+	// grep follows a link it is given, and what the link leads to is
+	// searched (or left out) under its own name.
+	search := `for d in /*; do [ -L "$d" ] && continue; case "$d" in ` + skip + `) ;; *) ` + tools + `grep -rl -e "$1" "$d";; esac; done
 for f in /proc/[0-9]*/environ; do ` + tools + `tr '\0' '\n' < "$f"; done | ` + tools + `grep -c -e "$1"`
 	sh := "/bin/sh"
 	if tools != "" {
