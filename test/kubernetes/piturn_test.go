@@ -241,6 +241,24 @@ func TestPiTurnThroughGatewayOnContainerdRunsc(t *testing.T) {
 		}
 	})
 
+	// The exposure a cluster's RBAC must close (threat 180): the kubelet's
+	// attach fences no writer, so a second attach to the same container
+	// drives the same Pi (on a host the supervisor's bridge admits one
+	// writer per attachment epoch, threat 34). Its command is answered.
+	t.Run("a-second-attach-drives-pi", func(t *testing.T) {
+		att2, err := n.CRI.Attach(ctx, &cri.AttachRequest{ContainerId: ctrID, Stdin: true, Stdout: true, Stderr: true})
+		if err != nil {
+			t.Fatalf("a second Attach: %v", err)
+		}
+		stdio2, _ := attach(ctx, t, g.nodeNS, att2.Url)
+		second := piproto.New(stdio2.r, stdio2.w)
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if resp, _, err := second.Call(sctx, map[string]any{"type": "get_state"}); err != nil || !resp.OK() {
+			t.Fatalf("the second attach's get_state: %v %s", err, resp.Raw)
+		}
+	})
+
 	// Pi is the Pod's process (the start script exec'd it), and its session
 	// log, on the node's hostPath, has the turn.
 	t.Run("pi-is-the-pods-process", func(t *testing.T) {
