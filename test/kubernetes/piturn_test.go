@@ -130,7 +130,7 @@ func TestPiTurnThroughGatewayOnContainerdRunsc(t *testing.T) {
 
 	// The image: the Pi rootfs's layer (cached) and the Pod's mount points
 	// above it (a read-only root cannot make them at start).
-	tree := cachedTreeImage(t, im.Rootfs, "paseo.test/pi-rootfs")
+	tree := cachedTreeImage(t, im.Rootfs, "paseo.test/pi-rootfs", treeCacheDir(t))
 	t.Logf("the Pi rootfs's layer (%d MB, %d entries): %.1f s (cached: %v)", tree.Layer.size>>20, len(tree.Paths), tree.Seconds, tree.Cached)
 	entries := treeStandIns(tree)
 	addMountPoints(entries, first.Pod)

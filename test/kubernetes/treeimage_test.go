@@ -2,6 +2,7 @@ package kubernetes_test
 
 import (
 	"archive/tar"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,21 +101,28 @@ func listTree(t *testing.T, root string) ([]treeEntry, string) {
 	return entries, hex.EncodeToString(h.Sum(nil))
 }
 
+// treeCacheDir is where tree images are kept between runs: the user's
+// cache dir, or without one (no HOME) a dir of this test's alone.
+func treeCacheDir(t *testing.T) string {
+	t.Helper()
+	base, err := os.UserCacheDir()
+	if err != nil {
+		t.Logf("no cache dir (%v): the tree's image is built for this run", err)
+		return t.TempDir()
+	}
+	return filepath.Join(base, "paseo-policy", "kube-images")
+}
+
 // cachedTreeImage returns the image of the tree at root, named
-// repo:<12 hex of the listing's hash>, from the cache or built into it.
-func cachedTreeImage(t *testing.T, root, repo string) treeImage {
+// repo:<12 hex of the listing's hash>, from the cache dir or built into
+// it; the archives of other trees in dir are removed.
+func cachedTreeImage(t *testing.T, root, repo, dir string) treeImage {
 	t.Helper()
 	start := time.Now()
 	entries, key := listTree(t, root)
 	paths := make(map[string]bool, len(entries))
 	for _, e := range entries {
 		paths[e.rel] = true
-	}
-	dir := t.TempDir() // no cache dir (no HOME): built for this run alone
-	if base, err := os.UserCacheDir(); err == nil {
-		dir = filepath.Join(base, "paseo-policy", "kube-images")
-	} else {
-		t.Logf("no cache dir (%v): the image of %s is built for this run", err, root)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -254,4 +263,88 @@ func treeStandIns(tree treeImage) map[string]layerEntry {
 		out[p] = layerEntry{}
 	}
 	return out
+}
+
+// TestTreeImageCache builds a small tree's image twice (the second from
+// the cache, the same digests), reads its layer back out of the archive
+// (the tree's entries, bytes, modes and link targets, mtime 0; the layer's
+// digest its bytes'), then changes one file: the image is built again and
+// the old archive removed.
+func TestTreeImageCache(t *testing.T) {
+	root, cache := t.TempDir(), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "a/b"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "a/b/x"), []byte("one\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("a/b/x", filepath.Join(root, "l")); err != nil {
+		t.Fatal(err)
+	}
+	first := cachedTreeImage(t, root, "paseo.test/tree", cache)
+	again := cachedTreeImage(t, root, "paseo.test/tree", cache)
+	if first.Cached || !again.Cached || again.Digest != first.Digest || again.Layer.digest != first.Layer.digest || again.Archive != first.Archive {
+		t.Fatalf("first %+v, again %+v: want one build, then the same image from the cache", first, again)
+	}
+
+	// The layer, as the archive carries it.
+	f, err := os.Open(first.Archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ar := tar.NewReader(f)
+	var layer []byte
+	for {
+		h, err := ar.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Name == "blobs/sha256/"+strings.TrimPrefix(first.Layer.digest, "sha256:") {
+			if layer, err = io.ReadAll(ar); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if sha(layer) != first.Layer.digest || int64(len(layer)) != first.Layer.size {
+		t.Fatalf("the archive's layer is %d bytes of %s; want %d of %s", len(layer), sha(layer), first.Layer.size, first.Layer.digest)
+	}
+	var got []string
+	lr := tar.NewReader(bytes.NewReader(layer))
+	for {
+		h, err := lr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(lr)
+		if h.ModTime.Unix() != 0 {
+			t.Errorf("%s: mtime %v, want 0", h.Name, h.ModTime)
+		}
+		got = append(got, fmt.Sprintf("%s %c %o %q %q", h.Name, h.Typeflag, h.Mode, h.Linkname, data))
+	}
+	want := []string{`a/ 5 750 "" ""`, `a/b/ 5 750 "" ""`, `a/b/x 0 640 "" "one\n"`, `l 2 777 "a/b/x" ""`}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the layer holds\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	// A changed tree is another image; the old archive goes.
+	if err := os.WriteFile(filepath.Join(root, "a/b/x"), []byte("two, longer\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	changed := cachedTreeImage(t, root, "paseo.test/tree", cache)
+	if changed.Cached || changed.Layer.digest == first.Layer.digest {
+		t.Fatalf("the changed tree's image %+v is the first's", changed)
+	}
+	if _, err := os.Stat(first.Archive); err == nil {
+		t.Error("the first tree's archive is still cached")
+	}
+	if left, _ := filepath.Glob(filepath.Join(cache, "*")); len(left) != 2 {
+		t.Errorf("the cache holds %v; want the changed tree's archive and sidecar", left)
+	}
 }
