@@ -3,10 +3,10 @@ package kubernetes_test
 import (
 	"archive/tar"
 	"bytes"
-	"io"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
