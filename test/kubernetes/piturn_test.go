@@ -162,7 +162,12 @@ func TestPiTurnThroughGatewayOnContainerdRunsc(t *testing.T) {
 	defer cancel()
 	waitForImage(ctx, t, n, c.Image)
 
-	g := startGatewayNode(ctx, t, n, pod, s.Bundle, fakemodel.Text(piAnswer))
+	// The model's script: the first prompt's answer, then (the second
+	// prompt) a call of the daemon's list_agents through Pi's mcp tool and
+	// an answer after it.
+	g := startGatewayNode(ctx, t, n, pod, s.Bundle, fakemodel.Text(piAnswer),
+		fakemodel.Turn{ToolCalls: []fakemodel.ToolCall{{Name: "mcp", Arguments: map[string]any{"tool": "paseo_list_agents", "args": "{}"}}}},
+		fakemodel.Text("called"))
 	start = time.Now()
 	ctrID := g.startContainer(ctx, t, pod, vols)
 
@@ -196,9 +201,9 @@ func TestPiTurnThroughGatewayOnContainerdRunsc(t *testing.T) {
 	}
 	stdio, stderr := attach(ctx, t, g.nodeNS, att.Url)
 	pi := piproto.New(stdio.r, stdio.w)
-	turn := func(t *testing.T) []piproto.Frame {
+	turn := func(t *testing.T, prompt string) []piproto.Frame {
 		t.Helper()
-		resp, _, err := pi.Call(ctx, map[string]any{"type": "prompt", "message": piPrompt})
+		resp, _, err := pi.Call(ctx, map[string]any{"type": "prompt", "message": prompt})
 		if err != nil || !resp.OK() {
 			t.Fatalf("prompt: %v %s\nPi's stderr: %s", err, resp.Raw, stderr.String())
 		}
@@ -210,7 +215,7 @@ func TestPiTurnThroughGatewayOnContainerdRunsc(t *testing.T) {
 	}
 
 	t.Run("pi-turn-through-the-gateway", func(t *testing.T) {
-		events := turn(t)
+		events := turn(t, piPrompt)
 		t.Logf("the container's start to Pi's agent_end: %.1f s", time.Since(start).Seconds())
 		var raw bytes.Buffer
 		for _, f := range events {
@@ -238,6 +243,34 @@ func TestPiTurnThroughGatewayOnContainerdRunsc(t *testing.T) {
 		}
 		if g.modelConns.from(g.podIP) != afterRule {
 			t.Error("a connection from the Pod's address reached the model after the rule")
+		}
+	})
+
+	// The MCP route through the same gateway: Pi's mcp tool reaches the
+	// daemon as this agent, with the bearer the gateway added, and the
+	// daemon's answer goes back to the model as the tool's result.
+	t.Run("mcp-tool-through-the-gateway", func(t *testing.T) {
+		before := len(g.fm.Requests())
+		turn(t, "call the paseo tool")
+		seen := daemon.Requests()
+		calls := 0
+		for _, q := range seen {
+			if !strings.HasPrefix(q, "POST /mcp/agents?callerAgentId=agent-7f3c Bearer "+mcpBearer) {
+				t.Errorf("the daemon saw a request not as this agent with the gateway's bearer: %.80q", q)
+			}
+			if strings.Contains(q, "tools/call") {
+				calls++
+			}
+		}
+		if calls != 1 {
+			t.Errorf("the daemon saw %d tool calls, want 1 (of %d requests)", calls, len(seen))
+		}
+		var result bool
+		for _, q := range g.fm.Requests()[before:] {
+			result = result || bytes.Contains(q.Body, []byte("agents listed by paseo"))
+		}
+		if !result {
+			t.Error("the daemon's answer did not reach the model as the tool's result")
 		}
 	})
 

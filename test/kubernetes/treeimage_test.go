@@ -37,15 +37,15 @@ const treeImageVersion = "paseo-kube-tree-image v1"
 // descriptor.
 type treeImage struct {
 	ociImage
-	Layer blob `json:"-"`
+	Layer blob
 	// Paths are the tree's entries (slash-separated, relative), so a
 	// layer above it adds only what the tree lacks.
-	Paths map[string]bool `json:"-"`
+	Paths map[string]bool
 	// Cached says whether the archive came from the cache.
-	Cached bool `json:"-"`
+	Cached bool
 	// Seconds is the time to list the tree and, if not cached, to write the
 	// layer and the archive.
-	Seconds float64 `json:"-"`
+	Seconds float64
 }
 
 // treeCacheEntry is the sidecar of a cached archive, written last: an
