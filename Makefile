@@ -161,10 +161,12 @@ e2e-ts: runsc image
 # a module of its own (k8s.io/kubernetes and its staging replaces stay out
 # of the product's go.mod): the golden renderings through the apiserver's
 # validation and the Pod Security checks, and the rendered Pod run by a
-# containerd of the test's own through the CRI on the runsc shim. Root.
-kubernetes: runsc shim containerd
+# containerd of the test's own through the CRI on the runsc shim, and a
+# real Pi turn in that Pod through the cluster gateway (the Pi image: its
+# layer is cached in the user's cache dir between runs). Root.
+kubernetes: runsc shim containerd image
 	cd test/kubernetes && GOWORK=off $(GO) vet ./...
-	cd test/kubernetes && GOWORK=off $(GO) test $(RACE) -count=1 -v ./...
+	cd test/kubernetes && GOWORK=off $(GO) test $(RACE) -count=1 -timeout 30m -v ./...
 
 # The escape probe as a plain host process (control: every escape must
 # succeed) and under the launcher (contained: none may), plus one sandbox

@@ -20,6 +20,7 @@ import (
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"paseo.dev/paseo-policy/internal/nsutil"
@@ -95,13 +96,6 @@ func TestGatewayOnContainerdRunsc(t *testing.T) {
 		t.Fatalf("the rendering names the gateway %+v; want %s", pod.Spec.HostAliases, gatewayAddr)
 	}
 
-	// The key, random per run, in a 0400 file (what the gateway's Pod
-	// mounts from a Secret); the daemon's bearer likewise (the MCP route).
-	key := "sk-node-gateway-" + randomHex(t)
-	secrets := t.TempDir()
-	keyFile := writeSecret(t, secrets, "model-key", key)
-	tokenFile := writeSecret(t, secrets, "mcp-token", "mcp-bearer-"+randomHex(t))
-
 	vols := materialize(t, pod, r.ConfigMap)
 	n := startNode(t, pause.Name)
 	n.importImage(t, pause)
@@ -110,136 +104,12 @@ func TestGatewayOnContainerdRunsc(t *testing.T) {
 	defer cancel()
 	waitForImage(ctx, t, n, pod.Spec.Containers[0].Image)
 
-	sandboxCfg := podSandboxConfig(t, pod, n.dir)
-	sb, err := n.CRI.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: sandboxCfg, RuntimeHandler: runtimeHandler})
-	if err != nil {
-		t.Fatalf("RunPodSandbox: %v", err)
-	}
-	t.Cleanup(func() {
-		c, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if _, err := n.CRI.StopPodSandbox(c, &cri.StopPodSandboxRequest{PodSandboxId: sb.PodSandboxId}); err != nil {
-			t.Errorf("StopPodSandbox: %v", err)
-		}
-		if _, err := n.CRI.RemovePodSandbox(c, &cri.RemovePodSandboxRequest{PodSandboxId: sb.PodSandboxId}); err != nil {
-			t.Errorf("RemovePodSandbox: %v", err)
-		}
-	})
-	st, err := n.CRI.PodSandboxStatus(ctx, &cri.PodSandboxStatusRequest{PodSandboxId: sb.PodSandboxId})
-	if err != nil || st.Status.GetNetwork().GetIp() == "" {
-		t.Fatalf("PodSandboxStatus: no Pod IP (%v)", err)
-	}
-	podIP := st.Status.Network.Ip
-
-	// The node's network namespace (containerd's): the CNI made pkube0
-	// there for the Pod; the gateway and the model get their addresses on it.
-	nodeNS, err := nsutil.Open(fmt.Sprintf("/proc/%d/ns/net", n.cmd.Process.Pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(nodeNS) })
-	for _, a := range []netip.Addr{gatewayAddr, providerIP} {
-		cmd := exec.Command("/bin/busybox", "ip", "addr", "add", a.String()+"/24", "dev", "pkube0")
-		var out strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := nsutil.Do(nodeNS, cmd.Run); err != nil {
-			t.Fatalf("ip addr add %s dev pkube0 in the node's namespace: %v\n%s", a, err, out.String())
-		}
-	}
-
-	// The fake model, over TLS with a certificate of the test's CA for the
-	// provider's name, on its own address of the pod network.
-	ca, err := fakemodel.NewTestCA(providerName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fm := fakemodel.New(fakemodel.Options{APIKey: key, Script: []fakemodel.Turn{fakemodel.Text("hello through the cluster gateway")}})
-	var modelLn net.Listener
-	if err := nsutil.Do(nodeNS, func() (err error) {
-		modelLn, err = net.Listen("tcp4", providerIP.String()+":8443")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	modelConns := &countingListener{Listener: modelLn}
-	go fm.ServeTLS(modelConns, ca.Cert)
-	t.Cleanup(func() { fm.Close() })
-
-	// The gateway, listening in the node's namespace on its address. Its
-	// dialer is the production one (sandboxnet.SafeDialer: the provider's
-	// addresses checked at each dial), run from the node's namespace (the
-	// gateway's own egress, which no rule of the Pod's touches), with the
-	// provider's name resolved to the model's address as a cluster's DNS
-	// would.
-	resolve := func(_ context.Context, host string) ([]netip.Addr, error) {
-		if host != providerName {
-			return nil, fmt.Errorf("%s: no such host", host)
-		}
-		return []netip.Addr{providerIP}, nil
-	}
-	safeDial := sandboxnet.SafeDialer(resolve)
-	var gw *gateway.Gateway
-	if err := nsutil.Do(nodeNS, func() (err error) {
-		gw, err = gateway.Start(gateway.Options{Bundle: s.Bundle, Listen: gatewayAddr, ModelKeyFile: keyFile, MCPTokenFile: tokenFile,
-			ModelRoots: ca.Roots, Resolve: resolve, Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				var c net.Conn
-				err := nsutil.Do(nodeNS, func() (err error) {
-					c, err = safeDial(ctx, network, addr)
-					return err
-				})
-				return c, err
-			}})
-		return err
-	}); err != nil {
-		t.Fatalf("gateway.Start: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := gw.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	var model *gateway.Route
-	for i := range gw.Routes {
-		if gw.Routes[i].Route.Purpose == "model" {
-			model = &gw.Routes[i]
-		}
-	}
-	if model == nil {
-		t.Fatal("the gateway serves no model route")
-	}
-
-	// The container, with /etc/hosts as the kubelet writes it (the Pod's
-	// address and the rendering's hostAliases).
-	hosts := filepath.Join(t.TempDir(), "etc-hosts")
-	if err := os.WriteFile(hosts, []byte(etcHosts(pod.Spec.Hostname, podIP, pod.Spec.HostAliases[0].IP, pod.Spec.HostAliases[0].Hostnames)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctrCfg := containerConfig(t, pod, vols)
-	ctrCfg.Mounts = append(ctrCfg.Mounts, &cri.Mount{ContainerPath: "/etc/hosts", HostPath: hosts, Readonly: true, Propagation: cri.MountPropagation_PROPAGATION_PRIVATE})
-	cc, err := n.CRI.CreateContainer(ctx, &cri.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, Config: ctrCfg, SandboxConfig: sandboxCfg})
-	if err != nil {
-		t.Fatalf("CreateContainer: %v", err)
-	}
-	if _, err := n.CRI.StartContainer(ctx, &cri.StartContainerRequest{ContainerId: cc.ContainerId}); err != nil {
-		t.Fatalf("StartContainer: %v", err)
-	}
-	t.Cleanup(func() {
-		c, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if _, err := n.CRI.StopContainer(c, &cri.StopContainerRequest{ContainerId: cc.ContainerId, Timeout: 5}); err != nil {
-			t.Errorf("StopContainer: %v", err)
-		}
-		if _, err := n.CRI.RemoveContainer(c, &cri.RemoveContainerRequest{ContainerId: cc.ContainerId}); err != nil {
-			t.Errorf("RemoveContainer: %v", err)
-		}
-	})
+	g := startGatewayNode(ctx, t, n, pod, s.Bundle, fakemodel.Text("hello through the cluster gateway"))
+	key, fm, modelConns, model, podIP := g.key, g.fm, g.modelConns, g.model, g.podIP
+	ctrID := g.startContainer(ctx, t, pod, vols)
 	inPod := func(args ...string) (stdout, stderr string, code int32) {
 		t.Helper()
-		res, err := n.CRI.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: cc.ContainerId, Cmd: args, Timeout: 30})
-		if err != nil {
-			t.Fatalf("ExecSync %v: %v", args, err)
-		}
-		return string(res.Stdout), string(res.Stderr), res.ExitCode
+		return g.exec(ctx, t, ctrID, 30, args...)
 	}
 	// One chat request as Pi sends it, with the placeholder for a key.
 	body := `{"model":"fake-1","stream":true,"messages":[{"role":"user","content":"hi"}]}`
@@ -272,7 +142,7 @@ func TestGatewayOnContainerdRunsc(t *testing.T) {
 
 	// The stand-in for the rendered NetworkPolicy, in the node's namespace.
 	ports := gatewayPorts(t, r)
-	nodeRule(t, nodeNS, ports)
+	nodeRule(t, g.nodeNS, ports)
 
 	t.Run("direct-to-the-model-dropped", func(t *testing.T) {
 		before, seen := modelConns.from(podIP), len(fm.Requests())
@@ -300,27 +170,245 @@ func TestGatewayOnContainerdRunsc(t *testing.T) {
 		}
 	})
 
-	// The key is nowhere in the Pod: no file under / (but the kernel's
-	// trees, which the environments below cover) and no process's
-	// environment. The pattern is the key with its first character in a
-	// bracket, so the probe's own argv (in /proc) does not match it.
-	pattern := "[" + key[:1] + "]" + key[1:]
-	search := `for d in /*; do case "$d" in /proc|/sys|/dev) ;; *) /bin/busybox grep -rl -e "$1" "$d";; esac; done
-for f in /proc/[0-9]*/environ; do /bin/busybox tr '\0' '\n' < "$f"; done | /bin/busybox grep -c -e "$1"`
+	g.checkNoKey(t, ctrID, pod, "/bin/busybox ")
+}
+
+// gatewayNode is a node running one rendered Pod's sandbox beside the
+// cluster gateway serving the Pod's bundle (runtime/gateway, in the test's
+// process) and the fake model, both on the pod network.
+type gatewayNode struct {
+	n          *node
+	sb         string
+	sandboxCfg *cri.PodSandboxConfig
+	podIP      string
+	nodeNS     int
+	// key is the provider key, random per run, in a 0400 file only the
+	// gateway reads.
+	key        string
+	fm         *fakemodel.Server
+	modelConns *countingListener
+	gw         *gateway.Gateway
+	model      *gateway.Route
+}
+
+// startGatewayNode runs pod's sandbox on n (RunPodSandbox on the runsc
+// handler), gives the gateway and the model their addresses on the pod
+// network in the node's namespace, and starts the fake model (TLS, a
+// certificate of a test CA for the provider's name) answering script and
+// the gateway for bundleDir with the key and the MCP route's bearer.
+func startGatewayNode(ctx context.Context, t *testing.T, n *node, pod *corev1.Pod, bundleDir string, script ...fakemodel.Turn) *gatewayNode {
+	t.Helper()
+	g := &gatewayNode{n: n}
+	// The key, random per run, in a 0400 file (what the gateway's Pod
+	// mounts from a Secret); the daemon's bearer likewise (the MCP route).
+	g.key = "sk-node-gateway-" + randomHex(t)
+	secrets := t.TempDir()
+	keyFile := writeSecret(t, secrets, "model-key", g.key)
+	tokenFile := writeSecret(t, secrets, "mcp-token", mcpBearer)
+
+	g.sandboxCfg = podSandboxConfig(t, pod, n.dir)
+	sb, err := n.CRI.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: g.sandboxCfg, RuntimeHandler: runtimeHandler})
+	if err != nil {
+		t.Fatalf("RunPodSandbox: %v", err)
+	}
+	g.sb = sb.PodSandboxId
+	t.Cleanup(func() {
+		c, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := n.CRI.StopPodSandbox(c, &cri.StopPodSandboxRequest{PodSandboxId: g.sb}); err != nil {
+			t.Errorf("StopPodSandbox: %v", err)
+		}
+		if _, err := n.CRI.RemovePodSandbox(c, &cri.RemovePodSandboxRequest{PodSandboxId: g.sb}); err != nil {
+			t.Errorf("RemovePodSandbox: %v", err)
+		}
+	})
+	st, err := n.CRI.PodSandboxStatus(ctx, &cri.PodSandboxStatusRequest{PodSandboxId: g.sb})
+	if err != nil || st.Status.GetNetwork().GetIp() == "" {
+		t.Fatalf("PodSandboxStatus: no Pod IP (%v)", err)
+	}
+	g.podIP = st.Status.Network.Ip
+
+	// The node's network namespace (containerd's): the CNI made pkube0
+	// there for the Pod; the gateway and the model get their addresses on it.
+	nodeNS, err := nsutil.Open(fmt.Sprintf("/proc/%d/ns/net", n.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.nodeNS = nodeNS
+	t.Cleanup(func() { unix.Close(nodeNS) })
+	for _, a := range []netip.Addr{gatewayAddr, providerIP} {
+		cmd := exec.Command("/bin/busybox", "ip", "addr", "add", a.String()+"/24", "dev", "pkube0")
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := nsutil.Do(nodeNS, cmd.Run); err != nil {
+			t.Fatalf("ip addr add %s dev pkube0 in the node's namespace: %v\n%s", a, err, out.String())
+		}
+	}
+
+	// The fake model, over TLS with a certificate of the test's CA for the
+	// provider's name, on its own address of the pod network.
+	ca, err := fakemodel.NewTestCA(providerName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.fm = fakemodel.New(fakemodel.Options{APIKey: g.key, Script: script})
+	var modelLn net.Listener
+	if err := nsutil.Do(nodeNS, func() (err error) {
+		modelLn, err = net.Listen("tcp4", providerIP.String()+":8443")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	g.modelConns = &countingListener{Listener: modelLn}
+	go g.fm.ServeTLS(g.modelConns, ca.Cert)
+	t.Cleanup(func() { g.fm.Close() })
+
+	// The gateway, listening in the node's namespace on its address. Its
+	// dialer is the production one (sandboxnet.SafeDialer: the provider's
+	// addresses checked at each dial), run from the node's namespace (the
+	// gateway's own egress, which no rule of the Pod's touches), with the
+	// provider's name resolved to the model's address as a cluster's DNS
+	// would.
+	resolve := func(_ context.Context, host string) ([]netip.Addr, error) {
+		if host != providerName {
+			return nil, fmt.Errorf("%s: no such host", host)
+		}
+		return []netip.Addr{providerIP}, nil
+	}
+	safeDial := sandboxnet.SafeDialer(resolve)
+	if err := nsutil.Do(nodeNS, func() (err error) {
+		g.gw, err = gateway.Start(gateway.Options{Bundle: bundleDir, Listen: gatewayAddr, ModelKeyFile: keyFile, MCPTokenFile: tokenFile,
+			ModelRoots: ca.Roots, Resolve: resolve, Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				var c net.Conn
+				err := nsutil.Do(nodeNS, func() (err error) {
+					c, err = safeDial(ctx, network, addr)
+					return err
+				})
+				return c, err
+			}})
+		return err
+	}); err != nil {
+		t.Fatalf("gateway.Start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := g.gw.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	for i := range g.gw.Routes {
+		if g.gw.Routes[i].Route.Purpose == "model" {
+			g.model = &g.gw.Routes[i]
+		}
+	}
+	if g.model == nil {
+		t.Fatal("the gateway serves no model route")
+	}
+	return g
+}
+
+// mcpBearer is the daemon's bearer the gateway's MCP route adds.
+const mcpBearer = "mcp-bearer-node-gateway"
+
+// startContainer creates and starts pod's container in the sandbox, with
+// its volumes' host sides vols and /etc/hosts as the kubelet writes it
+// (the Pod's address and the rendering's hostAliases); Cleanup stops and
+// removes it.
+func (g *gatewayNode) startContainer(ctx context.Context, t *testing.T, pod *corev1.Pod, vols map[string]string) string {
+	t.Helper()
+	hosts := filepath.Join(t.TempDir(), "etc-hosts")
+	if err := os.WriteFile(hosts, []byte(etcHosts(pod.Spec.Hostname, g.podIP, pod.Spec.HostAliases[0].IP, pod.Spec.HostAliases[0].Hostnames)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctrCfg := containerConfig(t, pod, vols)
+	ctrCfg.Mounts = append(ctrCfg.Mounts, &cri.Mount{ContainerPath: "/etc/hosts", HostPath: hosts, Readonly: true, Propagation: cri.MountPropagation_PROPAGATION_PRIVATE})
+	cc, err := g.n.CRI.CreateContainer(ctx, &cri.CreateContainerRequest{PodSandboxId: g.sb, Config: ctrCfg, SandboxConfig: g.sandboxCfg})
+	if err != nil {
+		t.Fatalf("CreateContainer: %v", err)
+	}
+	if _, err := g.n.CRI.StartContainer(ctx, &cri.StartContainerRequest{ContainerId: cc.ContainerId}); err != nil {
+		t.Fatalf("StartContainer: %v", err)
+	}
+	t.Cleanup(func() {
+		c, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := g.n.CRI.StopContainer(c, &cri.StopContainerRequest{ContainerId: cc.ContainerId, Timeout: 5}); err != nil {
+			t.Errorf("StopContainer: %v", err)
+		}
+		if _, err := g.n.CRI.RemoveContainer(c, &cri.RemoveContainerRequest{ContainerId: cc.ContainerId}); err != nil {
+			t.Errorf("RemoveContainer: %v", err)
+		}
+	})
+	return cc.ContainerId
+}
+
+// exec runs args in the container through the CRI's ExecSync (the
+// kubelet's exec probes), for at most timeout seconds.
+func (g *gatewayNode) exec(ctx context.Context, t *testing.T, id string, timeout int64, args ...string) (stdout, stderr string, code int32) {
+	t.Helper()
+	res, err := g.n.CRI.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: id, Cmd: args, Timeout: timeout})
+	if err != nil {
+		t.Fatalf("ExecSync %v: %v", args, err)
+	}
+	return string(res.Stdout), string(res.Stderr), res.ExitCode
+}
+
+// checkNoKey checks that the key is nowhere in the Pod: no file under /
+// (but the kernel's trees, which the environments below cover, and
+// imageOnly) and no process's environment, searched from inside with the
+// image's grep and tr (tools is the prefix that runs them: "/bin/busybox "
+// or ""). imageOnly are top-level directories that hold the image's bytes
+// alone: the root is read-only and no mount of the Pod lies in them
+// (checked here), so what they hold was fixed when the image was built,
+// before this run made its key. The pattern is the key with its first
+// character in a bracket, so the probe's own argv (in /proc) does not
+// match it. Control: a copy of the key planted in the workspace (the Pod's
+// working dir) is found.
+func (g *gatewayNode) checkNoKey(t *testing.T, id string, pod *corev1.Pod, tools string, imageOnly ...string) {
+	t.Helper()
+	pattern := "[" + g.key[:1] + "]" + g.key[1:]
+	skip := "/proc|/sys|/dev"
+	for _, d := range imageOnly {
+		if !*pod.Spec.Containers[0].SecurityContext.ReadOnlyRootFilesystem {
+			t.Fatal("the root is writable: no directory of it holds the image's bytes alone")
+		}
+		for _, m := range pod.Spec.Containers[0].VolumeMounts {
+			if m.MountPath == d || strings.HasPrefix(m.MountPath, d+"/") {
+				t.Fatalf("%s is mounted under %s, which the search leaves out", m.MountPath, d)
+			}
+		}
+		skip += "|" + d
+	}
+	// A top-level symlink (a merged /usr's /bin, /lib, /sbin) is left out:
+	// grep follows a link it is given, and what the link leads to is
+	// searched (or left out) under its own name.
+	search := `for d in /*; do [ -L "$d" ] && continue; case "$d" in ` + skip + `) ;; *) ` + tools + `grep -rl -e "$1" "$d";; esac; done
+for f in /proc/[0-9]*/environ; do ` + tools + `tr '\0' '\n' < "$f"; done | ` + tools + `grep -c -e "$1"`
+	sh := "/bin/sh"
+	if tools != "" {
+		sh = strings.TrimSpace(tools)
+	}
+	run := func() (string, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		args := []string{sh, "-c", search, "sh", pattern}
+		if tools != "" {
+			args = []string{sh, "sh", "-c", search, "sh", pattern}
+		}
+		out, errOut, _ := g.exec(ctx, t, id, 150, args...)
+		return out, errOut
+	}
 	t.Run("no-key-in-the-pod", func(t *testing.T) {
-		out, errOut, _ := inPod("/bin/busybox", "sh", "-c", search, "sh", pattern)
-		if strings.TrimSpace(out) != "0" {
+		if out, errOut := run(); strings.TrimSpace(out) != "0" {
 			t.Errorf("the key is in the Pod: %q %q", out, errOut)
 		}
 	})
 	t.Run("control-a-planted-key-is-found", func(t *testing.T) {
 		planted := filepath.Join(pod.Spec.Containers[0].WorkingDir, "planted-key")
-		if err := os.WriteFile(planted, []byte(key+"\n"), 0o644); err != nil {
+		if err := os.WriteFile(planted, []byte(g.key+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		defer os.Remove(planted)
-		out, _, _ := inPod("/bin/busybox", "sh", "-c", search, "sh", pattern)
-		if !strings.Contains(out, "/planted-key") {
+		if out, _ := run(); !strings.Contains(out, "/planted-key") {
 			t.Errorf("the search did not find a key planted in the workspace: %q", out)
 		}
 	})

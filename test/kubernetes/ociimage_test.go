@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -81,8 +82,15 @@ func sha(b []byte) string {
 }
 
 // buildImage writes an OCI image layout archive of entries into dir, its
-// config running entrypoint.
+// config running entrypoint: one layer, held in memory (a small tree).
 func buildImage(t *testing.T, dir, name string, entries map[string]layerEntry, entrypoint []string) ociImage {
+	t.Helper()
+	layer := memLayer(t, entries)
+	return writeArchive(t, dir, name, entrypoint, []blob{layer}, []blob{layer})
+}
+
+// memLayer is the tar of entries, sorted, root-owned, mtime 0.
+func memLayer(t *testing.T, entries map[string]layerEntry) blob {
 	t.Helper()
 	var layer bytes.Buffer
 	tw := tar.NewWriter(&layer)
@@ -112,16 +120,41 @@ func buildImage(t *testing.T, dir, name string, entries map[string]layerEntry, e
 	if err := tw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	layerDigest := sha(layer.Bytes())
+	return blob{digest: sha(layer.Bytes()), size: int64(layer.Len()), data: layer.Bytes()}
+}
+
+// blob is one blob of an image: its bytes in memory, or a file streamed
+// into the archive.
+type blob struct {
+	digest string
+	size   int64
+	data   []byte
+	file   string
+}
+
+// writeArchive writes the OCI image layout archive of an image whose
+// config runs entrypoint and whose layers (uncompressed tars, bottom
+// first) are layers; the archive carries the config, the manifest and the
+// blobs of include, which may leave out a layer the node already has (an
+// import takes a layout's blobs as they come and the unpack finds the
+// others in the content store).
+func writeArchive(t *testing.T, dir, name string, entrypoint []string, layers, include []blob) ociImage {
+	t.Helper()
+	var diffIDs []string
+	var descs []any
+	for _, l := range layers {
+		diffIDs = append(diffIDs, l.digest)
+		descs = append(descs, map[string]any{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": l.digest, "size": l.size})
+	}
 	config := mustJSON(t, map[string]any{
 		"architecture": "amd64", "os": "linux",
 		"config": map[string]any{"Entrypoint": entrypoint},
-		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{layerDigest}},
+		"rootfs": map[string]any{"type": "layers", "diff_ids": diffIDs},
 	})
 	manifest := mustJSON(t, map[string]any{
 		"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
 		"config": map[string]any{"mediaType": "application/vnd.oci.image.config.v1+json", "digest": sha(config), "size": len(config)},
-		"layers": []any{map[string]any{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layerDigest, "size": layer.Len()}},
+		"layers": descs,
 	})
 	index := mustJSON(t, map[string]any{
 		"schemaVersion": 2,
@@ -130,26 +163,40 @@ func buildImage(t *testing.T, dir, name string, entries map[string]layerEntry, e
 			"annotations": map[string]string{"io.containerd.image.name": name, "org.opencontainers.image.ref.name": name},
 		}},
 	})
-	var archive bytes.Buffer
-	aw := tar.NewWriter(&archive)
-	add := func(n string, data []byte) {
-		if err := aw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
+	path := filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(name)+".tar")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	aw := tar.NewWriter(f)
+	add := func(n string, size int64, r io.Reader) {
+		if err := aw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: size, Typeflag: tar.TypeReg}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := aw.Write(data); err != nil {
+		if _, err := io.Copy(aw, r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	add("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`))
-	add("index.json", index)
-	for _, blob := range [][]byte{config, manifest, layer.Bytes()} {
-		add("blobs/sha256/"+strings.TrimPrefix(sha(blob), "sha256:"), blob)
+	add("oci-layout", int64(len(`{"imageLayoutVersion":"1.0.0"}`)), strings.NewReader(`{"imageLayoutVersion":"1.0.0"}`))
+	add("index.json", int64(len(index)), bytes.NewReader(index))
+	for _, b := range append([]blob{{digest: sha(config), size: int64(len(config)), data: config}, {digest: sha(manifest), size: int64(len(manifest)), data: manifest}}, include...) {
+		bn := "blobs/sha256/" + strings.TrimPrefix(b.digest, "sha256:")
+		if b.file == "" {
+			add(bn, b.size, bytes.NewReader(b.data))
+			continue
+		}
+		lf, err := os.Open(b.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		add(bn, b.size, lf)
+		lf.Close()
 	}
 	if err := aw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(name)+".tar")
-	if err := os.WriteFile(path, archive.Bytes(), 0o644); err != nil {
+	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
 	return ociImage{Name: name, Digest: sha(manifest), Archive: path}
