@@ -274,7 +274,7 @@ func TestPiTurnThroughGatewayOnContainerdRunsc(t *testing.T) {
 		}
 	})
 
-	// The exposure a cluster's RBAC must close (threat 180): the kubelet's
+	// The exposure a cluster's RBAC must close (threat 109): the kubelet's
 	// attach fences no writer, so a second attach to the same container
 	// drives the same Pi (on a host the supervisor's bridge admits one
 	// writer per attachment epoch, threat 34). Its command is answered.
