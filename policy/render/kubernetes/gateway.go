@@ -199,10 +199,10 @@ func (r *renderer) gatewayLabels() map[string]string {
 	}
 }
 
-// gatewayBundle puts every bundle file in a ConfigMap of its own, one key
-// per file ('/' spelled '_'), immutable and named for its content: the
-// gateway reads and verifies the whole bundle (launchplan.Load), not only
-// the files the agent's Pod mounts.
+// gatewayBundle puts every bundle file but pins.json in a ConfigMap of its
+// own, one key per file ('/' spelled '_'), immutable and named for its
+// content: the gateway reads and verifies the whole bundle
+// (launchplan.Load), not only the files the agent's Pod mounts.
 func (r *renderer) gatewayBundle(g *Gateway, name string, labels map[string]string) {
 	cm := &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
@@ -213,6 +213,12 @@ func (r *renderer) gatewayBundle(g *Gateway, name string, labels map[string]stri
 	keys := map[string]string{}
 	size := 0
 	for _, path := range slices.Sorted(maps.Keys(r.files)) {
+		if path == bundle.PinsFile {
+			// The agent's node's state (devices and inodes of its bind
+			// sources): the gateway stages no bind, and the manifest
+			// does not digest it.
+			continue
+		}
 		key := strings.ReplaceAll(path, "/", "_")
 		if !configKeyChars.MatchString(key) || keys[key] != "" {
 			r.refuse("bundle", "the bundle file %s has no ConfigMap key of its own", path)

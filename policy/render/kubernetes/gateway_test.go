@@ -139,6 +139,12 @@ func TestGatewayRendered(t *testing.T) {
 		mounted[m.MountPath] = m.SubPath
 	}
 	for name := range files {
+		if name == bundle.PinsFile {
+			if _, ok := mounted[GatewayBundleDir+"/"+name]; ok {
+				t.Error("pins.json, the agent's node's state, is in the gateway's bundle")
+			}
+			continue
+		}
 		if key := mounted[GatewayBundleDir+"/"+name]; key == "" || g.Bundle.Data[key] != string(files[name]) {
 			t.Errorf("bundle file %s not mounted from its own bytes (key %q)", name, key)
 		}
