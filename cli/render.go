@@ -21,6 +21,8 @@ type targetFlags struct {
 	target    string
 	image     string
 	gatewayIP string
+	gwImage   string
+	gwSecret  string
 }
 
 func (f *targetFlags) add(cmd *cobra.Command, required bool) {
@@ -31,6 +33,8 @@ func (f *targetFlags) add(cmd *cobra.Command, required bool) {
 	cmd.Flags().StringVar(&f.target, "target", "", help)
 	cmd.Flags().StringVar(&f.image, "image", "", "kubernetes: the OCI image holding the plan's rootfs, by digest (name@sha256:<hex>)")
 	cmd.Flags().StringVar(&f.gatewayIP, "gateway-ip", "", "kubernetes: the cluster IP of the gateway Service serving the plan's routes")
+	cmd.Flags().StringVar(&f.gwImage, "gateway-image", "", "kubernetes: render the gateway too (Deployment, bundle ConfigMap, Service, policies), running this paseo-policy image, by digest")
+	cmd.Flags().StringVar(&f.gwSecret, "gateway-secret", "", "kubernetes: with --gateway-image, the name of the Secret holding the routes' credentials (keys model-key, mcp-token); never a value")
 }
 
 // targetRendering is a rendering for another engine, whichever target made
@@ -57,7 +61,7 @@ func (f *targetFlags) render(g *globals, dir string) (*targetRendering, error) {
 	if err := files.Verify(); err != nil {
 		return nil, exitWith(ExitRefused, err)
 	}
-	opt := kubernetes.Options{Image: f.image, GatewayIP: f.gatewayIP}
+	opt := kubernetes.Options{Image: f.image, GatewayIP: f.gatewayIP, GatewayImage: f.gwImage, GatewaySecret: f.gwSecret}
 	var r *targetRendering
 	if f.target == "kubernetes" {
 		var k *kubernetes.Rendering
@@ -84,12 +88,15 @@ func newRender(g *globals) *cobra.Command {
 	var f targetFlags
 	var out string
 	cmd := &cobra.Command{
-		Use:   "render --target kubernetes|agent-sandbox --image REF [--gateway-ip IP] DIR",
+		Use:   "render --target kubernetes|agent-sandbox --image REF [--gateway-ip IP [--gateway-image REF --gateway-secret NAME]] DIR",
 		Short: "Render a bundle's plan for another engine: Kubernetes objects or agent-sandbox resources",
 		Long: `Render writes the bundle's plan of grants as Kubernetes objects, one
 YAML stream: the ConfigMap of the bundle files the Pod mounts, the Pod (on
 RuntimeClass gvisor), its default-deny NetworkPolicy and, when the plan names
-egress hosts, a CiliumNetworkPolicy. The bundle's digests are verified first.
+egress hosts, a CiliumNetworkPolicy. With --gateway-image and --gateway-secret
+it renders the gateway serving the plan's routes as well: its policies, the
+bundle in a ConfigMap of its own, its Deployment and its Service at
+--gateway-ip. The bundle's digests are verified first.
 -o json prints the objects, the trace of every field to its grant, and the
 grants Kubernetes cannot carry with what stands in for them. explain --target
 kubernetes prints the same trace as a table (docs/kubernetes.md).

@@ -33,6 +33,9 @@ type goldenCase struct {
 	FactsFile string `json:"factsFile"`
 	// Secrets must appear in no output, diagnostics included.
 	Secrets []string `json:"secrets"`
+	// KubernetesGateway renders the cluster renderings with the gateway
+	// (kubernetesGatewayOptions): a case whose routes a gateway Pod can serve.
+	KubernetesGateway bool `json:"kubernetesGateway"`
 }
 
 var update = os.Getenv("PASEO_UPDATE") == "1"

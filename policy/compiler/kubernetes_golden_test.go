@@ -17,12 +17,22 @@ var kubernetesGoldenOptions = kubernetes.Options{
 	GatewayIP: "192.0.2.80",
 }
 
+// kubernetesGatewayOptions are those and the gateway's, for the cases that
+// ask for it (case.json kubernetesGateway): the paseo-policy image by
+// digest and the name of the Secret of the route credentials.
+var kubernetesGatewayOptions = func() kubernetes.Options {
+	o := kubernetesGoldenOptions
+	o.GatewayImage = "paseo.test/paseo-policy@sha256:2222222222222222222222222222222222222222222222222222222222222222"
+	o.GatewaySecret = "paseo-gateway-credentials"
+	return o
+}()
+
 // TestGoldenKubernetes renders every case that compiles for Kubernetes and
 // compares the objects with testdata/<case>/golden/kubernetes.yaml. It is its own
 // test over the same cases as TestGolden so it moves with them as a whole.
 func TestGoldenKubernetes(t *testing.T) {
-	testGoldenRendering(t, "kubernetes.yaml", func(files bundle.Files) (clusterRendering, error) {
-		k, err := kubernetes.Render(files, kubernetesGoldenOptions)
+	testGoldenRendering(t, "kubernetes.yaml", func(files bundle.Files, opt kubernetes.Options) (clusterRendering, error) {
+		k, err := kubernetes.Render(files, opt)
 		if err != nil {
 			return clusterRendering{}, err
 		}
@@ -43,7 +53,7 @@ type clusterRendering struct {
 // compares the bytes with testdata/<case>/golden/<file>: no secret of the
 // case input in them, every grant rendered or listed with its stand-in,
 // and the same bytes from a second rendering.
-func testGoldenRendering(t *testing.T, file string, render func(bundle.Files) (clusterRendering, error)) {
+func testGoldenRendering(t *testing.T, file string, render func(bundle.Files, kubernetes.Options) (clusterRendering, error)) {
 	for _, name := range caseNames(t) {
 		t.Run(name, func(t *testing.T) {
 			gc, in, res := caseInputs(t, name)
@@ -54,7 +64,11 @@ func testGoldenRendering(t *testing.T, file string, render func(bundle.Files) (c
 			if r == nil {
 				t.Fatalf("compile: %v", diags)
 			}
-			k, err := render(r.Files)
+			opt := kubernetesGoldenOptions
+			if gc.KubernetesGateway {
+				opt = kubernetesGatewayOptions
+			}
+			k, err := render(r.Files, opt)
 			if err != nil {
 				t.Fatalf("render: %v", err)
 			}
@@ -80,7 +94,7 @@ func testGoldenRendering(t *testing.T, file string, render func(bundle.Files) (c
 			}
 			compareGolden(t, filepath.Join(goldenDir(name), file), got)
 			// Determinism: the same bundle renders to the same bytes.
-			again, err := render(r.Files)
+			again, err := render(r.Files, opt)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -184,8 +184,8 @@ func decodeSandbox(t *testing.T, path string) sandboxObjects {
 		case "SandboxClaim":
 			o.claim = &extv1beta1.SandboxClaim{}
 			v = o.claim
-		case "ConfigMap", "CiliumNetworkPolicy":
-			continue // the Kubernetes goldens' objects, validated there
+		case "ConfigMap", "CiliumNetworkPolicy", "NetworkPolicy", "Deployment", "Service":
+			continue // the Kubernetes goldens' objects (the gateway's too), validated there
 		default:
 			t.Fatalf("%s: an object of kind %q", path, kind)
 		}

@@ -22,7 +22,7 @@ func TestGoldensPodSecurityRestricted(t *testing.T) {
 	}
 	allowedFailures := []string{"hostPath volumes", "restricted volume types"}
 	for _, path := range goldens(t) {
-		t.Run(filepath.Base(filepath.Dir(path)), func(t *testing.T) {
+		t.Run(filepath.Base(filepath.Dir(filepath.Dir(path))), func(t *testing.T) {
 			pod := decode(t, path).pod
 			hostPath := false
 			for _, v := range pod.Spec.Volumes {

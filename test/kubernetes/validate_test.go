@@ -27,6 +27,7 @@ type objects struct {
 	cm     *corev1.ConfigMap
 	np     *networkingv1.NetworkPolicy
 	cilium *kubernetes.CiliumNetworkPolicy
+	gw     gatewayObjects // the gateway's, when the case renders it
 }
 
 func decode(t *testing.T, path string) objects {
@@ -42,21 +43,25 @@ func decode(t *testing.T, path string) objects {
 			t.Fatal(err)
 		}
 		var v any
-		switch head.Kind {
-		case "Pod":
-			o.pod = &corev1.Pod{}
-			v = o.pod
-		case "ConfigMap":
-			o.cm = &corev1.ConfigMap{}
-			v = o.cm
-		case "NetworkPolicy":
-			o.np = &networkingv1.NetworkPolicy{}
-			v = o.np
-		case "CiliumNetworkPolicy":
-			o.cilium = &kubernetes.CiliumNetworkPolicy{}
-			v = o.cilium
-		default:
-			t.Fatalf("%s: an object of kind %q", path, head.Kind)
+		if gw := o.gw.slot(t, path, doc, head.Kind); gw != nil {
+			v = gw
+		} else {
+			switch head.Kind {
+			case "Pod":
+				o.pod = &corev1.Pod{}
+				v = o.pod
+			case "ConfigMap":
+				o.cm = &corev1.ConfigMap{}
+				v = o.cm
+			case "NetworkPolicy":
+				o.np = &networkingv1.NetworkPolicy{}
+				v = o.np
+			case "CiliumNetworkPolicy":
+				o.cilium = &kubernetes.CiliumNetworkPolicy{}
+				v = o.cilium
+			default:
+				t.Fatalf("%s: an object of kind %q", path, head.Kind)
+			}
 		}
 		if err := yaml.UnmarshalStrict(doc, v); err != nil {
 			t.Fatalf("%s: %s: %v", path, head.Kind, err)
@@ -84,7 +89,7 @@ func goldens(t *testing.T) []string {
 // object defaulted, converted to the internal type, then validated.
 func TestGoldensPassKubernetesValidation(t *testing.T) {
 	for _, path := range goldens(t) {
-		name := filepath.Base(filepath.Dir(path))
+		name := filepath.Base(filepath.Dir(filepath.Dir(path)))
 		t.Run(name, func(t *testing.T) {
 			o := decode(t, path)
 
@@ -117,6 +122,9 @@ func TestGoldensPassKubernetesValidation(t *testing.T) {
 				mountsConfigMap(t, o)
 			}
 			checkCilium(t, o)
+			if o.gw.deployment != nil {
+				validateGateway(t, o)
+			}
 		})
 	}
 }

@@ -117,6 +117,7 @@ type Rendering struct {
 	WarmPool  *SandboxWarmPool
 	Claim     *SandboxClaim
 	Cilium    *kubernetes.CiliumNetworkPolicy // nil when the plan names no host
+	Gateway   *kubernetes.Gateway             // the Kubernetes rendering's, nil unless asked for
 	Trace     []kubernetes.Trace
 	Gaps      []kubernetes.Gap
 }
@@ -134,7 +135,7 @@ func Render(files bundle.Files, opt kubernetes.Options) (*Rendering, error) {
 func wrap(k *kubernetes.Rendering) (*Rendering, error) {
 	name := k.Pod.Name
 	tmplObj := "SandboxTemplate/" + name
-	out := &Rendering{ConfigMap: k.ConfigMap, Cilium: k.Cilium}
+	out := &Rendering{ConfigMap: k.ConfigMap, Cilium: k.Cilium, Gateway: k.Gateway}
 	meta := func() metav1.ObjectMeta {
 		labels := map[string]string{}
 		for key, v := range k.Pod.Labels {
@@ -175,6 +176,9 @@ func wrap(k *kubernetes.Rendering) (*Rendering, error) {
 	for _, tr := range k.Trace {
 		obj, field := tr.Object, tr.Field
 		switch {
+		case k.Gateway.Owns(obj):
+			// The gateway's objects are plain Kubernetes objects beside
+			// the template: no controller makes them.
 		case obj == "Pod/"+name:
 			obj = tmplObj
 			switch {
@@ -220,6 +224,9 @@ func wrap(k *kubernetes.Rendering) (*Rendering, error) {
 // and the pool before the claim that name them, then the Cilium policy.
 func (r *Rendering) Objects() []any {
 	var out []any
+	if r.Gateway != nil {
+		out = append(out, r.Gateway.Objects()...)
+	}
 	if r.ConfigMap != nil {
 		out = append(out, r.ConfigMap)
 	}

@@ -53,6 +53,13 @@ type Options struct {
 	// GatewayIP is where the sandbox reaches the gateway serving its routes
 	// (the cluster IP of that Service); required when the plan has routes.
 	GatewayIP string
+	// GatewayImage is the paseo-policy image, by digest, whose
+	// `paseo-policy gateway` serves the plan's routes, and GatewaySecret
+	// the name of the Secret holding their credentials (keys model-key and
+	// mcp-token; never a value). Given, the rendering deploys the gateway
+	// (Rendering.Gateway); both empty, the gateway is the operator's.
+	GatewayImage  string
+	GatewaySecret string
 }
 
 // Rendering is the plan as Kubernetes objects, with the trace of every
@@ -62,6 +69,7 @@ type Rendering struct {
 	Pod           *corev1.Pod
 	NetworkPolicy *networkingv1.NetworkPolicy
 	Cilium        *CiliumNetworkPolicy // nil when the plan names no host
+	Gateway       *Gateway             // nil unless the gateway options are given
 	Trace         []Trace
 	Gaps          []Gap
 }
@@ -106,6 +114,9 @@ type renderer struct {
 	resolv *grant.Mount // the /etc/resolv.conf grant
 	// bundle files the Pod mounts, by ConfigMap key
 	cmKeys map[string]string
+	// the gateway's: whether it is rendered, and its ConfigMap keys' paths
+	withGateway bool
+	gwKeys      map[string]string
 }
 
 // Render renders files, a bundle the caller has verified (its digests tie
@@ -136,8 +147,12 @@ func Render(files bundle.Files, opt Options) (*Rendering, error) {
 	for _, g := range m.Grants {
 		r.grant(g)
 	}
+	r.withGateway = r.gatewayOptions()
 	r.network()
 	r.configMap()
+	if r.withGateway && len(r.diags) == 0 {
+		r.gatewayObjects()
+	}
 	if len(r.diags) > 0 {
 		return nil, r.diags
 	}

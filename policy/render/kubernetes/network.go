@@ -87,18 +87,24 @@ func (r *renderer) gatewayRoutes(np *networkingv1.NetworkPolicy, obj string) {
 			r.trace(r.podRef(), "spec.hostAliases[0]", "the kubelet's /etc/hosts, with the gateway's name", *r.hosts)
 		}
 	}
-	gw := metav1.LabelSelector{MatchLabels: map[string]string{LabelRole: RoleGateway, LabelDeployment: labelValue(r.m.Deployment)}}
+	// This agent's gateway pods only: the rendered gateway carries the
+	// label, and an operator's gateway must (docs/kubernetes.md).
+	gw := metav1.LabelSelector{MatchLabels: map[string]string{LabelRole: RoleGateway, LabelDeployment: labelValue(r.m.Deployment), LabelGatewayFor: r.name}}
 	for _, rt := range r.routes {
 		np.Spec.Egress = append(np.Spec.Egress, networkingv1.NetworkPolicyEgressRule{
 			To:    []networkingv1.NetworkPolicyPeer{{PodSelector: &gw}},
 			Ports: []networkingv1.NetworkPolicyPort{port(rt.Proto, rt.Port)},
 		})
-		r.trace(obj, "spec.egress["+strconv.Itoa(len(np.Spec.Egress)-1)+"]", "tcp/"+strconv.Itoa(rt.Port)+" to the deployment's gateway pods ("+string(rt.Purpose)+" route)", rt)
+		r.trace(obj, "spec.egress["+strconv.Itoa(len(np.Spec.Egress)-1)+"]", "tcp/"+strconv.Itoa(rt.Port)+" to this agent's gateway pods ("+string(rt.Purpose)+" route)", rt)
 		cred := "adds its credential " + rt.TokenRef
 		if rt.Login() {
 			cred = "holds and refreshes the subscription login " + rt.LoginEntry + " (" + rt.LoginFile + " on the host)"
 		}
-		r.gap(rt, "the gateway's route proxy, which the rendering does not deploy: it alone holds the route's scope ("+routeScope(rt)+") and "+cred)
+		if r.withGateway {
+			r.gap(rt, "the gateway's route proxy (Deployment/"+gatewayName(r.m.Agent)+", `paseo-policy gateway` on this bundle): it alone holds the route's scope ("+routeScope(rt)+") and "+cred+", from the Secret "+r.opt.GatewaySecret)
+		} else {
+			r.gap(rt, "the gateway's route proxy, which the rendering does not deploy (give --gateway-image and --gateway-secret): it alone holds the route's scope ("+routeScope(rt)+") and "+cred)
+		}
 	}
 }
 

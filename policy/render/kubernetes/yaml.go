@@ -6,10 +6,14 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Objects are the rendered objects in the order they apply: the ConfigMap
-// before the Pod that mounts it, then the policies.
+// Objects are the rendered objects in the order they apply: the gateway's
+// (when rendered) before the Pod that reaches it, the ConfigMap before the
+// Pod that mounts it, then the Pod's policies.
 func (r *Rendering) Objects() []any {
 	var out []any
+	if r.Gateway != nil {
+		out = append(out, r.Gateway.Objects()...)
+	}
 	if r.ConfigMap != nil {
 		out = append(out, r.ConfigMap)
 	}
