@@ -147,8 +147,16 @@ func (s *Server) answer(c net.Conn) {
 		s.ps.Refuse(c)
 		return
 	}
-	defer c.Close()
-	res, err := s.search(b)
+	res, used, err := s.search(b)
+	// The next jail for the tool is made once the answer is sent and the
+	// connection closed (the client reads to its end): not beside the
+	// answer's copy and the client's print for the CPU.
+	defer func() {
+		c.Close()
+		if used != "" {
+			s.refill(used)
+		}
+	}()
 	c.SetWriteDeadline(time.Now().Add(readDeadline + s.j.Limits.Wall))
 	if err != nil {
 		s.count(func(st *Stats) { st.Fallback++ })
@@ -161,30 +169,31 @@ func (s *Server) answer(c net.Conn) {
 	c.Write(append(append(h.Bytes(), res.Stdout...), res.Stderr...))
 }
 
-func (s *Server) search(b []byte) (Result, error) {
+// search answers the request b; used is the tool a jail ran for, whose
+// next jail the server then makes ("" when none ran).
+func (s *Server) search(b []byte) (res Result, used Tool, err error) {
 	r, err := Decode(b, s.j.Dest)
 	if err != nil {
-		return Result{}, err
+		return Result{}, "", err
 	}
 	if !s.j.PlainPaths(r) {
-		return Result{}, fmt.Errorf("%w: a path or the cwd is a link (the sandbox's tool follows it)", ErrFallback)
+		return Result{}, "", fmt.Errorf("%w: a path or the cwd is a link (the sandbox's tool follows it)", ErrFallback)
 	}
 	t := time.NewTimer(queueWait)
 	defer t.Stop()
 	select {
 	case s.run <- struct{}{}:
 	case <-t.C:
-		return Result{}, fmt.Errorf("%w: %d searches running", ErrFallback, maxRunning)
+		return Result{}, "", fmt.Errorf("%w: %d searches running", ErrFallback, maxRunning)
 	case <-s.ctx.Done():
-		return Result{}, ErrFallback
+		return Result{}, "", ErrFallback
 	}
 	defer func() { <-s.run }()
-	tool := r.tool()
-	p := s.take(tool)
-	defer s.refill(tool)
-	res, err := s.j.runIn(s.ctx, p, r)
+	used = r.tool()
+	p := s.take(used)
+	res, err = s.j.runIn(s.ctx, p, r)
 	if err == nil && p != nil {
 		s.count(func(st *Stats) { st.Warm++ })
 	}
-	return res, err
+	return res, used, err
 }
