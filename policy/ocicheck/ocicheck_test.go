@@ -170,7 +170,7 @@ func TestFSMonitorServedAsGranted(t *testing.T) {
 	cases := map[string]struct {
 		file, from, to string
 	}{
-		"hook for another port": {bundle.FSMonitorHookFile, "pack_sockaddr_in(18090,", "pack_sockaddr_in(18091,"},
+		"hook for another port": {bundle.FSMonitorHookFile, "2, 18090, $ip", "2, 18091, $ip"},
 		"hook for another tree": {bundle.FSMonitorHookFile, "stat('/srv/paseo/workspace/proj-feature')", "stat('/')"},
 		"no gateway":            {bundle.EgressFile, `"mode": "sandbox"`, `"mode": "none"`},
 		"route on its port":     {bundle.EgressFile, `"port": 18080`, `"port": 18090`},
@@ -213,7 +213,7 @@ func TestSearchServedAsGranted(t *testing.T) {
 	cases := map[string]struct {
 		file, from, to string
 	}{
-		"client for another port":      {bundle.SearchClientFile, "pack_sockaddr_in(18091,", "pack_sockaddr_in(18092,"},
+		"client for another port":      {bundle.SearchClientFile, "2, 18091, $ip", "2, 18092, $ip"},
 		"client for another workspace": {bundle.SearchClientFile, "my $ws = '/srv/paseo/workspace/proj-feature';", "my $ws = '/';"},
 		"client altered":               {bundle.SearchClientFile, "#!/usr/bin/perl", "#!/bin/sh"},
 		"no gateway":                   {bundle.EgressFile, `"mode": "sandbox"`, `"mode": "none"`},
@@ -267,7 +267,7 @@ func TestSearchNotOnTheMonitorsPort(t *testing.T) {
 		t.Fatal("golden manifest lacks the search's port 18091")
 	}
 	files[bundle.ManifestFile] = []byte(strings.Replace(m, `"port": 18091`, `"port": 18090`, 1))
-	files[bundle.SearchClientFile] = []byte(strings.Replace(string(files[bundle.SearchClientFile]), "pack_sockaddr_in(18091,", "pack_sockaddr_in(18090,", 1))
+	files[bundle.SearchClientFile] = []byte(strings.Replace(string(files[bundle.SearchClientFile]), "2, 18091, $ip", "2, 18090, $ip", 1))
 	r := Files(files, src, Options{})
 	if f := r.Failed(CheckSearch); len(f) != 1 || !strings.Contains(f[0].Detail, "the workspace monitor's") {
 		t.Errorf("check %s: %+v; all findings: %+v", CheckSearch, f, r.Findings)

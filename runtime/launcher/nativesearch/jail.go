@@ -36,10 +36,17 @@ import (
 // request's cwd beneath the workspace without following a link; sets the
 // rlimits; restricts itself with Landlock (read the image and the
 // workspace, execute rg and its loader only); drops every capability
-// and sets no_new_privs; installs a seccomp filter; and execs the image's
-// rg with an empty environment. Nothing the agent wrote is executable,
-// and a link it planted can lead only to the workspace or the image,
-// which its sandbox sees anyway.
+// and sets no_new_privs; installs a seccomp filter; reports on a pipe that
+// it is confined; and only then reads its one request (the cwd, the
+// tool's argv and environment) from a second pipe, opens the cwd beneath
+// the workspace and execs the image's tool with that environment. Nothing
+// the agent wrote is executable, and a link it planted can lead only to
+// the workspace or the image, which its sandbox sees anyway.
+//
+// The server keeps one such jail per tool made ahead of its request (warm;
+// server.go): the jail's start (a re-exec of a large Go binary, its
+// namespaces and mounts: 50-80 ms) is then off the request's path. A jail
+// serves exactly one request whether made ahead or for it (Run).
 
 const jailArg0 = "paseo-search-jail"
 
@@ -134,30 +141,61 @@ func (j Jail) CheckTools() error {
 	return nil
 }
 
-// jailConfig is what the init reads from its argv.
+// jailConfig is what the init reads from its argv: what the jail is made
+// for (its tool, where the workspace goes, the limits), never a request.
 type jailConfig struct {
-	Tool   Tool     `json:"tool"` // the init execs toolSpecs[Tool].bin
-	Dest   string   `json:"dest"`
-	Cwd    string   `json:"cwd"`
-	Argv   []string `json:"argv"`
-	Env    []string `json:"env"`
-	CPU    uint64   `json:"cpu"`
-	Memory uint64   `json:"memory"`
+	Tool   Tool   `json:"tool"` // the init execs toolSpecs[Tool].bin
+	Dest   string `json:"dest"`
+	CPU    uint64 `json:"cpu"`
+	Memory uint64 `json:"memory"`
 }
+
+// jailRequest is the one request a jail reads, from its request pipe,
+// once it is confined: the cwd (opened beneath the workspace in the jail)
+// and the tool's argv and environment.
+type jailRequest struct {
+	Cwd  string   `json:"cwd"`
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+}
+
+// maxJailRequest bounds what a jail reads from its request pipe.
+const maxJailRequest = 4 * MaxRequest
+
+// readyTimeout bounds a jail's build, from its start to its report that
+// it is confined.
+const readyTimeout = 10 * time.Second
 
 // Run runs r (already checked against j.Dest) in a new jail.
 func (j Jail) Run(ctx context.Context, r Request) (Result, error) {
-	if err := j.Check(); err != nil {
-		return Result{}, err
+	return j.runIn(ctx, nil, r)
+}
+
+// runIn runs r in p, a jail prepared for r's tool (the server's warm
+// one), or in a new jail when p is nil. p is used or discarded: a jail
+// serves one request at most.
+func (j Jail) runIn(ctx context.Context, p *prepared, r Request) (Result, error) {
+	err := j.Check()
+	if err == nil {
+		err = r.Check(j.Dest)
 	}
-	if err := r.Check(j.Dest); err != nil {
+	if err != nil {
+		if p != nil {
+			p.discard()
+		}
 		return Result{}, err
 	}
 	var env []string
 	if r.Lang != "" {
 		env = []string{"LC_ALL=" + r.Lang}
 	}
-	return j.run(ctx, r.tool(), r.Cwd, r.Argv(), env)
+	if p == nil || p.tool != r.tool() || !p.alive() {
+		if p != nil {
+			p.discard()
+		}
+		return j.run(ctx, r.tool(), r.Cwd, r.Argv(), env)
+	}
+	return j.serve(ctx, p, r.Cwd, r.Argv(), env)
 }
 
 // PlainPaths reports whether r's cwd and every path it names (its paths,
@@ -202,40 +240,90 @@ func (j Jail) PlainPaths(r Request) bool {
 // run runs the image's t with argv and env in cwd (relative to the
 // workspace) in a new jail.
 func (j Jail) run(ctx context.Context, t Tool, cwd string, toolArgv, env []string) (Result, error) {
-	spec, ok := toolSpecs[t]
-	if !ok {
-		return Result{}, fmt.Errorf("%w: no tool %q", ErrFallback, t)
+	p, err := j.prepare(t)
+	if err != nil {
+		return Result{}, err
+	}
+	return j.serve(ctx, p, cwd, toolArgv, env)
+}
+
+// A prepared jail is one built and confined for its tool (namespaces,
+// mounts, rlimits, Landlock, no capability, no_new_privs, seccomp: all of
+// buildJail but the cwd and the exec), waiting for its one request on a
+// pipe only the server holds. The server writes the request only after
+// the jail reported, on a second pipe, that its confinement is complete;
+// the jail reads it, opens the cwd, and execs the tool: it serves exactly
+// one request, and then it is gone.
+type prepared struct {
+	tool      Tool
+	pid       int      // the jail's, on the host
+	req       *os.File // the request pipe's write end
+	out, errb *capped
+	kill      context.CancelFunc
+	killed    context.Context
+	exited    chan struct{} // closed when the jail was reaped
+	err       error         // Wait's, once exited is closed
+}
+
+// alive reports whether p's jail is still waiting (not reaped).
+func (p *prepared) alive() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// discard ends p's jail unused and waits for it.
+func (p *prepared) discard() {
+	p.kill()
+	p.req.Close()
+	<-p.exited
+}
+
+// prepare builds a jail for t and waits, up to readyTimeout, until it
+// reports that it is confined.
+func (j Jail) prepare(t Tool) (*prepared, error) {
+	if _, ok := toolSpecs[t]; !ok {
+		return nil, fmt.Errorf("%w: no tool %q", ErrFallback, t)
 	}
 	ws, err := detachedTree(j.Workspace, true)
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	defer ws.Close()
 	usr, err := detachedTree(j.Usr, false)
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	defer usr.Close()
 	lim := j.Limits
-	argv := toolArgv
-	if spec.threads {
-		argv = append([]string{fmt.Sprintf("--threads=%d", max(lim.Threads, 1))}, toolArgv...)
-	}
-	cfg, err := json.Marshal(jailConfig{Tool: t, Dest: j.Dest, Cwd: cwd, Argv: argv, Env: env,
-		CPU: uint64(max(lim.CPU/time.Second, 1)), Memory: lim.Memory})
+	cfg, err := json.Marshal(jailConfig{Tool: t, Dest: j.Dest, CPU: uint64(max(lim.CPU/time.Second, 1)), Memory: lim.Memory})
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, lim.Wall)
-	defer cancel()
-	out := &capped{max: lim.Stdout, over: cancel}
-	errb := &capped{max: lim.Stderr}
-	cmd := exec.CommandContext(ctx, "/proc/self/exe")
+	reqR, reqW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrFallback, err)
+	}
+	defer reqR.Close()
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		reqW.Close()
+		return nil, fmt.Errorf("%w: %v", ErrFallback, err)
+	}
+	defer readyR.Close()
+	defer readyW.Close()
+	killed, kill := context.WithCancel(context.Background())
+	p := &prepared{tool: t, req: reqW, kill: kill, killed: killed, exited: make(chan struct{}),
+		out: &capped{max: lim.Stdout, over: kill}, errb: &capped{max: lim.Stderr}}
+	cmd := exec.CommandContext(killed, "/proc/self/exe")
 	cmd.Args = []string{jailArg0, string(cfg)}
 	cmd.Env = []string{}
 	cmd.Dir = "/"
-	cmd.Stdout, cmd.Stderr = out, errb
-	cmd.ExtraFiles = []*os.File{ws, usr}
+	cmd.Stdout, cmd.Stderr = p.out, p.errb
+	cmd.ExtraFiles = []*os.File{ws, usr, reqR, readyW} // fdWorkspace, fdUsr, fdRequest, fdReady
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWNET | syscall.CLONE_NEWPID |
 			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
@@ -250,15 +338,59 @@ func (j Jail) run(ctx context.Context, t Tool, cwd string, toolArgv, env []strin
 	// parent-death signal means the server is gone (internal/childproc).
 	waited, err := childproc.Start(cmd)
 	if err != nil {
-		return Result{}, fmt.Errorf("%w: %v", ErrFallback, err)
+		kill()
+		reqW.Close()
+		return nil, fmt.Errorf("%w: %v", ErrFallback, err)
 	}
-	err = <-waited
-	res := Result{Stdout: out.b.Bytes(), Stderr: errb.b.Bytes()}
-	if out.overflow() {
+	p.pid = cmd.Process.Pid
+	go func() {
+		p.err = <-waited
+		close(p.exited)
+	}()
+	// The jail's ends are its own now: the ready pipe ends (EOF) if it
+	// dies before it reports.
+	reqR.Close()
+	readyW.Close()
+	readyR.SetReadDeadline(time.Now().Add(readyTimeout))
+	var b [1]byte
+	if n, _ := readyR.Read(b[:]); n != 1 || b[0] != jailReady {
+		p.discard()
+		return nil, fmt.Errorf("%w: the jail was not built: %s", ErrFallback, firstLine(p.errb.bytes()))
+	}
+	return p, nil
+}
+
+// serve sends p's jail its one request (the cwd, argv and env of the
+// tool p was made for) and waits for the tool, killed past j's wall time,
+// when ctx ends, or past j's output bound.
+func (j Jail) serve(ctx context.Context, p *prepared, cwd string, toolArgv, env []string) (Result, error) {
+	defer p.kill()
+	lim := j.Limits
+	argv := toolArgv
+	if toolSpecs[p.tool].threads {
+		argv = append([]string{fmt.Sprintf("--threads=%d", max(lim.Threads, 1))}, toolArgv...)
+	}
+	b, err := json.Marshal(jailRequest{Cwd: cwd, Argv: argv, Env: env})
+	if err != nil {
+		p.discard()
+		return Result{}, err
+	}
+	wall := time.AfterFunc(lim.Wall, p.kill)
+	defer wall.Stop()
+	defer context.AfterFunc(ctx, p.kill)()
+	_, werr := p.req.Write(b)
+	p.req.Close()
+	<-p.exited
+	err = p.err
+	res := Result{Stdout: p.out.bytes(), Stderr: p.errb.bytes()}
+	if p.out.overflow() {
 		return Result{}, fmt.Errorf("%w: output over %d bytes", ErrFallback, lim.Stdout)
 	}
-	if ctx.Err() != nil {
-		return Result{}, fmt.Errorf("%w: past %s", ErrFallback, lim.Wall)
+	if p.killed.Err() != nil {
+		return Result{}, fmt.Errorf("%w: past %s, or the server closed", ErrFallback, lim.Wall)
+	}
+	if werr != nil {
+		return Result{}, fmt.Errorf("%w: the request: %v", ErrFallback, werr)
 	}
 	var ee *exec.ExitError
 	switch {
@@ -326,6 +458,12 @@ func (c *capped) Write(p []byte) (int, error) {
 	}
 	c.b.Write(p)
 	return len(p), nil
+}
+
+func (c *capped) bytes() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return bytes.Clone(c.b.Bytes())
 }
 
 func (c *capped) overflow() bool {

@@ -20,10 +20,17 @@ func init() {
 	}
 }
 
-// Descriptors the server passes: the workspace and the image's /usr.
+// Descriptors the server passes: the workspace and the image's /usr (the
+// detached trees the init attaches), the request pipe's read end and the
+// ready pipe's write end.
 const (
 	fdWorkspace = 3
 	fdUsr       = 4
+	fdRequest   = 5
+	fdReady     = 6
+	// jailReady is the byte the init writes on fdReady once it is
+	// confined; only then does the server write the request.
+	jailReady = 'R'
 	// newRoot is where the init builds the jail's root before pivoting:
 	// a tmpfs over /tmp in the jail's own mount namespace (the host's
 	// /tmp is not touched).
@@ -43,22 +50,31 @@ func jailMain(arg string) {
 	}
 }
 
+// buildJail builds and confines the jail (mounts, rlimits, Landlock, no
+// capability, no_new_privs, seccomp: what the config says, nothing of a
+// request), reports that on fdReady, and only then reads its one request
+// from fdRequest: the cwd, opened beneath the workspace without following
+// a link, and the tool's argv and environment, then execs the tool.
 func buildJail(arg string) error {
 	var c jailConfig
 	if err := json.Unmarshal([]byte(arg), &c); err != nil {
 		return err
 	}
+	spec, ok := toolSpecs[c.Tool]
+	if !ok {
+		return fmt.Errorf("no tool %q", c.Tool)
+	}
 	if err := mountRoot(c.Dest); err != nil {
 		return err
 	}
-	cwd, err := openBeneath(c.Dest, c.Cwd)
-	if err != nil {
-		return fmt.Errorf("cwd %s: %w", c.Cwd, err)
+	// Attached now; the tool inherits neither.
+	unix.Close(fdWorkspace)
+	unix.Close(fdUsr)
+	for _, fd := range []int{fdRequest, fdReady} {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
+			return fmt.Errorf("descriptor %d: %w", fd, err)
+		}
 	}
-	if err := unix.Fchdir(cwd); err != nil {
-		return err
-	}
-	unix.Close(cwd)
 	for _, l := range []struct {
 		res int
 		v   uint64
@@ -66,10 +82,6 @@ func buildJail(arg string) error {
 		if err := unix.Setrlimit(l.res, &unix.Rlimit{Cur: l.v, Max: l.v}); err != nil {
 			return fmt.Errorf("rlimit %d: %w", l.res, err)
 		}
-	}
-	spec, ok := toolSpecs[c.Tool]
-	if !ok {
-		return fmt.Errorf("no tool %q", c.Tool)
 	}
 	if err := landlock(c.Dest, spec.bin); err != nil {
 		return err
@@ -80,11 +92,59 @@ func buildJail(arg string) error {
 	if err := seccomp(); err != nil {
 		return err
 	}
-	env := c.Env
+	// Confined: report it, then read the request.
+	if _, err := unix.Write(fdReady, []byte{jailReady}); err != nil {
+		return fmt.Errorf("ready: %w", err)
+	}
+	unix.Close(fdReady)
+	b, err := readRequest(fdRequest)
+	if err != nil {
+		return err
+	}
+	unix.Close(fdRequest)
+	var r jailRequest
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("request: %w", err)
+	}
+	cwd, err := openBeneath(c.Dest, r.Cwd)
+	if err != nil {
+		return fmt.Errorf("cwd %s: %w", r.Cwd, err)
+	}
+	if err := unix.Fchdir(cwd); err != nil {
+		return err
+	}
+	unix.Close(cwd)
+	env := r.Env
 	if env == nil {
 		env = []string{}
 	}
-	return syscall.Exec(spec.bin, append([]string{string(c.Tool)}, c.Argv...), env)
+	return syscall.Exec(spec.bin, append([]string{string(c.Tool)}, r.Argv...), env)
+}
+
+// readRequest reads fd to its end, at most maxJailRequest bytes; nothing
+// (the server discarded the jail unused) ends the jail.
+func readRequest(fd int) ([]byte, error) {
+	var b []byte
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := unix.Read(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("request: %w", err)
+		}
+		if n == 0 {
+			break
+		}
+		if b = append(b, buf[:n]...); len(b) > maxJailRequest {
+			return nil, fmt.Errorf("request: over %d bytes", maxJailRequest)
+		}
+	}
+	if len(b) == 0 {
+		return nil, fmt.Errorf("no request")
+	}
+	return b, nil
 }
 
 // mountRoot builds the jail's root and pivots into it.

@@ -41,11 +41,20 @@ type Server struct {
 
 	mu    sync.Mutex
 	stats Stats
+	// warm holds, per tool, a jail made before its request (prepared):
+	// the first request for a tool runs in a new jail, and each use of a
+	// tool makes the next one in the background. Every jail serves one
+	// request.
+	warm   map[Tool]*prepared
+	closed bool
+	making sync.WaitGroup
 }
 
 // Stats count a server's connections.
 type Stats struct {
 	Answered, Fallback, Refused uint64
+	// Warm counts the answers from a jail made before its request.
+	Warm uint64
 }
 
 // Serve answers requests on ln (the launcher's is on the gateway, which
@@ -53,7 +62,7 @@ type Stats struct {
 // connection from any address but peer is closed unanswered (peerserve).
 func Serve(j Jail, ln net.Listener, peer netip.Addr) *Server {
 	ctx, stop := context.WithCancel(context.Background())
-	s := &Server{j: j, run: make(chan struct{}, maxRunning), ctx: ctx, stop: stop}
+	s := &Server{j: j, run: make(chan struct{}, maxRunning), ctx: ctx, stop: stop, warm: map[Tool]*prepared{}}
 	s.ps = peerserve.Serve(ln, peer, maxConns, s.answer)
 	return s
 }
@@ -68,11 +77,61 @@ func (s *Server) Stats() Stats {
 	return st
 }
 
-// Close kills the searches running, stops listening and waits for the
-// connections being answered.
+// Close kills the searches running and the jails waiting, stops
+// listening and waits for the connections being answered.
 func (s *Server) Close() error {
 	s.stop()
-	return s.ps.Close()
+	err := s.ps.Close()
+	s.mu.Lock()
+	s.closed = true
+	warm := s.warm
+	s.warm = map[Tool]*prepared{}
+	s.mu.Unlock()
+	for _, p := range warm {
+		p.discard()
+	}
+	s.making.Wait()
+	return err
+}
+
+// take removes the warm jail for t, if any and still waiting.
+func (s *Server) take(t Tool) *prepared {
+	s.mu.Lock()
+	p := s.warm[t]
+	delete(s.warm, t)
+	s.mu.Unlock()
+	if p != nil && !p.alive() {
+		p.discard()
+		return nil
+	}
+	return p
+}
+
+// refill makes the next jail for t in the background, unless one waits
+// or the server is closing.
+func (s *Server) refill(t Tool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.warm[t] != nil {
+		return
+	}
+	s.making.Add(1)
+	go func() {
+		defer s.making.Done()
+		p, err := s.j.prepare(t)
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		keep := !s.closed && s.warm[t] == nil
+		if keep {
+			s.warm[t] = p
+		}
+		s.mu.Unlock()
+		if !keep {
+			p.discard()
+		}
+	}()
 }
 
 func (s *Server) count(f func(*Stats)) {
@@ -88,8 +147,16 @@ func (s *Server) answer(c net.Conn) {
 		s.ps.Refuse(c)
 		return
 	}
-	defer c.Close()
-	res, err := s.search(b)
+	res, used, err := s.search(b)
+	// The next jail for the tool is made once the answer is sent and the
+	// connection closed (the client reads to its end): not beside the
+	// answer's copy and the client's print for the CPU.
+	defer func() {
+		c.Close()
+		if used != "" {
+			s.refill(used)
+		}
+	}()
 	c.SetWriteDeadline(time.Now().Add(readDeadline + s.j.Limits.Wall))
 	if err != nil {
 		s.count(func(st *Stats) { st.Fallback++ })
@@ -102,23 +169,31 @@ func (s *Server) answer(c net.Conn) {
 	c.Write(append(append(h.Bytes(), res.Stdout...), res.Stderr...))
 }
 
-func (s *Server) search(b []byte) (Result, error) {
+// search answers the request b; used is the tool a jail ran for, whose
+// next jail the server then makes ("" when none ran).
+func (s *Server) search(b []byte) (res Result, used Tool, err error) {
 	r, err := Decode(b, s.j.Dest)
 	if err != nil {
-		return Result{}, err
+		return Result{}, "", err
 	}
 	if !s.j.PlainPaths(r) {
-		return Result{}, fmt.Errorf("%w: a path or the cwd is a link (the sandbox's tool follows it)", ErrFallback)
+		return Result{}, "", fmt.Errorf("%w: a path or the cwd is a link (the sandbox's tool follows it)", ErrFallback)
 	}
 	t := time.NewTimer(queueWait)
 	defer t.Stop()
 	select {
 	case s.run <- struct{}{}:
 	case <-t.C:
-		return Result{}, fmt.Errorf("%w: %d searches running", ErrFallback, maxRunning)
+		return Result{}, "", fmt.Errorf("%w: %d searches running", ErrFallback, maxRunning)
 	case <-s.ctx.Done():
-		return Result{}, ErrFallback
+		return Result{}, "", ErrFallback
 	}
 	defer func() { <-s.run }()
-	return s.j.Run(s.ctx, r)
+	used = r.tool()
+	p := s.take(used)
+	res, err = s.j.runIn(s.ctx, p, r)
+	if err == nil && p != nil {
+		s.count(func(st *Stats) { st.Warm++ })
+	}
+	return res, used, err
 }
