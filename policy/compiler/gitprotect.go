@@ -9,7 +9,7 @@ import (
 	"paseo.dev/paseo-policy/internal/pathform"
 	"paseo.dev/paseo-policy/internal/pathsafe"
 	"paseo.dev/paseo-policy/policy/bundle"
-	"paseo.dev/paseo-policy/policy/compiler/gitindex"
+	"paseo.dev/paseo-policy/internal/gitindex"
 	"paseo.dev/paseo-policy/policy/grant"
 )
 
