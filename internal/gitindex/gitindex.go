@@ -204,6 +204,11 @@ func parse(data []byte, newHash func() hash.Hash) (*Index, error) {
 		if l := int(flags & nameMask); l != nameMask && l != len(name) {
 			return nil, fmt.Errorf("entry %d: path length %d, flags say %d", i, len(name), l)
 		}
+		if name == "" {
+			// Only a split index's entries replacing the shared index's
+			// have no name of their own.
+			return nil, fmt.Errorf("entry %d has no name: %w", i, ErrSplit)
+		}
 		// A sparse index's directory entries (a name ending in a slash)
 		// are refused with the rest: a gitlink could be behind one.
 		if !clean(name) {
