@@ -52,7 +52,7 @@ import (
 const (
 	// gitSeed shows the worktree's real Git dir read-only, for the start
 	// script to copy from: its own path holds the private tmpfs.
-	gitSeed = "/run/paseo/git-seed"
+	gitSeed = bundle.GitSeedPath
 	// gitRepoView shows a main worktree's (or a submodule's) repository,
 	// whose own path holds the private tmpfs.
 	gitRepoView = "/run/paseo/repo"

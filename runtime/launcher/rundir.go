@@ -66,6 +66,13 @@ func (r *runDir) materialize(plan *launchplan.Plan) (*rspec.Spec, error) {
 			return nil, err
 		}
 	}
+	if index, ok := files[bundle.FSMonitorIndexFile]; ok {
+		// Compiled empty; the launcher writes the vouched index over it
+		// before runsc starts (fsmonitor.go). Read by the start script.
+		if err := r.writeFile(bundle.FSMonitorIndexFile, index, 0o444); err != nil {
+			return nil, err
+		}
+	}
 	if client, ok := files[bundle.SearchClientFile]; ok {
 		// Run as rg by the sandbox's shell and tools: executable, read-only.
 		if err := r.writeFile(bundle.SearchClientFile, client, 0o555); err != nil {
