@@ -100,6 +100,12 @@ func (l *launch) vouchIndex(st *fsmonitorState, workspace string) error {
 		st.vouchReason = "the bundle binds no vouched index"
 		return nil
 	}
+	if l.wake != nil {
+		// The restored sandbox keeps the Git dir its git last wrote; no
+		// start script copies an index.
+		st.vouchReason = "a wake: the sandbox's Git dir is restored, not seeded"
+		return nil
+	}
 	if seed == "" {
 		st.vouchReason = "the layout shows no Git seed (" + bundle.GitSeedPath + ")"
 		return nil
