@@ -68,6 +68,10 @@ var (
 	ErrNoIndex  = errors.New("the worktree's Git dir has no index")
 	ErrTooLarge = fmt.Errorf("the index is larger than %d bytes", MaxIndexBytes)
 	ErrToken    = errors.New("not a token the monitor's protocol carries")
+	// ErrNotTop is a workspace with no .git of its own: not the
+	// worktree's top, so the index's names are not relative to it (and
+	// the hook, which answers only there, would fail every query).
+	ErrNotTop = errors.New("the workspace is not the top of a worktree (no .git in it)")
 )
 
 // Result is a vouched index and its counts.
@@ -109,6 +113,10 @@ func Vouch(seedDir, workspace, token string) (*Result, error) {
 		return nil, fmt.Errorf("opening the workspace: %w", err)
 	}
 	defer unix.Close(ws)
+	var top unix.Stat_t
+	if err := unix.Fstatat(ws, ".git", &top, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, ErrNotTop
+	}
 	dirty := sweep(ix, ws, indexMtime)
 	res := &Result{Index: build(data, ix, token, dirty)}
 	for _, d := range dirty {

@@ -261,7 +261,8 @@ func TestVouchIsDeterministic(t *testing.T) {
 }
 
 // What cannot be vouched for is an error, never a partial index: no
-// index, a split index, a link in the index's place, a foreign token.
+// index, a split index, a link in the index's place, a foreign token, a
+// workspace that is not the worktree's top.
 func TestVouchRefusals(t *testing.T) {
 	r := newRepo(t)
 	tok := r.w.Token()
@@ -276,6 +277,9 @@ func TestVouchRefusals(t *testing.T) {
 	os.Symlink(filepath.Join(r.gitDir, "index"), filepath.Join(linked, "index"))
 	if _, err := Vouch(linked, r.ws, tok); err == nil {
 		t.Fatal("an index that is a symlink was read")
+	}
+	if _, err := Vouch(r.gitDir, filepath.Join(r.ws, "keep"), tok); !errors.Is(err, ErrNotTop) {
+		t.Fatalf("a subdirectory of the worktree: %v", err)
 	}
 	split := r.install(t, nil)
 	git(t, r.ws, "--git-dir="+split, "--work-tree="+r.ws, "update-index", "--split-index")
