@@ -297,3 +297,51 @@ func openDir(t *testing.T, p string) int {
 	t.Cleanup(func() { f.Close() })
 	return int(f.Fd())
 }
+
+// The bitmap past one 64-bit word: git reads the bits of entries 70, 128
+// and 199 of 200 as the ones not vouched for, and no other.
+func TestBitmapPastOneWord(t *testing.T) {
+	ws := t.TempDir()
+	git(t, ws, "init", "-q")
+	var names []string
+	for i := range 200 {
+		n := filepath.Join("d", strings.Repeat("f", 1+i/26)+string(rune('a'+i%26)))
+		names = append(names, n)
+		write(t, filepath.Join(ws, n), n)
+	}
+	git(t, ws, "add", "-A")
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond)))
+	// The index written again a second after the files: none racy.
+	git(t, ws, "update-index", "--really-refresh")
+	order := strings.Fields(git(t, ws, "ls-files"))
+	changed := []string{order[70], order[128], order[199]}
+	for _, n := range changed {
+		write(t, filepath.Join(ws, n), "changed, longer than before")
+	}
+	w, err := fsmonitor.Watch(ws, fsmonitor.DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	res, err := Vouch(filepath.Join(ws, ".git"), ws, w.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Vouched != 197 || res.NotVouched != 3 {
+		t.Fatalf("vouched %d, not %d", res.Vouched, res.NotVouched)
+	}
+	r := &repo{ws: ws, gitDir: filepath.Join(ws, ".git"), w: w}
+	// No hook needed to read the bits: with core.fsmonitor set to a hook
+	// that answers nothing changed since the token, ls-files keeps them.
+	r.hook = filepath.Join(t.TempDir(), "hook")
+	os.WriteFile(r.hook, []byte("#!/bin/sh\nprintf '%s\\0' \"$2\"\n"), 0o755)
+	var invalid []string
+	for _, l := range strings.Split(strings.TrimSpace(r.run(t, r.install(t, res.Index), true, "ls-files", "-f")), "\n") {
+		if tag, name, _ := strings.Cut(l, " "); tag != strings.ToLower(tag) {
+			invalid = append(invalid, name)
+		}
+	}
+	if !slices.Equal(invalid, changed) {
+		t.Fatalf("git reads %q as not vouched for, want %q", invalid, changed)
+	}
+}
