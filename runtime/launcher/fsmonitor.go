@@ -120,7 +120,7 @@ func (l *launch) vouchIndex(st *fsmonitorState, workspace string) error {
 		st.vouchReason = err.Error()
 		return nil
 	}
-	if err := l.run.writeFile(bundle.FSMonitorIndexFile, res.Index, 0o444); err != nil {
+	if err := l.run.writeFile(bundle.FSMonitorIndexFile, res.Index, 0o644); err != nil {
 		return fmt.Errorf("fsmonitor: writing the vouched index: %w", err)
 	}
 	st.vouched, st.notVouched = res.Vouched, res.NotVouched

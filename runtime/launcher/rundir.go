@@ -68,8 +68,11 @@ func (r *runDir) materialize(plan *launchplan.Plan) (*rspec.Spec, error) {
 	}
 	if index, ok := files[bundle.FSMonitorIndexFile]; ok {
 		// Compiled empty; the launcher writes the vouched index over it
-		// before runsc starts (fsmonitor.go). Read by the start script.
-		if err := r.writeFile(bundle.FSMonitorIndexFile, index, 0o444); err != nil {
+		// before runsc starts (fsmonitor.go). Read by the start script,
+		// whose cp gives the private copy this mode: 0644, as host git
+		// leaves an index, so the sandbox user can write over it (Git
+		// itself replaces it by rename).
+		if err := r.writeFile(bundle.FSMonitorIndexFile, index, 0o644); err != nil {
 			return nil, err
 		}
 	}

@@ -65,6 +65,10 @@ func TestPiToolsGitFirstStatusVouched(t *testing.T) {
 	if !slices.Equal(invalid, want) || len(valid) != len(all)-len(want) {
 		t.Errorf("the sandbox's git holds %d entries fsmonitor-valid and not %q; want all %d but %q", len(valid), invalid, len(all), want)
 	}
+	// The private copy is the sandbox user's to write, as the seed's was.
+	if got := sbx.output(t, `stat -c %a "$PASEO_GIT_DIR/index"`); got != "644\n" {
+		t.Errorf("the private index's mode: %q, want 644", got)
+	}
 	first := sbx.output(t, "git status --porcelain")
 	full := sbx.output(t, "git -c core.fsmonitor=false --no-optional-locks status --porcelain")
 	if first != full {
