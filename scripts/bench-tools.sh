@@ -22,7 +22,10 @@
 # git the workspace monitor answers: the plan's default grant), SEARCH (1
 # adds a side: a sandbox compiled with the registry's native search switch,
 # deployments.<id>.search "native", whose rg, fd and find are answered from
-# the host; default 0), GO (default go).
+# the host; default 0), VOUCH ("ab" adds a side fsmseed: the monitored
+# sandbox again, each round started from the seed's index instead of the
+# launcher's vouched one, the first status as it was before the vouch),
+# GO (default go).
 # With more sides, each sandbox's table and summary are printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,7 +43,7 @@ fi
 echo "   files ${FILES:-20000}, rounds ${ROUNDS:-5}, sandbox git settings: ${GITCONFIG:-as the profile sets them}"
 
 "$go" test -c -o "$tmp/e2e.test" ./test/e2e
-if ! (cd ./test/e2e && TOOLS_BENCH_FILES=${FILES:-20000} TOOLS_BENCH_ROUNDS=${ROUNDS:-5} TOOLS_BENCH_GITCONFIG=${GITCONFIG:-} TOOLS_BENCH_ONLY=${ONLY:-} TOOLS_BENCH_FSMONITOR=${FSMONITOR:-1} TOOLS_BENCH_SEARCH=${SEARCH:-0} \
+if ! (cd ./test/e2e && TOOLS_BENCH_FILES=${FILES:-20000} TOOLS_BENCH_ROUNDS=${ROUNDS:-5} TOOLS_BENCH_GITCONFIG=${GITCONFIG:-} TOOLS_BENCH_ONLY=${ONLY:-} TOOLS_BENCH_FSMONITOR=${FSMONITOR:-1} TOOLS_BENCH_SEARCH=${SEARCH:-0} TOOLS_BENCH_VOUCH=${VOUCH:-} \
   "$tmp/e2e.test" -test.run '^$' -test.bench '^BenchmarkTools$' -test.benchtime 1x -test.timeout 60m) >"$tmp/out.txt" 2>&1; then
   echo "   the benchmark failed; its output:" >&2
   tail -n 30 "$tmp/out.txt" >&2

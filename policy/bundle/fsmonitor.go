@@ -11,6 +11,18 @@ import (
 const (
 	FSMonitorHookFile = "files/fsmonitor-hook"
 	FSMonitorHookPath = "/run/paseo/fsmonitor/hook"
+	// FSMonitorIndexFile is the index the sandbox's git starts from when
+	// the launcher vouched for the workspace (runtime/launcher/fsmonitor/
+	// vouch): compiled empty, bound read-only at FSMonitorIndexPath, and
+	// written into the run dir's copy by the launcher before runsc starts.
+	// The pi-session start script copies it in place of the seed's index
+	// when it is a non-empty regular file, and the seed's index otherwise.
+	FSMonitorIndexFile = "files/fsmonitor-index"
+	FSMonitorIndexPath = "/run/paseo/fsmonitor/index"
+	// GitSeedPath is where a private Git dir's layout shows the
+	// worktree's real Git dir, read-only, for the start script to seed
+	// from (PASEO_GIT_SEED): the launcher's vouch reads its index there.
+	GitSeedPath = "/run/paseo/git-seed"
 	// GatewayName is the host name the sandbox reaches its gateway by
 	// (egress.json's Gateway): the launcher pins it in /etc/hosts, since
 	// the address is leased only at launch.

@@ -57,13 +57,16 @@ func (c *compilation) decideFSMonitor() *fsmonitorPlan {
 	return &fsmonitorPlan{on: true, reason: "on by default where the sandbox network exists: the sandbox's git asks the launcher's watcher which names changed instead of scanning every file through the gofer", fact: prof + ",registry.network.mode"}
 }
 
-// fsmonitorMount binds the hook, read-only and executable (Git runs it).
+// fsmonitorMount binds the hook, read-only and executable (Git runs it),
+// and the vouched index beside it, read-only.
 func (c *compilation) fsmonitorMount(p *grant.Plan) {
 	if c.fsmon == nil || !c.fsmon.on {
 		return
 	}
 	p.Add(grant.Mount{Destination: bundle.FSMonitorHookPath, Type: "bind", Source: bundle.FSMonitorHookFile, Options: []string{"bind", "ro", "nosuid", "nodev"},
 		Provenance: why("generated: the workspace monitor's core.fsmonitor hook, which asks the launcher on the gateway", c.fsmon.fact)})
+	p.Add(grant.Mount{Destination: bundle.FSMonitorIndexPath, Type: "bind", Source: bundle.FSMonitorIndexFile, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
+		Provenance: why("generated empty: the index the launcher vouched for, written at launch, which the start script seeds the private Git dir's index from when it is not empty", c.fsmon.fact)})
 }
 
 // fsmonitorEnv adds core.fsmonitor after the profile's Git settings

@@ -33,6 +33,23 @@ func TestFSMonitorGitSettings(t *testing.T) {
 	if e := envOf(r); e["GIT_CONFIG_COUNT"] != "5" || e["GIT_CONFIG_KEY_4"] != "core.fsmonitor" || e["GIT_CONFIG_VALUE_4"] != bundle.FSMonitorHookPath {
 		t.Errorf("the shipped profile: %v", e)
 	}
+	// The vouched index: compiled empty, bound read-only where the
+	// profile's start script looks for it.
+	if data, ok := r.Files[bundle.FSMonitorIndexFile]; !ok || len(data) != 0 {
+		t.Errorf("%s compiled as %q (present %v), want empty", bundle.FSMonitorIndexFile, data, ok)
+	}
+	if !slices.ContainsFunc(r.Plan.Grants, func(g grant.Grant) bool {
+		m, ok := g.(grant.Mount)
+		return ok && m.Destination == bundle.FSMonitorIndexPath && m.Source == bundle.FSMonitorIndexFile && slices.Contains(m.Options, "ro")
+	}) {
+		t.Error("the vouched index is not bound read-only")
+	}
+	if !slices.ContainsFunc(r.Plan.Grants, func(g grant.Grant) bool {
+		a, ok := g.(grant.Argv)
+		return ok && slices.ContainsFunc(a.Words, func(w string) bool { return strings.Contains(w, "[ -s "+bundle.FSMonitorIndexPath+" ]") })
+	}) {
+		t.Errorf("the start script does not seed from %s", bundle.FSMonitorIndexPath)
+	}
 
 	noGit := withProfile(t, func(s string) string {
 		var kept []string
@@ -63,7 +80,7 @@ func TestFSMonitorGitSettings(t *testing.T) {
 	if len(diags) > 0 {
 		t.Fatal(diags)
 	}
-	if len(r.Plan.Of(grant.KindFSMonitor)) > 0 || r.Files[bundle.FSMonitorHookFile] != nil || envOf(r)["GIT_CONFIG_COUNT"] != "4" {
+	if len(r.Plan.Of(grant.KindFSMonitor)) > 0 || r.Files[bundle.FSMonitorHookFile] != nil || r.Files[bundle.FSMonitorIndexFile] != nil || envOf(r)["GIT_CONFIG_COUNT"] != "4" {
 		t.Errorf("a profile that does not ask: %v, hook %v, env %v", r.Plan.Of(grant.KindFSMonitor), r.Files[bundle.FSMonitorHookFile] != nil, envOf(r))
 	}
 }

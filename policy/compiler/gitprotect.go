@@ -9,7 +9,7 @@ import (
 	"paseo.dev/paseo-policy/internal/pathform"
 	"paseo.dev/paseo-policy/internal/pathsafe"
 	"paseo.dev/paseo-policy/policy/bundle"
-	"paseo.dev/paseo-policy/policy/compiler/gitindex"
+	"paseo.dev/paseo-policy/internal/gitindex"
 	"paseo.dev/paseo-policy/policy/grant"
 )
 
@@ -52,7 +52,7 @@ import (
 const (
 	// gitSeed shows the worktree's real Git dir read-only, for the start
 	// script to copy from: its own path holds the private tmpfs.
-	gitSeed = "/run/paseo/git-seed"
+	gitSeed = bundle.GitSeedPath
 	// gitRepoView shows a main worktree's (or a submodule's) repository,
 	// whose own path holds the private tmpfs.
 	gitRepoView = "/run/paseo/repo"

@@ -246,7 +246,9 @@ const CheckFSMonitor = "fsmonitor"
 // the bundle: network mode sandbox (it is served on the gateway), a port
 // no route has, the process's cwd as the watched path, and the hook the
 // sandbox's git runs (bound read-only at bundle.FSMonitorHookPath, named
-// by core.fsmonitor) exactly the one for that port and path.
+// by core.fsmonitor) exactly the one for that port and path, and the
+// vouched index's file compiled empty and bound read-only at
+// bundle.FSMonitorIndexPath.
 func fsmonitorServed(d Decoded) error {
 	if d.Manifest == nil {
 		return nil
@@ -268,6 +270,13 @@ func fsmonitorServed(d Decoded) error {
 		if !boundReadOnly(d, bundle.FSMonitorHookPath, bundle.FSMonitorHookFile) {
 			problems = append(problems, "the hook is not bound read-only at "+bundle.FSMonitorHookPath)
 		}
+		if !boundReadOnly(d, bundle.FSMonitorIndexPath, bundle.FSMonitorIndexFile) {
+			problems = append(problems, "the vouched index is not bound read-only at "+bundle.FSMonitorIndexPath)
+		}
+	}
+	// Compiled empty: only the launcher writes the run dir's copy.
+	if data, ok := d.Files[bundle.FSMonitorIndexFile]; !ok || len(data) != 0 {
+		problems = append(problems, bundle.FSMonitorIndexFile+" is not the empty file the launcher writes the vouched index over")
 	}
 	if !bytes.Equal(d.Files[bundle.FSMonitorHookFile], bundle.FSMonitorHook(bundle.GatewayName, g.Port, g.Path)) {
 		problems = append(problems, bundle.FSMonitorHookFile+" is not the hook for the grant's port and path")

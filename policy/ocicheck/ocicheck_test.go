@@ -163,7 +163,8 @@ func wantEgressFinding(t *testing.T, goldenCase, from, to string) {
 
 // A granted workspace monitor that the bundle could not serve as granted
 // is a finding: a hook for another port or tree, no sandbox network, a
-// hook bound writable, a route on the monitor's port. The golden bundle
+// hook bound writable, a route on the monitor's port, a vouched index's
+// file not compiled empty or not bound read-only at its path. The golden bundle
 // itself passes (TestGoldenBundlesValidate).
 func TestFSMonitorServedAsGranted(t *testing.T) {
 	src := filepath.Join("..", "..", "testdata", "host-pi-session-api-key", "golden")
@@ -174,6 +175,15 @@ func TestFSMonitorServedAsGranted(t *testing.T) {
 		"hook for another tree": {bundle.FSMonitorHookFile, "stat('/srv/paseo/workspace/proj-feature')", "stat('/')"},
 		"no gateway":            {bundle.EgressFile, `"mode": "sandbox"`, `"mode": "none"`},
 		"route on its port":     {bundle.EgressFile, `"port": 18080`, `"port": 18090`},
+		"index not compiled empty": {bundle.FSMonitorIndexFile, "", "DIRC"},
+		"index bound elsewhere":    {bundle.ConfigFile, `"destination": "/run/paseo/fsmonitor/index"`, `"destination": "/run/paseo/fsmonitor/other"`},
+		"index bound writable": {bundle.ConfigFile, `"source": "files/fsmonitor-index",
+      "options": [
+        "bind",
+        "ro",`, `"source": "files/fsmonitor-index",
+      "options": [
+        "bind",
+        "rw",`},
 		"hook bound writable": {bundle.ConfigFile, `"source": "files/fsmonitor-hook",
       "options": [
         "bind",

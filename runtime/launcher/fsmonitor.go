@@ -5,7 +5,9 @@ import (
 	"fmt"
 
 	"paseo.dev/paseo-policy/internal/pathsafe"
+	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/runtime/launcher/fsmonitor"
+	"paseo.dev/paseo-policy/runtime/launcher/fsmonitor/vouch"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 )
 
@@ -20,8 +22,12 @@ import (
 // this sandbox's address only, as it admits the routes', and the server
 // itself answers no other address. The hook (the bundle's
 // files/fsmonitor-hook, bound read-only at bundle.FSMonitorHookPath) and
-// core.fsmonitor in the process's Git settings are compiled grants: the
-// launcher adds nothing to the run copy for the monitor. The plan's
+// core.fsmonitor in the process's Git settings are compiled grants. The
+// launcher writes one thing into the run copy for the monitor, before
+// runsc starts: the vouched index (bundle.FSMonitorIndexFile, compiled
+// empty), the worktree's index with an fsmonitor extension naming the
+// watcher's token, which the start script seeds the private Git dir from
+// (vouchIndex; runtime/launcher/fsmonitor/vouch). The plan's
 // validator (ocicheck CheckFSMonitor, before anything is made) checked the
 // hook is the one the grant's port and path give, bound read-only, and
 // that the port is no route's. runsc's flags are
@@ -44,6 +50,9 @@ type fsmonitorState struct {
 	port int // on the gateway
 	w    *fsmonitor.Watcher
 	srv  *fsmonitor.Server
+	// The vouch's counts, or why nothing was vouched for.
+	vouched, notVouched int
+	vouchReason         string
 }
 
 // startFSMonitor watches the workspace's staged bind; the network phase
@@ -68,7 +77,53 @@ func (l *launch) startFSMonitor() error {
 		return err
 	}
 	l.cleanup.push("fsmonitor watcher", w.Close)
-	l.state.fsmonitor = &fsmonitorState{port: g.Port, w: w}
+	st := &fsmonitorState{port: g.Port, w: w}
+	l.state.fsmonitor = st
+	return l.vouchIndex(st, src)
+}
+
+// vouchIndex writes the run dir's vouched index, after the watches are in
+// place (Watch returned) and the token taken, so every change after the
+// sweep reaches Git through the watcher. What cannot be vouched for (no
+// Git seed in this layout, no index, a split index, a degraded watcher)
+// leaves the compiled empty file, and the start script copies the seed's
+// index as it is: a full first scan, never a wrong one. The result says
+// why (FSMonitorStats.VouchReason).
+func (l *launch) vouchIndex(st *fsmonitorState, workspace string) error {
+	var seed string
+	for _, b := range l.state.binds {
+		if b.pin.Destination == bundle.GitSeedPath && b.pin.Kind == string(pathsafe.Dir) {
+			seed = b.path
+		}
+	}
+	if _, ok := l.files[bundle.FSMonitorIndexFile]; !ok {
+		st.vouchReason = "the bundle binds no vouched index"
+		return nil
+	}
+	if l.wake != nil {
+		// The restored sandbox keeps the Git dir its git last wrote; no
+		// start script copies an index.
+		st.vouchReason = "a wake: the sandbox's Git dir is restored, not seeded"
+		return nil
+	}
+	if seed == "" {
+		st.vouchReason = "the layout shows no Git seed (" + bundle.GitSeedPath + ")"
+		return nil
+	}
+	tok := st.w.Token()
+	if st.w.Stats().Degraded {
+		st.vouchReason = "the watcher is degraded: every answer is everything"
+		return nil
+	}
+	res, err := vouch.Vouch(seed, workspace, tok)
+	if err != nil {
+		st.vouchReason = err.Error()
+		return nil
+	}
+	if err := l.run.writeFile(bundle.FSMonitorIndexFile, res.Index, 0o644); err != nil {
+		return fmt.Errorf("fsmonitor: writing the vouched index: %w", err)
+	}
+	st.vouched, st.notVouched = res.Vouched, res.NotVouched
 	return nil
 }
 
@@ -85,7 +140,8 @@ func (l *launch) serveFSMonitor(n *sandboxnet.Network) error {
 		err := srv.Close()
 		s := st.w.Stats()
 		l.res.FSMonitor = &FSMonitorStats{Lists: s.Lists, Everything: s.Everything, Events: s.Events, Overflows: s.Overflows,
-			Unchanged: s.Unchanged, Degraded: s.Degraded, Refused: srv.Refused()}
+			Unchanged: s.Unchanged, Degraded: s.Degraded, Refused: srv.Refused(),
+			Vouched: st.vouched, NotVouched: st.notVouched, VouchReason: st.vouchReason}
 		return err
 	})
 	st.srv = srv
@@ -99,4 +155,9 @@ type FSMonitorStats struct {
 	// Git reads had changed (fsmonitor, times.go).
 	Unchanged uint64
 	Degraded  bool
+	// Vouched and NotVouched count the index entries the vouched index
+	// marks valid and not (fsmonitor/vouch); VouchReason says why none
+	// was written (the sandbox's git then starts from the seed's index).
+	Vouched, NotVouched int
+	VouchReason         string `json:",omitempty"`
 }

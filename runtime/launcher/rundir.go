@@ -66,6 +66,16 @@ func (r *runDir) materialize(plan *launchplan.Plan) (*rspec.Spec, error) {
 			return nil, err
 		}
 	}
+	if index, ok := files[bundle.FSMonitorIndexFile]; ok {
+		// Compiled empty; the launcher writes the vouched index over it
+		// before runsc starts (fsmonitor.go). Read by the start script,
+		// whose cp gives the private copy this mode: 0644, as host git
+		// leaves an index, so the sandbox user can write over it (Git
+		// itself replaces it by rename).
+		if err := r.writeFile(bundle.FSMonitorIndexFile, index, 0o644); err != nil {
+			return nil, err
+		}
+	}
 	if client, ok := files[bundle.SearchClientFile]; ok {
 		// Run as rg by the sandbox's shell and tools: executable, read-only.
 		if err := r.writeFile(bundle.SearchClientFile, client, 0o555); err != nil {

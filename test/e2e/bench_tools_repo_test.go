@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 	"testing"
 )
 
@@ -108,6 +109,15 @@ func genToolsRepo(tb testing.TB, root string, n int) *toolsRepo {
 	}
 	chownTree(tb, r.repo, 1000, 1000)
 	chownTree(tb, r.ws, 1000, 1000)
+	// The chown moved every file's ctime: let git record the tree again,
+	// in a second after every file's mtime (no entry racily clean), as
+	// the deployment user's own git status leaves a checkout's index. The
+	// launcher's vouch (fsmonitor/vouch) checks ctime too.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 10*time.Millisecond)))
+	toolsGit(tb, r.ws, "-c", "safe.directory=*", "update-index", "-q", "--refresh")
+	if err := os.Lchown(filepath.Join(r.gitdir, "index"), 1000, 1000); err != nil {
+		tb.Fatal(err)
+	}
 	return r
 }
 

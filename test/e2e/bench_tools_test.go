@@ -250,6 +250,16 @@ func BenchmarkTools(b *testing.B) {
 		fsmHost := filepath.Join(tmp, "fsmhost")
 		fr := genToolsRepo(b, fsmHost, files)
 		sides = append(sides, startToolsSandbox(b, im, fsmHost, fr, "fsmonitor", true))
+		if os.Getenv("TOOLS_BENCH_VOUCH") == "ab" {
+			// The same monitored sandbox, each round started from the
+			// seed's index (no fsmonitor extension): the first status as
+			// it was before the launcher vouched.
+			seedHost := filepath.Join(tmp, "fsmseedhost")
+			sr := genToolsRepo(b, seedHost, files)
+			s := startToolsSandbox(b, im, seedHost, sr, "fsmseed", true)
+			s.before = toolsSeedIndex
+			sides = append(sides, s)
+		}
 	}
 	if os.Getenv("TOOLS_BENCH_SEARCH") == "1" {
 		nsHost := filepath.Join(tmp, "nshost")
@@ -419,7 +429,7 @@ func startToolsSandboxWith(tb testing.TB, im imageInfo, host string, r *toolsRep
 	outR, outW := io.Pipe()
 	s := &toolsSide{name: name, in: inW, out: bufio.NewReader(outR), stderr: &lockedBuffer{},
 		cpu:    func() time.Duration { return sandboxCPU(tb, id) },
-		before: `cp /run/paseo/git-seed/index "$PASEO_GIT_DIR/index"`,
+		before: toolsStartIndex,
 		after:  toolsUndo(r.base)}
 	done := make(chan struct{})
 	lctx, cancel := context.WithCancel(context.Background())
@@ -446,7 +456,7 @@ func startToolsSandboxWith(tb testing.TB, im imageInfo, host string, r *toolsRep
 		// The monitor side must have been answered by the monitor the
 		// plan granted, not merely run in network mode sandbox.
 		if st := res.FSMonitor; st != nil {
-			fmt.Printf("tools: monitor (%s): %d lists, %d everything, %d events (%d closes and attribute events that changed nothing, left out), %d overflows, degraded %v\n", name, st.Lists, st.Everything, st.Events, st.Unchanged, st.Overflows, st.Degraded)
+			fmt.Printf("tools: monitor (%s): %d lists, %d everything, %d events (%d closes and attribute events that changed nothing, left out), %d overflows, degraded %v; index entries vouched for at launch %d, not %d%s\n", name, st.Lists, st.Everything, st.Events, st.Unchanged, st.Overflows, st.Degraded, st.Vouched, st.NotVouched, map[bool]string{true: " (" + st.VouchReason + ")"}[st.VouchReason != ""])
 		}
 		if o.fsmon && (res.FSMonitor == nil || res.FSMonitor.Lists == 0) {
 			tb.Errorf("the %s side: the workspace monitor did not answer a list: %+v", name, res.FSMonitor)
@@ -457,6 +467,15 @@ func startToolsSandboxWith(tb testing.TB, im imageInfo, host string, r *toolsRep
 	s.waitReady(tb)
 	return s
 }
+
+// toolsStartIndex puts back the index a start gives the sandbox's git, as
+// the start script chooses it: the launcher's vouched index when it wrote
+// one (the monitor granted), the seed's otherwise.
+const toolsStartIndex = `f=/run/paseo/fsmonitor/index; [ -f "$f" ] && [ -s "$f" ] || f=/run/paseo/git-seed/index; cp "$f" "$PASEO_GIT_DIR/index"`
+
+// toolsSeedIndex is the seed's own index, as a start gave it before the
+// launcher vouched for the workspace (the A/B side of TOOLS_BENCH_VOUCH).
+const toolsSeedIndex = `cp /run/paseo/git-seed/index "$PASEO_GIT_DIR/index"`
 
 // startToolsHost runs the server as the deployment user in a chroot of a
 // private overlay of the image tree at base, with r's tree bound at its

@@ -197,7 +197,8 @@ func TestSearchNotServedInAPod(t *testing.T) {
 }
 
 // TestFSMonitorNotServedInAPod: no launcher serves the workspace monitor in
-// a Pod, so its hook is not mounted (or put in the ConfigMap) and its Git
+// a Pod, so its hook and its vouched index are not mounted (or put in the
+// ConfigMap: the start script then seeds the worktree's own index) and its Git
 // setting is core.fsmonitor=false, a full scan, rather than a hook that
 // fails or waits on the gateway in every git command.
 func TestFSMonitorNotServedInAPod(t *testing.T) {
@@ -207,9 +208,10 @@ func TestFSMonitorNotServedInAPod(t *testing.T) {
 		grant.Env{Name: "GIT_CONFIG_KEY_0", Value: "core.fsmonitor", Provenance: w},
 		grant.Env{Name: "GIT_CONFIG_VALUE_0", Value: bundle.FSMonitorHookPath, Provenance: w},
 		grant.Mount{Destination: bundle.FSMonitorHookPath, Type: "bind", Source: bundle.FSMonitorHookFile, Options: []string{"bind", "ro"}, Provenance: w},
+		grant.Mount{Destination: bundle.FSMonitorIndexPath, Type: "bind", Source: bundle.FSMonitorIndexFile, Options: []string{"bind", "ro"}, Provenance: w},
 		grant.FSMonitor{On: true, Port: 18090, Path: "/ws", Provenance: w},
 	)
-	r, err := Render(bundleOf(t, g, nil, bundle.Files{bundle.FSMonitorHookFile: []byte("#!/usr/bin/perl\n")}), opts)
+	r, err := Render(bundleOf(t, g, nil, bundle.Files{bundle.FSMonitorHookFile: []byte("#!/usr/bin/perl\n"), bundle.FSMonitorIndexFile: []byte{}}), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,22 +223,24 @@ func TestFSMonitorNotServedInAPod(t *testing.T) {
 		t.Errorf("the monitor's Git setting in a Pod: %q=%q, want core.fsmonitor=false", env["GIT_CONFIG_KEY_0"], env["GIT_CONFIG_VALUE_0"])
 	}
 	for _, m := range r.Pod.Spec.Containers[0].VolumeMounts {
-		if m.MountPath == bundle.FSMonitorHookPath {
-			t.Errorf("the hook is mounted: %+v", m)
+		if m.MountPath == bundle.FSMonitorHookPath || m.MountPath == bundle.FSMonitorIndexPath {
+			t.Errorf("the hook or the vouched index is mounted: %+v", m)
 		}
 	}
 	if r.ConfigMap != nil {
-		if _, ok := r.ConfigMap.Data["fsmonitor-hook"]; ok {
-			t.Error("the hook is in the ConfigMap")
+		for _, k := range []string{"fsmonitor-hook", "fsmonitor-index"} {
+			if _, ok := r.ConfigMap.Data[k]; ok {
+				t.Errorf("%s is in the ConfigMap", k)
+			}
 		}
 	}
 	gaps := 0
 	for _, gp := range r.Gaps {
-		if gp.Grant == bundle.FSMonitorHookPath || strings.HasPrefix(gp.Grant, "fsmonitor") || strings.Contains(gp.Grant, bundle.FSMonitorHookPath) {
+		if strings.HasPrefix(gp.Grant, "fsmonitor") || strings.Contains(gp.Grant, bundle.FSMonitorHookPath) || strings.Contains(gp.Grant, bundle.FSMonitorIndexPath) {
 			gaps++
 		}
 	}
-	if gaps != 2 {
-		t.Errorf("want the monitor grant and its hook mount listed as gaps, got %d: %+v", gaps, r.Gaps)
+	if gaps != 3 {
+		t.Errorf("want the monitor grant, its hook mount and its index mount listed as gaps, got %d: %+v", gaps, r.Gaps)
 	}
 }

@@ -49,6 +49,8 @@ func (r *renderer) mount(g grant.Mount) {
 			r.resolv = &g
 		case bundle.FSMonitorHookPath:
 			r.gap(g, "none in a Pod: no launcher serves the workspace monitor there, so its hook is not mounted and core.fsmonitor is rendered false (the env entry traced to the same grant)")
+		case bundle.FSMonitorIndexPath:
+			r.gap(g, "none in a Pod: no launcher vouches for the workspace there, so the vouched index is not mounted and the start script seeds the private Git dir with the worktree's own index")
 		default:
 			r.fileMount(g)
 		}

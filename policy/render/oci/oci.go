@@ -56,6 +56,7 @@ func Render(plan *bundle.Plan) (bundle.Files, *bundle.Manifest, error) {
 		}
 		if m, ok := g.(grant.FSMonitor); ok && m.On {
 			files[bundle.FSMonitorHookFile] = bundle.FSMonitorHook(bundle.GatewayName, m.Port, m.Path)
+			files[bundle.FSMonitorIndexFile] = []byte{} // the launcher writes the run dir's copy
 		}
 		if s, ok := g.(grant.Search); ok && s.On {
 			files[bundle.SearchClientFile] = bundle.SearchClient(bundle.GatewayName, s.Port, s.Path)

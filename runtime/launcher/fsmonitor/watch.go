@@ -245,6 +245,22 @@ func (w *Watcher) Since(token string) (next string, names []string) {
 	return next, names
 }
 
+// Token issues a token Since honours, naming this moment: the queue is
+// drained first, so a change whose event the kernel queued before the
+// call is before the token and every later one is after it (Since names
+// it). The launcher's vouch (runtime/launcher/fsmonitor/vouch) takes one
+// after Watch returned and before it reads the workspace, and hands it to
+// the sandbox's git in the index it writes.
+func (w *Watcher) Token() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed && w.ifd >= 0 {
+		w.drain()
+	}
+	w.issued = w.seq
+	return w.token()
+}
+
 func (w *Watcher) token() string { return "pp1:" + w.inst + ":" + strconv.FormatUint(w.seq, 10) }
 
 // parse returns the sequence number of a token this watcher issued and

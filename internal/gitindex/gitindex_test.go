@@ -2,6 +2,7 @@ package gitindex
 
 import (
 	"crypto/sha1"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -125,4 +126,77 @@ func FuzzGitlinks(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Every entry's stat data, mode, stage and flags are what git itself reads
+// from the same index (ls-files --debug, -s and -v), in every version and
+// both object formats, with skip-worktree, assume-unchanged and
+// intent-to-add entries among plain ones.
+func TestEntriesMatchGit(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		init    []string
+		version string
+	}{
+		{"v3", nil, "3"},
+		{"v4", nil, "4"},
+		{"sha256-v3", []string{"--object-format=sha256"}, "3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			git(t, dir, append([]string{"init", "-q"}, tc.init...)...)
+			for _, f := range []string{"a.txt", "b/c.sh", "b/d", "e", "itoa"} {
+				os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755)
+				os.WriteFile(filepath.Join(dir, f), []byte(f+"\n"), 0o644)
+			}
+			os.Chmod(filepath.Join(dir, "b/c.sh"), 0o755)
+			git(t, dir, "add", "a.txt", "b", "e")
+			git(t, dir, "add", "-N", "itoa")
+			git(t, dir, "update-index", "--skip-worktree", "b/d")
+			git(t, dir, "update-index", "--assume-unchanged", "e")
+			git(t, dir, "update-index", "--index-version", tc.version)
+			data, err := os.ReadFile(filepath.Join(dir, ".git", "index"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ix, err := Read(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, e := range ix.Entries {
+				s := e.Stat
+				got = append(got, fmt.Sprintf("%s %o %d %v %v %v|%d:%d %d:%d %d %d %d %d %d",
+					e.Name, e.Mode, e.Stage, e.AssumeValid, e.SkipWorktree, e.IntentToAdd,
+					s.CtimeSec, s.CtimeNsec, s.MtimeSec, s.MtimeNsec, s.Dev, s.Ino, s.UID, s.GID, s.Size))
+			}
+			// git's own reading of the same bytes.
+			var want []string
+			debug := strings.Split(git(t, dir, "ls-files", "--debug"), "\n")
+			stage := strings.Split(strings.TrimSpace(git(t, dir, "ls-files", "-s")), "\n")
+			tags := strings.Split(strings.TrimSpace(git(t, dir, "ls-files", "-v", "-t")), "\n")
+			for i := 0; i+5 < len(debug); i += 6 {
+				name := debug[i]
+				var cs, cn, ms, mn, dev, ino, uid, gid, size, flags uint64
+				fmt.Sscanf(strings.TrimSpace(debug[i+1]), "ctime: %d:%d", &cs, &cn)
+				fmt.Sscanf(strings.TrimSpace(debug[i+2]), "mtime: %d:%d", &ms, &mn)
+				fmt.Sscanf(strings.TrimSpace(debug[i+3]), "dev: %d\tino: %d", &dev, &ino)
+				fmt.Sscanf(strings.TrimSpace(debug[i+4]), "uid: %d\tgid: %d", &uid, &gid)
+				fmt.Sscanf(strings.TrimSpace(debug[i+5]), "size: %d\tflags: %x", &size, &flags)
+				f := strings.Fields(stage[i/6])
+				var mode uint64
+				fmt.Sscanf(f[0], "%o", &mode)
+				tag := tags[i/6][:1]
+				want = append(want, fmt.Sprintf("%s %o %s %v %v %v|%d:%d %d:%d %d %d %d %d %d",
+					name, mode, f[2], tag == "h" || tag == "s", tag == "S" || tag == "s", flags&(1<<29) != 0,
+					cs, cn, ms, mn, dev, ino, uid, gid, size))
+			}
+			if !slices.Equal(got, want) || len(want) != 5 {
+				t.Fatalf("entries\n%s\ngit reads\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+			if ix.EntriesEnd > len(data) || ix.NewHash().Size() != map[bool]int{true: 32, false: 20}[tc.init != nil] {
+				t.Fatalf("entries end at %d of %d, hash size %d", ix.EntriesEnd, len(data), ix.NewHash().Size())
+			}
+		})
+	}
 }
