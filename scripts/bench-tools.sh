@@ -16,8 +16,12 @@
 #
 # Knobs (environment): FILES (tracked files in the generated tree, default
 # 20000; 2000 for a quick run), ROUNDS (default 5), GITCONFIG ("key=value
-# ..." Git settings for the git of the side named sandbox only: an A/B
-# against a run without, or the issue's start with Git's defaults), ONLY (a regular expression of the commands to run), FSMONITOR
+# ..." Git settings for the git of one side only, SIDE, default sandbox:
+# instead of the profile's, or after them with a leading "+"; an A/B
+# against a run without, or the issue's start with Git's defaults), SIDE_ENV
+# ("NAME=value ..." exported for that side's commands), PACKED (0 leaves
+# the generated repository's objects loose; by default one pack, as a
+# clone has them), ONLY (a regular expression of the commands to run), FSMONITOR
 # (0 leaves out the third side, a sandbox in network mode sandbox, whose
 # git the workspace monitor answers: the plan's default grant), SEARCH (1
 # adds a side: a sandbox compiled with the registry's native search switch,
@@ -37,10 +41,10 @@ if rev=$(git rev-parse --short HEAD 2>/dev/null); then
   git diff --quiet HEAD -- ./runtime/launcher ./internal ./test/e2e ./policy 2>/dev/null || rev="$rev + uncommitted changes"
   echo "   code: $rev"
 fi
-echo "   files ${FILES:-20000}, rounds ${ROUNDS:-5}, sandbox git settings: ${GITCONFIG:-as the profile sets them}"
+echo "   files ${FILES:-20000}, rounds ${ROUNDS:-5}, objects: $([ "${PACKED:-1}" = 0 ] && echo loose || echo one pack), ${SIDE:-sandbox} side's git settings: ${GITCONFIG:-as the profile sets them}${SIDE_ENV:+, env: $SIDE_ENV}"
 
 "$go" test -c -o "$tmp/e2e.test" ./test/e2e
-if ! (cd ./test/e2e && TOOLS_BENCH_FILES=${FILES:-20000} TOOLS_BENCH_ROUNDS=${ROUNDS:-5} TOOLS_BENCH_GITCONFIG=${GITCONFIG:-} TOOLS_BENCH_ONLY=${ONLY:-} TOOLS_BENCH_FSMONITOR=${FSMONITOR:-1} TOOLS_BENCH_SEARCH=${SEARCH:-0} \
+if ! (cd ./test/e2e && TOOLS_BENCH_FILES=${FILES:-20000} TOOLS_BENCH_ROUNDS=${ROUNDS:-5} TOOLS_BENCH_GITCONFIG=${GITCONFIG:-} TOOLS_BENCH_ENV=${SIDE_ENV:-} TOOLS_BENCH_SIDE=${SIDE:-} TOOLS_BENCH_PACKED=${PACKED:-1} TOOLS_BENCH_ONLY=${ONLY:-} TOOLS_BENCH_FSMONITOR=${FSMONITOR:-1} TOOLS_BENCH_SEARCH=${SEARCH:-0} \
   "$tmp/e2e.test" -test.run '^$' -test.bench '^BenchmarkTools$' -test.benchtime 1x -test.timeout 60m) >"$tmp/out.txt" 2>&1; then
   echo "   the benchmark failed; its output:" >&2
   tail -n 30 "$tmp/out.txt" >&2
