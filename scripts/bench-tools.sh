@@ -26,7 +26,8 @@
 # git the workspace monitor answers: the plan's default grant), SEARCH (1
 # adds a side: a sandbox compiled with the registry's native search switch,
 # deployments.<id>.search "native", whose rg, fd and find are answered from
-# the host; default 0), GO (default go).
+# the host; default 0), OUT (a file to keep the benchmark's raw output in:
+# every command's time per side and round), GO (default go).
 # With more sides, each sandbox's table and summary are printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +51,7 @@ if ! (cd ./test/e2e && TOOLS_BENCH_FILES=${FILES:-20000} TOOLS_BENCH_ROUNDS=${RO
   tail -n 30 "$tmp/out.txt" >&2
   exit 1
 fi
+[ -z "${OUT:-}" ] || cp "$tmp/out.txt" "$OUT"
 grep -E '^tools: tree' "$tmp/out.txt" | sed 's/^/   /'
 grep -E '^tools: monitor' "$tmp/out.txt" | sed 's/^/   /' || true
 echo

@@ -111,7 +111,11 @@ var toolsCommands = []toolsCommand{
 	{"find", `find . -name '*.go'`},
 	{"fd", `fd -e go`},
 	{"cat-3000", `xargs cat </tmp/bench-cat-list >/dev/null`},
-	{"write-500", `for f in $(</tmp/bench-edit-list); do printf 'edited %s\n' "$f" >>"$f"; done; mkdir -p gen && for i in {1..250}; do printf 'package gen\n\nconst N%d = %d\n' $i $i >gen/f$i.go; done`},
+	// The writer's pid ($$) in every file: each round's edits are new
+	// content, as an agent's are, so each round's `git add` hashes and
+	// writes 500 new objects (with the same bytes every round, the later
+	// rounds only found them in the store and touched them).
+	{"write-500", `for f in $(</tmp/bench-edit-list); do printf 'edited %s %d\n' "$f" $$ >>"$f"; done; mkdir -p gen && for i in {1..250}; do printf 'package gen\n\n// %d\nconst N%d = %d\n' $$ $i $i >gen/f$i.go; done`},
 	{"git-diff", `git diff`},
 	{"git-commit", `git add -A && git -c user.name=agent -c user.email=agent@example.test -c gc.auto=0 commit -q -m edit`},
 	{"node-walk", `node -e '` + toolsWalkJS + `'`},
