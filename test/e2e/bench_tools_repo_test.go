@@ -50,7 +50,17 @@ var (
 // included) beneath root, commits it with fixed names and dates, adds the
 // linked worktree, fills its ignored build output, and gives it all to the
 // sandbox user (uid 1000, as Paseo's workspaces are the daemon user's).
+// The commit's objects stay loose, as `git add` and `git commit` leave
+// them (genToolsRepoPacked packs them).
 func genToolsRepo(tb testing.TB, root string, n int) *toolsRepo {
+	return genToolsRepoPacked(tb, root, n, false)
+}
+
+// genToolsRepoPacked is genToolsRepo with, when packed, the commit's
+// objects repacked into one pack (`git repack -a -d`) before the worktree
+// is added: the object store as a clone has it (one pack and its index, no
+// loose object), which is what an agent's repository usually is.
+func genToolsRepoPacked(tb testing.TB, root string, n int, packed bool) *toolsRepo {
 	tb.Helper()
 	r := &toolsRepo{repo: filepath.Join(root, "srv/paseo/repos/proj"), ws: filepath.Join(root, "srv/paseo/workspace/proj-feature")}
 	r.gitdir = filepath.Join(r.repo, ".git/worktrees/proj-feature")
@@ -92,6 +102,9 @@ func genToolsRepo(tb testing.TB, root string, n int) *toolsRepo {
 	toolsGit(tb, r.repo, "add", "-A")
 	toolsGit(tb, r.repo, "commit", "-q", "-m", "the benchmark's tree")
 	r.base = strings.TrimSpace(toolsGit(tb, r.repo, "rev-parse", "HEAD"))
+	if packed {
+		toolsGit(tb, r.repo, "repack", "-a", "-d", "-q")
+	}
 	toolsGit(tb, r.repo, "worktree", "add", "-q", "-b", "feature", r.ws)
 	// Ignored build output in the agent's worktree, as a build leaves it.
 	for i := range n / 10 {

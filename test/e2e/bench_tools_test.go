@@ -40,12 +40,22 @@ package e2e
 //
 //	TOOLS_BENCH_FILES      tracked files in the generated tree (default 20000)
 //	TOOLS_BENCH_ROUNDS     rounds (default 5)
-//	TOOLS_BENCH_GITCONFIG  "key=value ..." Git settings for the side named
-//	                       sandbox only (GIT_CONFIG_COUNT/KEY_n/VALUE_n in
-//	                       its server's environment; the monitor and search
+//	TOOLS_BENCH_GITCONFIG  "key=value ..." Git settings for one side
+//	                       (TOOLS_BENCH_SIDE, default sandbox) instead of
+//	                       the profile's and the plan's, or, with a
+//	                       leading "+", after them (GIT_CONFIG_COUNT/KEY_n/
+//	                       VALUE_n in its server's environment; the other
 //	                       sides keep the profile's): an A/B of settings
 //	                       the profile could ship, or, with Git's defaults,
 //	                       the issue's starting point in the same run
+//	TOOLS_BENCH_ENV        "NAME=value ...": variables exported to that
+//	                       side's server (an A/B of the profile's env)
+//	TOOLS_BENCH_SIDE       the side the two above apply to (default sandbox)
+//	TOOLS_BENCH_PACKED     "0" leaves the generated repository's objects
+//	                       loose, as the generator's `git add` and `git
+//	                       commit` wrote them; by default they are repacked
+//	                       into one pack, as a clone has them
+//	                       (bench_tools_repo_test.go)
 //	TOOLS_BENCH_ONLY       a regular expression: only the commands it matches
 //	TOOLS_BENCH_FSMONITOR  "0" leaves out the third side (default on): a
 //	                       second sandbox, the same but in network mode
@@ -101,7 +111,11 @@ var toolsCommands = []toolsCommand{
 	{"find", `find . -name '*.go'`},
 	{"fd", `fd -e go`},
 	{"cat-3000", `xargs cat </tmp/bench-cat-list >/dev/null`},
-	{"write-500", `for f in $(</tmp/bench-edit-list); do printf 'edited %s\n' "$f" >>"$f"; done; mkdir -p gen && for i in {1..250}; do printf 'package gen\n\nconst N%d = %d\n' $i $i >gen/f$i.go; done`},
+	// The writer's pid ($$) in every file: each round's edits are new
+	// content, as an agent's are, so each round's `git add` hashes and
+	// writes 500 new objects (with the same bytes every round, the later
+	// rounds only found them in the store and touched them).
+	{"write-500", `for f in $(</tmp/bench-edit-list); do printf 'edited %s %d\n' "$f" $$ >>"$f"; done; mkdir -p gen && for i in {1..250}; do printf 'package gen\n\n// %d\nconst N%d = %d\n' $$ $i $i >gen/f$i.go; done`},
 	{"git-diff", `git diff`},
 	{"git-commit", `git add -A && git -c user.name=agent -c user.email=agent@example.test -c gc.auto=0 commit -q -m edit`},
 	{"node-walk", `node -e '` + toolsWalkJS + `'`},
@@ -236,26 +250,31 @@ func BenchmarkTools(b *testing.B) {
 
 	t0 := time.Now()
 	sbxHost := filepath.Join(tmp, "host")
-	sr := genToolsRepo(b, sbxHost, files)
-	hr := genToolsRepo(b, filepath.Join(tmp, "hostside"), files)
+	packed := os.Getenv("TOOLS_BENCH_PACKED") != "0"
+	sr := genToolsRepoPacked(b, sbxHost, files, packed)
+	hr := genToolsRepoPacked(b, filepath.Join(tmp, "hostside"), files, packed)
 	if sr.base != hr.base {
 		b.Fatalf("the two copies differ: %s against %s", sr.base, hr.base)
 	}
-	fmt.Printf("tools: tree of %d tracked files, %.1f MB, commit %.12s, generated twice in %.1f s\n", sr.files, float64(sr.bytes)/1e6, sr.base, time.Since(t0).Seconds())
+	store := "loose objects"
+	if packed {
+		store = "one pack"
+	}
+	fmt.Printf("tools: tree of %d tracked files, %.1f MB, commit %.12s (%s), generated twice in %.1f s\n", sr.files, float64(sr.bytes)/1e6, sr.base, store, time.Since(t0).Seconds())
 
 	sbx := startToolsSandbox(b, im, sbxHost, sr, "sandbox", false)
 	host := startToolsHost(b, im, filepath.Join(tmp, "chroot"), hr)
 	sides := []*toolsSide{host, sbx}
 	if os.Getenv("TOOLS_BENCH_FSMONITOR") != "0" {
 		fsmHost := filepath.Join(tmp, "fsmhost")
-		fr := genToolsRepo(b, fsmHost, files)
+		fr := genToolsRepoPacked(b, fsmHost, files, packed)
 		sides = append(sides, startToolsSandbox(b, im, fsmHost, fr, "fsmonitor", true))
 		if os.Getenv("TOOLS_BENCH_VOUCH") == "ab" {
 			// The same monitored sandbox, each round started from the
 			// seed's index (no fsmonitor extension): the first status as
 			// it was before the launcher vouched.
 			seedHost := filepath.Join(tmp, "fsmseedhost")
-			sr := genToolsRepo(b, seedHost, files)
+			sr := genToolsRepoPacked(b, seedHost, files, packed)
 			s := startToolsSandbox(b, im, seedHost, sr, "fsmseed", true)
 			s.before = toolsSeedIndex
 			sides = append(sides, s)
@@ -263,7 +282,7 @@ func BenchmarkTools(b *testing.B) {
 	}
 	if os.Getenv("TOOLS_BENCH_SEARCH") == "1" {
 		nsHost := filepath.Join(tmp, "nshost")
-		nr := genToolsRepo(b, nsHost, files)
+		nr := genToolsRepoPacked(b, nsHost, files, packed)
 		sides = append(sides, startToolsSandboxWith(b, im, nsHost, nr, "search", toolsSandboxOpts{search: true}))
 	}
 	// Untimed setup on both: the lists of files to read and to edit.
@@ -390,16 +409,8 @@ func startToolsSandboxWith(tb testing.TB, im imageInfo, host string, r *toolsRep
 		tb.Fatal(err)
 	}
 	server := toolsServer
-	if kv := strings.Fields(os.Getenv("TOOLS_BENCH_GITCONFIG")); len(kv) > 0 && name == "sandbox" {
-		var exports []string
-		for i, s := range kv {
-			k, v, ok := strings.Cut(s, "=")
-			if !ok {
-				tb.Fatalf("TOOLS_BENCH_GITCONFIG: %q is not key=value", s)
-			}
-			exports = append(exports, fmt.Sprintf("export GIT_CONFIG_KEY_%d=%s GIT_CONFIG_VALUE_%d=%s", i, k, i, v))
-		}
-		server = fmt.Sprintf("export GIT_CONFIG_COUNT=%d\n%s\n%s", len(kv), strings.Join(exports, "\n"), server)
+	if name == toolsSettingsSide() {
+		server = toolsSettings(tb) + server
 	}
 	// The monitor is served on the sandbox network's gateway: with it the
 	// deployment's network mode is sandbox, in a test world of its own
@@ -476,6 +487,46 @@ const toolsStartIndex = `f=/run/paseo/fsmonitor/index; [ -f "$f" ] && [ -s "$f" 
 // toolsSeedIndex is the seed's own index, as a start gave it before the
 // launcher vouched for the workspace (the A/B side of TOOLS_BENCH_VOUCH).
 const toolsSeedIndex = `cp /run/paseo/git-seed/index "$PASEO_GIT_DIR/index"`
+
+// toolsSettingsSide is the side TOOLS_BENCH_GITCONFIG and TOOLS_BENCH_ENV
+// apply to: TOOLS_BENCH_SIDE, by default sandbox.
+func toolsSettingsSide() string {
+	if s := os.Getenv("TOOLS_BENCH_SIDE"); s != "" {
+		return s
+	}
+	return "sandbox"
+}
+
+// toolsSettings is the shell that sets TOOLS_BENCH_GITCONFIG's Git settings
+// (GIT_CONFIG_COUNT/KEY_n/VALUE_n: instead of the profile's and the plan's,
+// or, with a leading "+", after them) and exports TOOLS_BENCH_ENV's
+// variables, for the server of the side they apply to.
+func toolsSettings(tb testing.TB) string {
+	tb.Helper()
+	var b strings.Builder
+	gc := os.Getenv("TOOLS_BENCH_GITCONFIG")
+	add := strings.HasPrefix(gc, "+")
+	if kv := strings.Fields(strings.TrimPrefix(gc, "+")); len(kv) > 0 {
+		if !add {
+			b.WriteString("export GIT_CONFIG_COUNT=0\n")
+		}
+		for _, s := range kv {
+			k, v, ok := strings.Cut(s, "=")
+			if !ok {
+				tb.Fatalf("TOOLS_BENCH_GITCONFIG: %q is not key=value", s)
+			}
+			fmt.Fprintf(&b, "n=${GIT_CONFIG_COUNT:-0}; export GIT_CONFIG_KEY_$n=%s GIT_CONFIG_VALUE_$n=%s GIT_CONFIG_COUNT=$((n + 1))\n", k, v)
+		}
+	}
+	for _, s := range strings.Fields(os.Getenv("TOOLS_BENCH_ENV")) {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || !regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`).MatchString(k) {
+			tb.Fatalf("TOOLS_BENCH_ENV: %q is not NAME=value", s)
+		}
+		fmt.Fprintf(&b, "export %s=%s\n", k, v)
+	}
+	return b.String()
+}
 
 // startToolsHost runs the server as the deployment user in a chroot of a
 // private overlay of the image tree at base, with r's tree bound at its
