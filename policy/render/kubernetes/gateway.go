@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -228,17 +227,7 @@ func (r *renderer) gatewayBundle(g *Gateway, name string, labels map[string]stri
 		data := r.files[path]
 		size += len(key) + len(data)
 		fmt.Fprintf(h, "%s\x00%s\x00", key, bundle.Digest(data))
-		if utf8.Valid(data) {
-			if cm.Data == nil {
-				cm.Data = map[string]string{}
-			}
-			cm.Data[key] = string(data)
-		} else {
-			if cm.BinaryData == nil {
-				cm.BinaryData = map[string][]byte{}
-			}
-			cm.BinaryData[key] = data
-		}
+		putConfigMapData(cm, key, data)
 	}
 	if size > configMapMax {
 		r.refuse("bundle", "the bundle is %d bytes, more than a ConfigMap holds (%d)", size, configMapMax)

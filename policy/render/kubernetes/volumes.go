@@ -208,18 +208,25 @@ func (r *renderer) configMap() {
 			r.refuse("", "the bundle has no %s, which a mount names", src)
 			continue
 		}
-		if utf8.Valid(data) {
-			if cm.Data == nil {
-				cm.Data = map[string]string{}
-			}
-			cm.Data[key] = string(data)
-		} else {
-			if cm.BinaryData == nil {
-				cm.BinaryData = map[string][]byte{}
-			}
-			cm.BinaryData[key] = data
-		}
+		putConfigMapData(cm, key, data)
 		r.fixed("ConfigMap/"+cm.Name, "data["+key+"]", bundle.Digest(data), "the bundle's "+src+", as its manifest digests it")
 	}
 	r.out.ConfigMap = cm
+}
+
+// putConfigMapData puts a bundle file's bytes under key: as text when they
+// are UTF-8 (data), else as binaryData, which a ConfigMap needs for any
+// other bytes.
+func putConfigMapData(cm *corev1.ConfigMap, key string, data []byte) {
+	if utf8.Valid(data) {
+		if cm.Data == nil {
+			cm.Data = map[string]string{}
+		}
+		cm.Data[key] = string(data)
+		return
+	}
+	if cm.BinaryData == nil {
+		cm.BinaryData = map[string][]byte{}
+	}
+	cm.BinaryData[key] = data
 }
