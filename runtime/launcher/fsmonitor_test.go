@@ -50,8 +50,8 @@ func TestLaunchFSMonitorOverTCP(t *testing.T) {
 		return "printf \"since " + tok + "\\n\" | " + bb + "timeout 5 " + bb + "nc -w 2 $GW " + strconv.Itoa(monitorPort) + " | " + bb + "tr '\\0' '\\n'"
 	}
 	script := "GW=$(" + bb + "ip route | " + bb + "awk '/^default/{print $3}')\n" +
-		bb + "grep -qF \"pack_sockaddr_in(" + strconv.Itoa(monitorPort) + ", \" " + fsmonitor.HookPath + " && " +
-		bb + "grep -qF \"inet_aton('" + bundle.GatewayName + "')\" " + fsmonitor.HookPath + " && " +
+		bb + "grep -qF \"2, " + strconv.Itoa(monitorPort) + ", \" " + fsmonitor.HookPath + " && " +
+		bb + "grep -qF \"gethostbyname('" + bundle.GatewayName + "')\" " + fsmonitor.HookPath + " && " +
 		bb + "grep -q \"$GW[[:space:]]" + bundle.GatewayName + "\" /etc/hosts && echo hook=gateway\n" +
 		"A=$(" + ask("1") + ")\n" +
 		"echo \"$A\" | " + bb + "grep -qx / && echo first=everything\n" +
