@@ -6,10 +6,10 @@ import (
 	"strconv"
 
 	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/internal/gitindex"
 	"paseo.dev/paseo-policy/internal/pathform"
 	"paseo.dev/paseo-policy/internal/pathsafe"
 	"paseo.dev/paseo-policy/policy/bundle"
-	"paseo.dev/paseo-policy/internal/gitindex"
 	"paseo.dev/paseo-policy/policy/grant"
 )
 

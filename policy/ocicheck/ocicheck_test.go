@@ -171,10 +171,10 @@ func TestFSMonitorServedAsGranted(t *testing.T) {
 	cases := map[string]struct {
 		file, from, to string
 	}{
-		"hook for another port": {bundle.FSMonitorHookFile, "2, 18090, $ip", "2, 18091, $ip"},
-		"hook for another tree": {bundle.FSMonitorHookFile, "stat('/srv/paseo/workspace/proj-feature')", "stat('/')"},
-		"no gateway":            {bundle.EgressFile, `"mode": "sandbox"`, `"mode": "none"`},
-		"route on its port":     {bundle.EgressFile, `"port": 18080`, `"port": 18090`},
+		"hook for another port":    {bundle.FSMonitorHookFile, "2, 18090, $ip", "2, 18091, $ip"},
+		"hook for another tree":    {bundle.FSMonitorHookFile, "stat('/srv/paseo/workspace/proj-feature')", "stat('/')"},
+		"no gateway":               {bundle.EgressFile, `"mode": "sandbox"`, `"mode": "none"`},
+		"route on its port":        {bundle.EgressFile, `"port": 18080`, `"port": 18090`},
 		"index not compiled empty": {bundle.FSMonitorIndexFile, "", "DIRC"},
 		"index bound elsewhere":    {bundle.ConfigFile, `"destination": "/run/paseo/fsmonitor/index"`, `"destination": "/run/paseo/fsmonitor/other"`},
 		"index bound writable": {bundle.ConfigFile, `"source": "files/fsmonitor-index",
