@@ -1,6 +1,7 @@
 package compiler
 
 import (
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -69,7 +70,8 @@ func TestFSMonitorGitSettings(t *testing.T) {
 	}
 
 	own := withProfile(t, func(s string) string {
-		return strings.Replace(s, `GIT_CONFIG_KEY_3:   "core.preloadIndex"`, `GIT_CONFIG_KEY_3:   "Core.FSMonitor"`, 1)
+		// The key as the profile spells it, whatever its alignment.
+		return regexp.MustCompile(`GIT_CONFIG_KEY_3:\s+"core.preloadIndex"`).ReplaceAllLiteralString(s, `GIT_CONFIG_KEY_3: "Core.FSMonitor"`)
 	})
 	if _, diags = Compile(in, Options{Resolver: res, Profiles: own}); !slices.Contains(codes(diags), diag.ProfileInvalid) {
 		t.Errorf("a profile naming core.fsmonitor: %v, want %s", diags, diag.ProfileInvalid)
