@@ -15,7 +15,8 @@ import (
 // jail is not built (Probe refuses the option before any search). A
 // scratch directory (the launcher's git only, gitjail.go) is also
 // readable and writable: files made, written, truncated and removed in
-// it, nothing else (no directory, link, device or socket made).
+// it, nothing else (no directory, link, device or socket made), and
+// /dev/null read and written.
 func landlock(dest, bin, scratch string) error {
 	abi, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
 	if e != 0 || int(abi) < 1 {
@@ -61,7 +62,7 @@ func landlock(dest, bin, scratch string) error {
 		if abi >= 3 {
 			rw |= unix.LANDLOCK_ACCESS_FS_TRUNCATE
 		}
-		rules = append(rules, rule{scratch, rw})
+		rules = append(rules, rule{scratch, rw}, rule{"/dev/null", unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_WRITE_FILE})
 	}
 	for _, r := range rules {
 		fd, err := unix.Open(r.path, unix.O_PATH|unix.O_CLOEXEC, 0)

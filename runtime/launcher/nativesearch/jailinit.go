@@ -191,6 +191,18 @@ func mountRoot(dest string, scratch bool) error {
 		if err := unix.MoveMount(fdScratch, "", unix.AT_FDCWD, sc, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 			return fmt.Errorf("scratch: %w", err)
 		}
+		// git opens /dev/null at every start (sanitize_stdfds): the
+		// host's, bound (a user namespace makes no device node).
+		null := filepath.Join(newRoot, "dev", "null")
+		if err := os.Mkdir(filepath.Dir(null), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(null, nil, 0o644); err != nil {
+			return err
+		}
+		if err := unix.Mount("/dev/null", null, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("/dev/null: %w", err)
+		}
 	}
 	if err := unix.Mount("", newRoot, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("root read-only: %w", err)

@@ -307,8 +307,8 @@ func Prepare(parent string, uid, gid int, index, exclude []byte) (string, error)
 		}
 	}
 	files := map[string][]byte{
-		filepath.Join(g, "HEAD"):   []byte("ref: refs/heads/paseo-untracked\n"),
-		filepath.Join(g, "config"): []byte("[core]\n\trepositoryformatversion = 0\n\tbare = false\n"),
+		filepath.Join(g, "HEAD"):    []byte("ref: refs/heads/paseo-untracked\n"),
+		filepath.Join(g, "config"):  []byte("[core]\n\trepositoryformatversion = 0\n\tbare = false\n"),
 		filepath.Join(dir, "index"): index,
 	}
 	if exclude != nil {

@@ -3,6 +3,7 @@ package untracked
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net"
@@ -12,8 +13,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"paseo.dev/paseo-policy/internal/gitindex"
+	"paseo.dev/paseo-policy/internal/testkit/skip"
+	"paseo.dev/paseo-policy/internal/testkit/testbundle"
+	"paseo.dev/paseo-policy/runtime/launcher/nativesearch"
 	"paseo.dev/paseo-policy/runtime/launcher/fsmonitor"
 	"paseo.dev/paseo-policy/runtime/launcher/fsmonitor/vouch"
 )
@@ -350,4 +355,42 @@ func FuzzSplice(f *testing.F) {
 		Splice(built, built, ws)
 		checkHeader(built, ws, 20)
 	})
+}
+
+// Build with the image's git in the search jail (the agent's uid, the
+// workspace read-only at the path the sandbox's git sees it): the same
+// cache as host git's, used and right.
+func TestBuildInTheJail(t *testing.T) {
+	skip.UnlessRoot(t, "it builds the search jail (user, mount, pid namespaces as the agent's uid)")
+	if err := nativesearch.Probe(); err != nil {
+		t.Fatal(err)
+	}
+	usr := filepath.Join(testbundle.Repo(t, ".image"), "rootfs", "usr")
+	r := newRepo(t)
+	j := nativesearch.Jail{Workspace: r.ws, Dest: r.ws, Usr: usr, UID: 1000, GID: 1000, Limits: nativesearch.DefaultLimits}
+	start := time.Now()
+	spliced, err := Build(context.Background(), Options{Jail: j, Parent: t.TempDir(), Exclude: r.exclude(t),
+		GitConfig: []string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=core.checkStat", "GIT_CONFIG_VALUE_0=minimal", "PATH=/x"}}, r.vouched)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("built in %v (indicative: a loaded machine)", time.Since(start))
+	full := r.full(t)
+	got, n := r.status(t, r.install(t, spliced), r.hook)
+	if got != full || n["opendir"] != 0 {
+		t.Errorf("status from the jail's cache (read_directory %v):\n%s\nfull scan:\n%s", n, got, full)
+	}
+	write(t, filepath.Join(r.ws, "a/b/new1"), "n\n")
+	if got, full := r.status2(t, spliced), r.full(t); got != full || !strings.Contains(got, "?? a/b/new1\n") {
+		t.Errorf("after a change, status from the jail's cache:\n%s\nfull scan:\n%s", got, full)
+	}
+	// Control: a git that fails (an index it cannot read) leaves no cache.
+	if _, err := Build(context.Background(), Options{Jail: j, Parent: t.TempDir()}, []byte("DIRC not an index")); err == nil {
+		t.Error("a cache was built from a broken index")
+	}
+}
+
+func (r *repo) status2(t *testing.T, index []byte) string {
+	got, _ := r.status(t, r.install(t, index), r.hook)
+	return got
 }
