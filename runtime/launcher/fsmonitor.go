@@ -1,13 +1,24 @@
 package launcher
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
 
+	"golang.org/x/sys/unix"
+
+	"paseo.dev/paseo-policy/internal/gitindex"
 	"paseo.dev/paseo-policy/internal/pathsafe"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/runtime/launcher/fsmonitor"
+	"paseo.dev/paseo-policy/runtime/launcher/fsmonitor/untracked"
 	"paseo.dev/paseo-policy/runtime/launcher/fsmonitor/vouch"
+	"paseo.dev/paseo-policy/runtime/launcher/nativesearch"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 )
 
@@ -53,6 +64,12 @@ type fsmonitorState struct {
 	// The vouch's counts, or why nothing was vouched for.
 	vouched, notVouched int
 	vouchReason         string
+	// The untracked cache's build (untracked.go of fsmonitor/untracked):
+	// done is closed when it ended, with the index to write or why none.
+	untrackedDone   chan struct{}
+	untrackedIndex  []byte
+	untrackedReason string
+	untrackedTime   time.Duration
 }
 
 // startFSMonitor watches the workspace's staged bind; the network phase
@@ -124,6 +141,156 @@ func (l *launch) vouchIndex(st *fsmonitorState, workspace string) error {
 		return fmt.Errorf("fsmonitor: writing the vouched index: %w", err)
 	}
 	st.vouched, st.notVouched = res.Vouched, res.NotVouched
+	l.startUntracked(st, workspace, res.Index)
+	return nil
+}
+
+// The untracked cache (runtime/launcher/fsmonitor/untracked)
+//
+// After the vouch, with its token, the image's git builds an untracked
+// cache in the search jail, beside the rest of the launch (the sandbox
+// network is built meanwhile); before runsc starts, the launcher waits for
+// it and, when it was built, writes the vouched index with it in place of
+// the one without. Whatever fails (no Landlock or user namespaces, a
+// workspace past MaxUntrackedEntries, the jail's wall time, a cache Splice
+// refuses) leaves the vouched index as it is, and the result says why
+// (FSMonitorStats.Untracked): a launch never fails for it.
+
+// MaxUntrackedEntries bounds the index entries of a workspace whose
+// untracked cache is built at a start: past it the build (a walk of the
+// whole tree) is skipped.
+const MaxUntrackedEntries = 200_000
+
+// untrackedLimits bound the jailed git: it runs on the start's path.
+var untrackedLimits = nativesearch.Limits{CPU: 10 * time.Second, Memory: 2 << 30, Wall: 10 * time.Second, Stdout: 64 << 20, Stderr: 64 << 10, Threads: 1}
+
+// maxExcludeBytes bounds the info/exclude read from the agent's Git store.
+const maxExcludeBytes = 1 << 20
+
+func (l *launch) startUntracked(st *fsmonitorState, workspace string, vouched []byte) {
+	p := l.spec.Process
+	if err := nativesearch.Probe(); err != nil {
+		st.untrackedReason = err.Error()
+		return
+	}
+	if ix, err := gitindex.Read(vouched); err != nil || len(ix.Entries) > MaxUntrackedEntries {
+		st.untrackedReason = fmt.Sprintf("the index has more than %d entries", MaxUntrackedEntries)
+		return
+	}
+	exclude, err := l.storeExclude()
+	if err != nil {
+		st.untrackedReason = "the Git store's info/exclude: " + err.Error()
+		return
+	}
+	var gitConfig []string
+	for _, kv := range p.Env {
+		if strings.HasPrefix(kv, "GIT_CONFIG_") {
+			gitConfig = append(gitConfig, kv)
+		}
+	}
+	o := untracked.Options{Jail: nativesearch.Jail{Workspace: workspace, Dest: p.Cwd, Usr: filepath.Join(l.spec.Root.Path, "usr"),
+		UID: p.User.UID, GID: p.User.GID, Limits: untrackedLimits}, Parent: l.run.dir, GitConfig: gitConfig, Exclude: exclude}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	st.untrackedDone = done
+	go func() {
+		defer close(done)
+		start := time.Now()
+		idx, err := untracked.Build(ctx, o, vouched)
+		st.untrackedTime = time.Since(start)
+		if err != nil {
+			st.untrackedReason = err.Error()
+			return
+		}
+		st.untrackedIndex = idx
+	}()
+	l.cleanup.push("untracked cache build", func() error {
+		cancel()
+		<-done
+		return nil
+	})
+}
+
+// storeExclude reads the info/exclude the sandbox's git reads: its
+// commondir is the agent's Git store (the process's PASEO_GIT_COMMONDIR, a
+// staged directory bind), read through a descriptor opened beneath the
+// bind without following a link. None is nil.
+func (l *launch) storeExclude() ([]byte, error) {
+	var dest string
+	for _, kv := range l.spec.Process.Env {
+		if v, ok := strings.CutPrefix(kv, "PASEO_GIT_COMMONDIR="); ok {
+			dest = v
+		}
+	}
+	var src string
+	for _, b := range l.state.binds {
+		if dest != "" && b.pin.Destination == dest && b.pin.Kind == string(pathsafe.Dir) {
+			src = b.path
+		}
+	}
+	if src == "" {
+		return nil, nil
+	}
+	dfd, err := unix.Open(src, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dfd)
+	fd, err := unix.Openat2(dfd, "info/exclude", &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV})
+	if errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), "exclude")
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size > maxExcludeBytes {
+		return nil, errors.New("not a regular file of at most 1 MiB")
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxExcludeBytes+1))
+	if err == nil && len(b) > maxExcludeBytes {
+		err = errors.New("over 1 MiB")
+	}
+	return b, err
+}
+
+// untrackedResult is what the result says of the build: "built" or why
+// not, and its wall time.
+func (st *fsmonitorState) untrackedResult() (string, int64) {
+	if st.untrackedDone != nil {
+		select {
+		case <-st.untrackedDone:
+		default:
+			return "the launch ended before the build", 0
+		}
+	}
+	if st.untrackedIndex != nil {
+		return "built", st.untrackedTime.Milliseconds()
+	}
+	return st.untrackedReason, st.untrackedTime.Milliseconds()
+}
+
+// finishUntracked waits for the untracked cache's build and, when it was
+// built, writes the vouched index with it: before runsc starts, so before
+// the start script copies the index.
+func (l *launch) finishUntracked() error {
+	st := l.state.fsmonitor
+	if st == nil || st.untrackedDone == nil {
+		return nil
+	}
+	<-st.untrackedDone
+	if st.untrackedIndex == nil {
+		return nil
+	}
+	if err := l.run.writeFile(bundle.FSMonitorIndexFile, st.untrackedIndex, 0o644); err != nil {
+		return fmt.Errorf("fsmonitor: writing the vouched index with its untracked cache: %w", err)
+	}
 	return nil
 }
 
@@ -142,6 +309,7 @@ func (l *launch) serveFSMonitor(n *sandboxnet.Network) error {
 		l.res.FSMonitor = &FSMonitorStats{Lists: s.Lists, Everything: s.Everything, Events: s.Events, Overflows: s.Overflows,
 			Unchanged: s.Unchanged, Degraded: s.Degraded, Refused: srv.Refused(),
 			Vouched: st.vouched, NotVouched: st.notVouched, VouchReason: st.vouchReason}
+		l.res.FSMonitor.Untracked, l.res.FSMonitor.UntrackedMillis = st.untrackedResult()
 		return err
 	})
 	st.srv = srv
@@ -160,4 +328,9 @@ type FSMonitorStats struct {
 	// was written (the sandbox's git then starts from the seed's index).
 	Vouched, NotVouched int
 	VouchReason         string `json:",omitempty"`
+	// Untracked is "built" when the vouched index carries an untracked
+	// cache the image's git built (fsmonitor/untracked), or why it does
+	// not; UntrackedMillis is the build's wall time.
+	Untracked       string `json:",omitempty"`
+	UntrackedMillis int64  `json:",omitempty"`
 }

@@ -18,9 +18,9 @@ import (
 	"paseo.dev/paseo-policy/internal/gitindex"
 	"paseo.dev/paseo-policy/internal/testkit/skip"
 	"paseo.dev/paseo-policy/internal/testkit/testbundle"
-	"paseo.dev/paseo-policy/runtime/launcher/nativesearch"
 	"paseo.dev/paseo-policy/runtime/launcher/fsmonitor"
 	"paseo.dev/paseo-policy/runtime/launcher/fsmonitor/vouch"
+	"paseo.dev/paseo-policy/runtime/launcher/nativesearch"
 )
 
 // git runs host git (the image's version, 2.39) with no system or global
