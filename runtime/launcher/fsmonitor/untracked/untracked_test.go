@@ -349,8 +349,30 @@ func TestSpliceRefuses(t *testing.T) {
 	}
 }
 
+// headerSeed is a cache header for /ws that checkHeader accepts.
+var headerSeed = []byte("\x1bLocation /ws, system Linux\x00" + strings.Repeat("\x00", 72) + "\x00\x00\x00\x06" + strings.Repeat("\x00", 40) + ".gitignore\x00")
+
+func TestCheckHeader(t *testing.T) {
+	if err := checkHeader(headerSeed, "/ws", 20); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{
+		"flags -uall":  bytes.Replace(headerSeed, []byte("\x00\x00\x00\x06"), []byte("\x00\x00\x00\x00"), 1),
+		"another file": bytes.Replace(headerSeed, []byte(".gitignore"), []byte(".gitexclud"), 1),
+		"cut":          headerSeed[:40],
+		"long ident":   append([]byte{0x7f}, headerSeed[1:]...),
+	} {
+		if err := checkHeader(b, "/ws", 20); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// Splice and the cache header's check on arbitrary bytes: an error, never
+// a panic or a read past the end.
 func FuzzSplice(f *testing.F) {
 	f.Add([]byte("DIRC"), "/ws")
+	f.Add(headerSeed, "/ws")
 	f.Fuzz(func(t *testing.T, built []byte, ws string) {
 		Splice(built, built, ws)
 		checkHeader(built, ws, 20)
