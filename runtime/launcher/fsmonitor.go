@@ -70,6 +70,7 @@ type fsmonitorState struct {
 	untrackedIndex  []byte
 	untrackedReason string
 	untrackedTime   time.Duration
+	untrackedWait   time.Duration // what start waited for it
 }
 
 // startFSMonitor watches the workspace's staged bind; the network phase
@@ -284,7 +285,9 @@ func (l *launch) finishUntracked() error {
 	if st == nil || st.untrackedDone == nil {
 		return nil
 	}
+	t := time.Now()
 	<-st.untrackedDone
+	st.untrackedWait = time.Since(t)
 	if st.untrackedIndex == nil {
 		return nil
 	}
@@ -310,6 +313,7 @@ func (l *launch) serveFSMonitor(n *sandboxnet.Network) error {
 			Unchanged: s.Unchanged, Degraded: s.Degraded, Refused: srv.Refused(),
 			Vouched: st.vouched, NotVouched: st.notVouched, VouchReason: st.vouchReason}
 		l.res.FSMonitor.Untracked, l.res.FSMonitor.UntrackedMillis = st.untrackedResult()
+		l.res.FSMonitor.UntrackedWaitMillis = st.untrackedWait.Milliseconds()
 		return err
 	})
 	st.srv = srv
@@ -330,7 +334,10 @@ type FSMonitorStats struct {
 	VouchReason         string `json:",omitempty"`
 	// Untracked is "built" when the vouched index carries an untracked
 	// cache the image's git built (fsmonitor/untracked), or why it does
-	// not; UntrackedMillis is the build's wall time.
-	Untracked       string `json:",omitempty"`
-	UntrackedMillis int64  `json:",omitempty"`
+	// not; UntrackedMillis is the build's wall time and
+	// UntrackedWaitMillis what the start waited for it (the build runs
+	// beside the network's setup: the rest is hidden).
+	Untracked           string `json:",omitempty"`
+	UntrackedMillis     int64  `json:",omitempty"`
+	UntrackedWaitMillis int64  `json:",omitempty"`
 }

@@ -84,7 +84,7 @@ func TestPiToolsGitFirstStatusUntrackedCache(t *testing.T) {
 	if st := res.FSMonitor; st == nil || st.Untracked != "built" {
 		t.Errorf("the launch's untracked cache: %+v, want built", st)
 	} else {
-		t.Logf("the untracked cache was built in %d ms (indicative)", st.UntrackedMillis)
+		t.Logf("the untracked cache was built in %d ms, the start waited %d ms for it (indicative)", st.UntrackedMillis, st.UntrackedWaitMillis)
 	}
 }
 
