@@ -90,6 +90,7 @@ func (l *launch) startFSMonitor() error {
 	if src == "" {
 		return fmt.Errorf("fsmonitor: the working directory %s is not a staged directory bind (the workspace)", p.Cwd)
 	}
+	pre := l.prepareUntracked(src)
 	w, err := fsmonitor.Watch(src, fsmonitor.DefaultLimits)
 	if err != nil {
 		return err
@@ -97,7 +98,7 @@ func (l *launch) startFSMonitor() error {
 	l.cleanup.push("fsmonitor watcher", w.Close)
 	st := &fsmonitorState{port: g.Port, w: w}
 	l.state.fsmonitor = st
-	return l.vouchIndex(st, src)
+	return l.vouchIndex(st, src, pre)
 }
 
 // vouchIndex writes the run dir's vouched index, after the watches are in
@@ -107,7 +108,7 @@ func (l *launch) startFSMonitor() error {
 // leaves the compiled empty file, and the start script copies the seed's
 // index as it is: a full first scan, never a wrong one. The result says
 // why (FSMonitorStats.VouchReason).
-func (l *launch) vouchIndex(st *fsmonitorState, workspace string) error {
+func (l *launch) vouchIndex(st *fsmonitorState, workspace string, pre *untrackedPrep) error {
 	var seed string
 	for _, b := range l.state.binds {
 		if b.pin.Destination == bundle.GitSeedPath && b.pin.Kind == string(pathsafe.Dir) {
@@ -142,17 +143,18 @@ func (l *launch) vouchIndex(st *fsmonitorState, workspace string) error {
 		return fmt.Errorf("fsmonitor: writing the vouched index: %w", err)
 	}
 	st.vouched, st.notVouched = res.Vouched, res.NotVouched
-	l.startUntracked(st, workspace, res.Index)
+	l.startUntracked(st, pre, res.Index)
 	return nil
 }
 
 // The untracked cache (runtime/launcher/fsmonitor/untracked)
 //
-// After the vouch, with its token, the image's git builds an untracked
-// cache in the search jail, beside the rest of the launch (the sandbox
-// network is built meanwhile); before runsc starts, the launcher waits for
-// it and, when it was built, writes the vouched index with it in place of
-// the one without. Whatever fails (no Landlock or user namespaces, a
+// The jail is built (prepareUntracked) while the watcher walks the tree
+// and the vouch sweeps the index; after the vouch, with its token, the
+// image's git in it builds an untracked cache, beside the rest of the
+// launch (the sandbox network is built meanwhile); before runsc starts,
+// the launcher waits for it and, when it was built, writes the vouched
+// index with it in place of the one without. Whatever fails (no Landlock or user namespaces, a
 // workspace past MaxUntrackedEntries, the jail's wall time, a cache Splice
 // refuses) leaves the vouched index as it is, and the result says why
 // (FSMonitorStats.Untracked): a launch never fails for it.
@@ -168,37 +170,90 @@ var untrackedLimits = nativesearch.Limits{CPU: 10 * time.Second, Memory: 2 << 30
 // maxExcludeBytes bounds the info/exclude read from the agent's Git store.
 const maxExcludeBytes = 1 << 20
 
-func (l *launch) startUntracked(st *fsmonitorState, workspace string, vouched []byte) {
+// untrackedPrep is the untracked cache's jail, built while the watcher
+// walks the tree and the vouch sweeps the index (untracked.Start): done is
+// closed when it is built (pend) or failed (reason).
+type untrackedPrep struct {
+	done   chan struct{}
+	pend   *untracked.Pending
+	reason string
+	start  time.Time
+}
+
+// prepareUntracked starts building the untracked cache's jail when a
+// vouched index can be written (the layout has a Git seed, not a wake).
+func (l *launch) prepareUntracked(workspace string) *untrackedPrep {
+	pr := &untrackedPrep{done: make(chan struct{}), start: time.Now()}
 	p := l.spec.Process
-	if err := nativesearch.Probe(); err != nil {
-		st.untrackedReason = err.Error()
-		return
+	seed := false
+	for _, b := range l.state.binds {
+		seed = seed || b.pin.Destination == bundle.GitSeedPath && b.pin.Kind == string(pathsafe.Dir)
 	}
+	_, file := l.files[bundle.FSMonitorIndexFile]
+	var o untracked.Options
+	err := nativesearch.Probe()
+	if !file || l.wake != nil || !seed {
+		err = errors.New("no vouched index")
+	}
+	if err == nil {
+		var exclude []byte
+		if exclude, err = l.storeExclude(); err != nil {
+			err = fmt.Errorf("the Git store's info/exclude: %w", err)
+		}
+		var gitConfig []string
+		for _, kv := range p.Env {
+			if strings.HasPrefix(kv, "GIT_CONFIG_") {
+				gitConfig = append(gitConfig, kv)
+			}
+		}
+		o = untracked.Options{Jail: nativesearch.Jail{Workspace: workspace, Dest: p.Cwd, Usr: filepath.Join(l.spec.Root.Path, "usr"),
+			UID: p.User.UID, GID: p.User.GID, Limits: untrackedLimits}, Parent: l.run.dir, GitConfig: gitConfig, Exclude: exclude}
+	}
+	if err != nil {
+		pr.reason = err.Error()
+		close(pr.done)
+		return pr
+	}
+	go func() {
+		defer close(pr.done)
+		pend, err := untracked.Start(o)
+		if err != nil {
+			pr.reason = err.Error()
+			return
+		}
+		pr.pend = pend
+	}()
+	// Pushed before the build's own (startUntracked), so it runs after
+	// the build ended: an unused jail is discarded, a used one is gone.
+	l.cleanup.push("untracked cache jail", func() error {
+		<-pr.done
+		if pr.pend != nil {
+			pr.pend.Close()
+		}
+		return nil
+	})
+	return pr
+}
+
+// startUntracked runs git in the prepared jail on the vouched index,
+// beside the rest of the launch; finishUntracked waits for it.
+func (l *launch) startUntracked(st *fsmonitorState, pre *untrackedPrep, vouched []byte) {
 	if ix, err := gitindex.Read(vouched); err != nil || len(ix.Entries) > MaxUntrackedEntries {
 		st.untrackedReason = fmt.Sprintf("the index has more than %d entries", MaxUntrackedEntries)
 		return
 	}
-	exclude, err := l.storeExclude()
-	if err != nil {
-		st.untrackedReason = "the Git store's info/exclude: " + err.Error()
-		return
-	}
-	var gitConfig []string
-	for _, kv := range p.Env {
-		if strings.HasPrefix(kv, "GIT_CONFIG_") {
-			gitConfig = append(gitConfig, kv)
-		}
-	}
-	o := untracked.Options{Jail: nativesearch.Jail{Workspace: workspace, Dest: p.Cwd, Usr: filepath.Join(l.spec.Root.Path, "usr"),
-		UID: p.User.UID, GID: p.User.GID, Limits: untrackedLimits}, Parent: l.run.dir, GitConfig: gitConfig, Exclude: exclude}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	st.untrackedDone = done
 	go func() {
 		defer close(done)
-		start := time.Now()
-		idx, err := untracked.Build(ctx, o, vouched)
-		st.untrackedTime = time.Since(start)
+		<-pre.done
+		if pre.pend == nil {
+			st.untrackedReason = pre.reason
+			return
+		}
+		idx, err := pre.pend.Finish(ctx, vouched)
+		st.untrackedTime = time.Since(pre.start)
 		if err != nil {
 			st.untrackedReason = err.Error()
 			return
@@ -334,7 +389,9 @@ type FSMonitorStats struct {
 	VouchReason         string `json:",omitempty"`
 	// Untracked is "built" when the vouched index carries an untracked
 	// cache the image's git built (fsmonitor/untracked), or why it does
-	// not; UntrackedMillis is the build's wall time and
+	// not; UntrackedMillis is the build's wall time (from the jail's
+	// start, beside the watcher's walk and the vouch, to the spliced
+	// index) and
 	// UntrackedWaitMillis what the start waited for it (the build runs
 	// beside the network's setup: the rest is hidden).
 	Untracked           string `json:",omitempty"`

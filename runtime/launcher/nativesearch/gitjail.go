@@ -53,21 +53,46 @@ func specOf(t Tool) (toolSpec, bool) {
 // j.Limits.Stdout. A non-zero exit is the caller's to judge (Result.Exit
 // for 1 and 2, ErrFallback past them).
 func (j Jail) RunGit(ctx context.Context, scratch string, fsize uint64, argv, env []string) (Result, error) {
-	if err := j.Check(); err != nil {
-		return Result{}, err
-	}
-	if j.Dest == ScratchPath || pathform.Beneath(ScratchPath, j.Dest) || pathform.Beneath(j.Dest, ScratchPath) {
-		return Result{}, &ErrJail{Msg: "the workspace cannot be mounted at " + j.Dest}
-	}
-	if fi, err := os.Lstat(path.Join(j.Usr, "bin/git")); err != nil || !fi.Mode().IsRegular() {
-		return Result{}, &ErrJail{Msg: "the image has no git at " + path.Join(j.Usr, "bin/git")}
-	}
-	p, err := j.prepareWith(gitTool, scratch, fsize)
+	g, err := j.PrepareGit(scratch, fsize)
 	if err != nil {
 		return Result{}, err
 	}
-	return j.serve(ctx, p, ".", argv, env)
+	return g.Run(ctx, argv, env)
 }
+
+// A GitJail is a jail built and confined for the launcher's git (as
+// RunGit's), waiting for its one run: the caller makes it ahead, off the
+// path its run is on, and runs it once or discards it.
+type GitJail struct {
+	j Jail
+	p *prepared
+}
+
+// PrepareGit builds RunGit's jail without running git.
+func (j Jail) PrepareGit(scratch string, fsize uint64) (*GitJail, error) {
+	if err := j.Check(); err != nil {
+		return nil, err
+	}
+	if j.Dest == ScratchPath || pathform.Beneath(ScratchPath, j.Dest) || pathform.Beneath(j.Dest, ScratchPath) {
+		return nil, &ErrJail{Msg: "the workspace cannot be mounted at " + j.Dest}
+	}
+	if fi, err := os.Lstat(path.Join(j.Usr, "bin/git")); err != nil || !fi.Mode().IsRegular() {
+		return nil, &ErrJail{Msg: "the image has no git at " + path.Join(j.Usr, "bin/git")}
+	}
+	p, err := j.prepareWith(gitTool, scratch, fsize)
+	if err != nil {
+		return nil, err
+	}
+	return &GitJail{j: j, p: p}, nil
+}
+
+// Run runs git in g (see RunGit); g is used up.
+func (g *GitJail) Run(ctx context.Context, argv, env []string) (Result, error) {
+	return g.j.serve(ctx, g.p, ".", argv, env)
+}
+
+// Discard ends g's jail unused and waits for it.
+func (g *GitJail) Discard() { g.p.discard() }
 
 // detachedWritable is a detached copy of the mount at p, writable, nosuid,
 // nodev and noexec.

@@ -226,23 +226,75 @@ type Options struct {
 // Build runs the image's git in o.Jail on a copy of vouched and returns
 // vouched with the untracked cache git wrote (Splice).
 func Build(ctx context.Context, o Options, vouched []byte) ([]byte, error) {
-	dir, err := Prepare(o.Parent, int(o.Jail.UID), int(o.Jail.GID), vouched, o.Exclude)
+	p, err := Start(o)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	res, err := o.Jail.RunGit(ctx, dir, MaxIndexBytes, Args(), Env(nativesearch.ScratchPath, o.Jail.Dest, o.GitConfig))
+	return p.Finish(ctx, vouched)
+}
+
+// A Pending build has its scratch directory made and its jail built and
+// confined, waiting for the vouched index: the launcher starts it before
+// the watcher walks the tree and the vouch sweeps the index, so the jail's
+// start is off the launch's path. Nothing in the jail reads the workspace
+// before Finish sends git its request (after the token).
+type Pending struct {
+	o    Options
+	dir  string
+	jail *nativesearch.GitJail
+	used bool
+}
+
+// Start makes the scratch directory (Prepare, without the index) and
+// builds the jail.
+func Start(o Options) (*Pending, error) {
+	dir, err := Prepare(o.Parent, int(o.Jail.UID), int(o.Jail.GID), o.Exclude)
+	if err != nil {
+		return nil, err
+	}
+	g, err := o.Jail.PrepareGit(dir, MaxIndexBytes)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &Pending{o: o, dir: dir, jail: g}, nil
+}
+
+// Finish writes vouched as git's index, runs git, and returns vouched with
+// the cache git wrote (Splice). p is used up: its jail gone, its scratch
+// directory removed.
+func (p *Pending) Finish(ctx context.Context, vouched []byte) ([]byte, error) {
+	if p.used {
+		return nil, errors.New("the build was used")
+	}
+	p.used = true
+	defer os.RemoveAll(p.dir)
+	if err := os.WriteFile(filepath.Join(p.dir, "index"), vouched, 0o644); err != nil {
+		p.jail.Discard()
+		return nil, err
+	}
+	res, err := p.jail.Run(ctx, Args(), Env(nativesearch.ScratchPath, p.o.Jail.Dest, p.o.GitConfig))
 	if err != nil {
 		return nil, err
 	}
 	if res.Exit != 0 {
 		return nil, fmt.Errorf("git status exited %d: %s", res.Exit, firstLine(res.Stderr))
 	}
-	built, err := ReadIndex(dir)
+	built, err := ReadIndex(p.dir)
 	if err != nil {
 		return nil, err
 	}
-	return Splice(vouched, built, o.Jail.Dest)
+	return Splice(vouched, built, p.o.Jail.Dest)
+}
+
+// Close ends an unused build: its jail and its scratch directory.
+func (p *Pending) Close() {
+	if p.used {
+		return
+	}
+	p.used = true
+	p.jail.Discard()
+	os.RemoveAll(p.dir)
 }
 
 // Args is the jailed git's command line: status as the sandbox's first
@@ -285,11 +337,12 @@ func gitConfigVar(k string) bool {
 }
 
 // Prepare makes the scratch directory beneath parent (mode 0700, owned by
-// uid and gid, who write the index there) holding the index and a Git
-// dir: HEAD on an unborn branch (status then compares the index with
-// nothing: no object is read), a config of the format alone, empty
-// objects and refs, info/exclude when exclude is not nil.
-func Prepare(parent string, uid, gid int, index, exclude []byte) (string, error) {
+// uid and gid, who write the index there) holding a Git dir: HEAD on an
+// unborn branch (status then compares the index with nothing: no object
+// is read), a config of the format alone, empty objects and refs,
+// info/exclude when exclude is not nil. The index (git's GIT_INDEX_FILE,
+// "index" in the directory) is the caller's to write.
+func Prepare(parent string, uid, gid int, exclude []byte) (string, error) {
 	dir, err := os.MkdirTemp(parent, "untracked-")
 	if err != nil {
 		return "", err
@@ -307,9 +360,8 @@ func Prepare(parent string, uid, gid int, index, exclude []byte) (string, error)
 		}
 	}
 	files := map[string][]byte{
-		filepath.Join(g, "HEAD"):    []byte("ref: refs/heads/paseo-untracked\n"),
-		filepath.Join(g, "config"):  []byte("[core]\n\trepositoryformatversion = 0\n\tbare = false\n"),
-		filepath.Join(dir, "index"): index,
+		filepath.Join(g, "HEAD"):   []byte("ref: refs/heads/paseo-untracked\n"),
+		filepath.Join(g, "config"): []byte("[core]\n\trepositoryformatversion = 0\n\tbare = false\n"),
 	}
 	if exclude != nil {
 		files[filepath.Join(g, "info", "exclude")] = exclude

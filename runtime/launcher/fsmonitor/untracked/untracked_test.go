@@ -118,8 +118,11 @@ func (r *repo) exclude(t *testing.T) []byte {
 // scratch directory, command line and environment.
 func (r *repo) hostBuild(t *testing.T) []byte {
 	t.Helper()
-	dir, err := Prepare(t.TempDir(), os.Getuid(), os.Getgid(), r.vouched, r.exclude(t))
+	dir, err := Prepare(t.TempDir(), os.Getuid(), os.Getgid(), r.exclude(t))
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "index"), r.vouched, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("git", Args()...)
@@ -302,8 +305,11 @@ func TestSplicedCacheIsUsedAndRight(t *testing.T) {
 // Splice takes only the cache, and only one the sandbox's git will use.
 func TestSpliceRefuses(t *testing.T) {
 	r := newRepo(t)
-	dir, err := Prepare(t.TempDir(), os.Getuid(), os.Getgid(), r.vouched, r.exclude(t))
+	dir, err := Prepare(t.TempDir(), os.Getuid(), os.Getgid(), r.exclude(t))
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "index"), r.vouched, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("git", Args()...)
