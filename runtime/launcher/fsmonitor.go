@@ -167,7 +167,8 @@ const MaxUntrackedEntries = 200_000
 // untrackedLimits bound the jailed git: it runs on the start's path.
 var untrackedLimits = nativesearch.Limits{CPU: 10 * time.Second, Memory: 2 << 30, Wall: 10 * time.Second, Stdout: 64 << 20, Stderr: 64 << 10, Threads: 1}
 
-// maxExcludeBytes bounds the info/exclude read from the agent's Git store.
+// maxExcludeBytes bounds the info/exclude and config read from the
+// agent's Git store.
 const maxExcludeBytes = 1 << 20
 
 // untrackedPrep is the untracked cache's jail, built while the watcher
@@ -196,9 +197,13 @@ func (l *launch) prepareUntracked(workspace string) *untrackedPrep {
 		err = errors.New("no vouched index")
 	}
 	if err == nil {
-		var exclude []byte
-		if exclude, err = l.storeExclude(); err != nil {
+		var exclude, config []byte
+		if exclude, err = l.storeFile("info/exclude"); err != nil {
 			err = fmt.Errorf("the Git store's info/exclude: %w", err)
+		} else if config, err = l.storeFile("config"); err != nil {
+			err = fmt.Errorf("the Git store's config: %w", err)
+		} else if k := scanConfig(config); k != "" {
+			err = fmt.Errorf("the Git store's config sets %s, which the untracked scan depends on and the cache does not record", k)
 		}
 		var gitConfig []string
 		for _, kv := range p.Env {
@@ -267,11 +272,11 @@ func (l *launch) startUntracked(st *fsmonitorState, pre *untrackedPrep, vouched 
 	})
 }
 
-// storeExclude reads the info/exclude the sandbox's git reads: its
-// commondir is the agent's Git store (the process's PASEO_GIT_COMMONDIR, a
-// staged directory bind), read through a descriptor opened beneath the
-// bind without following a link. None is nil.
-func (l *launch) storeExclude() ([]byte, error) {
+// storeFile reads name (info/exclude, config) as the sandbox's git reads
+// it from its commondir, the agent's Git store (the process's
+// PASEO_GIT_COMMONDIR, a staged directory bind), through a descriptor
+// opened beneath the bind without following a link. None is nil.
+func (l *launch) storeFile(name string) ([]byte, error) {
 	var dest string
 	for _, kv := range l.spec.Process.Env {
 		if v, ok := strings.CutPrefix(kv, "PASEO_GIT_COMMONDIR="); ok {
@@ -292,7 +297,7 @@ func (l *launch) storeExclude() ([]byte, error) {
 		return nil, err
 	}
 	defer unix.Close(dfd)
-	fd, err := unix.Openat2(dfd, "info/exclude", &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
+	fd, err := unix.Openat2(dfd, name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV})
 	if errors.Is(err, unix.ENOENT) {
 		return nil, nil
@@ -300,7 +305,7 @@ func (l *launch) storeExclude() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := os.NewFile(uintptr(fd), "exclude")
+	f := os.NewFile(uintptr(fd), name)
 	defer f.Close()
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -330,6 +335,25 @@ func (st *fsmonitorState) untrackedResult() (string, int64) {
 		return "built", st.untrackedTime.Milliseconds()
 	}
 	return st.untrackedReason, st.untrackedTime.Milliseconds()
+}
+
+// scanConfig names what in the store's config (the agent's to write; the
+// jailed git reads a scratch config instead) could make the sandbox's
+// untracked scan differ from the jailed git's in a way Git's cache does
+// not record: core.ignoreCase (the cache keeps no trace of it), an
+// include (which could set it) or per-worktree config (the seed's
+// config.worktree, read only with extensions.worktreeConfig). What the
+// cache does record (core.excludesFile's hash, status.showUntrackedFiles
+// as its flags) Git checks itself. A plain substring match: a false
+// positive costs the cache, never a wrong answer.
+func scanConfig(b []byte) string {
+	low := strings.ToLower(string(b))
+	for _, k := range []string{"ignorecase", "include", "worktreeconfig"} {
+		if strings.Contains(low, k) {
+			return k
+		}
+	}
+	return ""
 }
 
 // finishUntracked waits for the untracked cache's build and, when it was
