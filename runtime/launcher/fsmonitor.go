@@ -109,6 +109,14 @@ func (l *launch) startFSMonitor() error {
 // index as it is: a full first scan, never a wrong one. The result says
 // why (FSMonitorStats.VouchReason).
 func (l *launch) vouchIndex(st *fsmonitorState, workspace string, pre *untrackedPrep) error {
+	// The untracked cache's jail waits for the vouched index: without one
+	// it is ended now, not at teardown.
+	used := false
+	defer func() {
+		if !used {
+			pre.discard()
+		}
+	}()
 	var seed string
 	for _, b := range l.state.binds {
 		if b.pin.Destination == bundle.GitSeedPath && b.pin.Kind == string(pathsafe.Dir) {
@@ -143,7 +151,7 @@ func (l *launch) vouchIndex(st *fsmonitorState, workspace string, pre *untracked
 		return fmt.Errorf("fsmonitor: writing the vouched index: %w", err)
 	}
 	st.vouched, st.notVouched = res.Vouched, res.NotVouched
-	l.startUntracked(st, pre, res.Index)
+	used = l.startUntracked(st, pre, res.Index)
 	return nil
 }
 
@@ -154,8 +162,9 @@ func (l *launch) vouchIndex(st *fsmonitorState, workspace string, pre *untracked
 // image's git in it builds an untracked cache, beside the rest of the
 // launch (the sandbox network is built meanwhile); before runsc starts,
 // the launcher waits for it and, when it was built, writes the vouched
-// index with it in place of the one without. Whatever fails (no Landlock or user namespaces, a
-// workspace past MaxUntrackedEntries, the jail's wall time, a cache Splice
+// index with it in place of the one without. Whatever fails (no Landlock
+// or user namespaces, a workspace past MaxUntrackedEntries, a store config
+// that could change the scan, the jail's wall time, a cache Splice
 // refuses) leaves the vouched index as it is, and the result says why
 // (FSMonitorStats.Untracked): a launch never fails for it.
 
@@ -240,12 +249,23 @@ func (l *launch) prepareUntracked(workspace string) *untrackedPrep {
 	return pr
 }
 
+// discard ends pr's jail unused, once it is built, off the caller's path.
+func (pr *untrackedPrep) discard() {
+	go func() {
+		<-pr.done
+		if pr.pend != nil {
+			pr.pend.Close()
+		}
+	}()
+}
+
 // startUntracked runs git in the prepared jail on the vouched index,
-// beside the rest of the launch; finishUntracked waits for it.
-func (l *launch) startUntracked(st *fsmonitorState, pre *untrackedPrep, vouched []byte) {
+// beside the rest of the launch; finishUntracked waits for it. It reports
+// whether it took the jail.
+func (l *launch) startUntracked(st *fsmonitorState, pre *untrackedPrep, vouched []byte) bool {
 	if ix, err := gitindex.Read(vouched); err != nil || len(ix.Entries) > MaxUntrackedEntries {
 		st.untrackedReason = fmt.Sprintf("the index has more than %d entries", MaxUntrackedEntries)
-		return
+		return false
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -270,6 +290,7 @@ func (l *launch) startUntracked(st *fsmonitorState, pre *untrackedPrep, vouched 
 		<-done
 		return nil
 	})
+	return true
 }
 
 // storeFile reads name (info/exclude, config) as the sandbox's git reads
@@ -333,6 +354,9 @@ func (st *fsmonitorState) untrackedResult() (string, int64) {
 	}
 	if st.untrackedIndex != nil {
 		return "built", st.untrackedTime.Milliseconds()
+	}
+	if st.untrackedReason == "" {
+		return "no vouched index", 0
 	}
 	return st.untrackedReason, st.untrackedTime.Milliseconds()
 }

@@ -71,6 +71,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -242,7 +243,17 @@ type Pending struct {
 	o    Options
 	dir  string
 	jail *nativesearch.GitJail
+	mu   sync.Mutex
 	used bool
+}
+
+// take marks p used and reports whether it was not.
+func (p *Pending) take() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	was := p.used
+	p.used = true
+	return !was
 }
 
 // Start makes the scratch directory (Prepare, without the index) and
@@ -264,10 +275,9 @@ func Start(o Options) (*Pending, error) {
 // the cache git wrote (Splice). p is used up: its jail gone, its scratch
 // directory removed.
 func (p *Pending) Finish(ctx context.Context, vouched []byte) ([]byte, error) {
-	if p.used {
-		return nil, errors.New("the build was used")
+	if !p.take() {
+		return nil, errors.New("the build was used or closed")
 	}
-	p.used = true
 	defer os.RemoveAll(p.dir)
 	if err := os.WriteFile(filepath.Join(p.dir, "index"), vouched, 0o644); err != nil {
 		p.jail.Discard()
@@ -287,12 +297,12 @@ func (p *Pending) Finish(ctx context.Context, vouched []byte) ([]byte, error) {
 	return Splice(vouched, built, p.o.Jail.Dest)
 }
 
-// Close ends an unused build: its jail and its scratch directory.
+// Close ends an unused build: its jail and its scratch directory. It may
+// be called more than once, and after Finish (then it does nothing).
 func (p *Pending) Close() {
-	if p.used {
+	if !p.take() {
 		return
 	}
-	p.used = true
 	p.jail.Discard()
 	os.RemoveAll(p.dir)
 }

@@ -412,6 +412,28 @@ func TestBuildInTheJail(t *testing.T) {
 	if got, full := r.status2(t, spliced), r.full(t); got != full || !strings.Contains(got, "?? a/b/new1\n") {
 		t.Errorf("after a change, status from the jail's cache:\n%s\nfull scan:\n%s", got, full)
 	}
+	// A build ended unused leaves no jail and no scratch directory; Close
+	// after Finish, or twice, does nothing.
+	parent := t.TempDir()
+	p, err := Start(Options{Jail: j, Parent: parent, Exclude: r.exclude(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	p.Close()
+	if _, err := p.Finish(context.Background(), r.vouched); err == nil {
+		t.Error("a closed build ran")
+	}
+	if p, err = Start(Options{Jail: j, Parent: parent, Exclude: r.exclude(t)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Finish(context.Background(), r.vouched); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	if left, _ := os.ReadDir(parent); len(left) != 0 {
+		t.Errorf("scratch directories left: %v", left)
+	}
 	// Control: a git that fails (an index it cannot read) leaves no cache.
 	if _, err := Build(context.Background(), Options{Jail: j, Parent: t.TempDir()}, []byte("DIRC not an index")); err == nil {
 		t.Error("a cache was built from a broken index")
