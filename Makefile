@@ -194,6 +194,7 @@ fuzz:
 	$(GO) test -run=^$$ -fuzz=^FuzzDecodeList$$ -fuzztime=$(FUZZ_FAST) ./policy/grant
 	$(GO) test -run=^$$ -fuzz=^FuzzResolve$$ -fuzztime=$(FUZZ_FAST) ./internal/pathsafe
 	$(GO) test -run=^$$ -fuzz=^FuzzGitlinks$$ -fuzztime=$(FUZZ_FAST) ./internal/gitindex
+	$(GO) test -run=^$$ -fuzz=^FuzzSplice$$ -fuzztime=$(FUZZ_FAST) ./runtime/launcher/fsmonitor/untracked
 	$(GO) test -run=^$$ -fuzz=^FuzzHost$$ -fuzztime=$(FUZZ_FAST) ./internal/netdest
 	$(GO) test -run=^$$ -fuzz=^FuzzIndentCompact$$ -fuzztime=$(FUZZ_FAST) ./policy/bundle
 	$(GO) test -run=^$$ -fuzz=^FuzzBodyPolicy$$ -fuzztime=$(FUZZ_FAST) ./runtime/launcher/routeproxy

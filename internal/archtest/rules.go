@@ -61,7 +61,7 @@ var execImporters = map[string]string{
 	"internal/childproc":             "starts the *exec.Cmd runtime/launcher/runsc (or the search jail) built from a thread that lives until it is reaped; builds no command",
 	"internal/testkit/localexec":     "test support: the contract test's second execution backend runs a plain host process",
 	"runtime/supervisor/holder":      "re-execs its own binary (/proc/self/exe) as a sandbox's holder process (Spawn, client.go); the holder runs runsc through the launcher (runtime/launcher/runsc)",
-	"runtime/launcher/nativesearch":  "re-execs its own binary (/proc/self/exe) as a search jail's init, which execs the image's rg, fd or find (fixed per tool, never a program the request names)",
+	"runtime/launcher/nativesearch":  "re-execs its own binary (/proc/self/exe) as a search jail's init, which execs the image's rg, fd or find (fixed per tool, never a program the request names), or the image's git for the launcher's untracked cache (RunGit, never a request's)",
 	"internal/hostgit":               "runs host git, the one hardened runner (clean environment, no hooks, fsmonitor, replace objects or transport but a local path) for runtime/gitadopt and runtime/gitimport; never runsc",
 	"internal/testkit/testbundle":    "test support: builds static probe binaries with go build",
 	"internal/testkit/testnet":       "test support: starts test hosts' processes inside the namespaces it made",

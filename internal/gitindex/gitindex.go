@@ -236,6 +236,10 @@ func parse(data []byte, newHash func() hash.Hash) (*Index, error) {
 	return ix, nil
 }
 
+// Varint decodes Git's offset encoding (varint.c), used by index version
+// 4 and the untracked cache extension: the value and the bytes it took.
+func Varint(b []byte) (uint64, int, error) { return varint(b) }
+
 // varint is Git's offset encoding (varint.c), used by index version 4.
 func varint(b []byte) (uint64, int, error) {
 	if len(b) == 0 {

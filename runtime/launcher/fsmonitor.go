@@ -1,13 +1,24 @@
 package launcher
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
 
+	"golang.org/x/sys/unix"
+
+	"paseo.dev/paseo-policy/internal/gitindex"
 	"paseo.dev/paseo-policy/internal/pathsafe"
 	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/runtime/launcher/fsmonitor"
+	"paseo.dev/paseo-policy/runtime/launcher/fsmonitor/untracked"
 	"paseo.dev/paseo-policy/runtime/launcher/fsmonitor/vouch"
+	"paseo.dev/paseo-policy/runtime/launcher/nativesearch"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 )
 
@@ -53,6 +64,13 @@ type fsmonitorState struct {
 	// The vouch's counts, or why nothing was vouched for.
 	vouched, notVouched int
 	vouchReason         string
+	// The untracked cache's build (untracked.go of fsmonitor/untracked):
+	// done is closed when it ended, with the index to write or why none.
+	untrackedDone   chan struct{}
+	untrackedIndex  []byte
+	untrackedReason string
+	untrackedTime   time.Duration
+	untrackedWait   time.Duration // what start waited for it
 }
 
 // startFSMonitor watches the workspace's staged bind; the network phase
@@ -72,6 +90,7 @@ func (l *launch) startFSMonitor() error {
 	if src == "" {
 		return fmt.Errorf("fsmonitor: the working directory %s is not a staged directory bind (the workspace)", p.Cwd)
 	}
+	pre := l.prepareUntracked(src)
 	w, err := fsmonitor.Watch(src, fsmonitor.DefaultLimits)
 	if err != nil {
 		return err
@@ -79,7 +98,7 @@ func (l *launch) startFSMonitor() error {
 	l.cleanup.push("fsmonitor watcher", w.Close)
 	st := &fsmonitorState{port: g.Port, w: w}
 	l.state.fsmonitor = st
-	return l.vouchIndex(st, src)
+	return l.vouchIndex(st, src, pre)
 }
 
 // vouchIndex writes the run dir's vouched index, after the watches are in
@@ -89,7 +108,15 @@ func (l *launch) startFSMonitor() error {
 // leaves the compiled empty file, and the start script copies the seed's
 // index as it is: a full first scan, never a wrong one. The result says
 // why (FSMonitorStats.VouchReason).
-func (l *launch) vouchIndex(st *fsmonitorState, workspace string) error {
+func (l *launch) vouchIndex(st *fsmonitorState, workspace string, pre *untrackedPrep) error {
+	// The untracked cache's jail waits for the vouched index: without one
+	// it is ended now, not at teardown.
+	used := false
+	defer func() {
+		if !used {
+			pre.discard()
+		}
+	}()
 	var seed string
 	for _, b := range l.state.binds {
 		if b.pin.Destination == bundle.GitSeedPath && b.pin.Kind == string(pathsafe.Dir) {
@@ -124,6 +151,252 @@ func (l *launch) vouchIndex(st *fsmonitorState, workspace string) error {
 		return fmt.Errorf("fsmonitor: writing the vouched index: %w", err)
 	}
 	st.vouched, st.notVouched = res.Vouched, res.NotVouched
+	used = l.startUntracked(st, pre, res.Index)
+	return nil
+}
+
+// The untracked cache (runtime/launcher/fsmonitor/untracked)
+//
+// The jail is built (prepareUntracked) while the watcher walks the tree
+// and the vouch sweeps the index; after the vouch, with its token, the
+// image's git in it builds an untracked cache, beside the rest of the
+// launch (the sandbox network is built meanwhile); before runsc starts,
+// the launcher waits for it and, when it was built, writes the vouched
+// index with it in place of the one without. Whatever fails (no Landlock
+// or user namespaces, a workspace past MaxUntrackedEntries, a store config
+// that could change the scan, the jail's wall time, a cache Splice
+// refuses) leaves the vouched index as it is, and the result says why
+// (FSMonitorStats.Untracked): a launch never fails for it.
+
+// MaxUntrackedEntries bounds the index entries of a workspace whose
+// untracked cache is built at a start: past it the build (a walk of the
+// whole tree) is skipped.
+const MaxUntrackedEntries = 200_000
+
+// untrackedLimits bound the jailed git: it runs on the start's path.
+var untrackedLimits = nativesearch.Limits{CPU: 10 * time.Second, Memory: 2 << 30, Wall: 10 * time.Second, Stdout: 64 << 20, Stderr: 64 << 10, Threads: 1}
+
+// maxExcludeBytes bounds the info/exclude and config read from the
+// agent's Git store.
+const maxExcludeBytes = 1 << 20
+
+// untrackedPrep is the untracked cache's jail, built while the watcher
+// walks the tree and the vouch sweeps the index (untracked.Start): done is
+// closed when it is built (pend) or failed (reason).
+type untrackedPrep struct {
+	done   chan struct{}
+	pend   *untracked.Pending
+	reason string
+	start  time.Time
+}
+
+// prepareUntracked starts building the untracked cache's jail when a
+// vouched index can be written (the layout has a Git seed, not a wake).
+func (l *launch) prepareUntracked(workspace string) *untrackedPrep {
+	pr := &untrackedPrep{done: make(chan struct{}), start: time.Now()}
+	p := l.spec.Process
+	seed := false
+	for _, b := range l.state.binds {
+		seed = seed || b.pin.Destination == bundle.GitSeedPath && b.pin.Kind == string(pathsafe.Dir)
+	}
+	_, file := l.files[bundle.FSMonitorIndexFile]
+	var o untracked.Options
+	err := nativesearch.Probe()
+	if !file || l.wake != nil || !seed {
+		err = errors.New("no vouched index")
+	}
+	if err == nil {
+		var exclude, config []byte
+		if exclude, err = l.storeFile("info/exclude"); err != nil {
+			err = fmt.Errorf("the Git store's info/exclude: %w", err)
+		} else if config, err = l.storeFile("config"); err != nil {
+			err = fmt.Errorf("the Git store's config: %w", err)
+		} else if k := scanConfig(config); k != "" {
+			err = fmt.Errorf("the Git store's config sets %s, which the untracked scan depends on and the cache does not record", k)
+		}
+		var gitConfig []string
+		for _, kv := range p.Env {
+			if strings.HasPrefix(kv, "GIT_CONFIG_") {
+				gitConfig = append(gitConfig, kv)
+			}
+		}
+		o = untracked.Options{Jail: nativesearch.Jail{Workspace: workspace, Dest: p.Cwd, Usr: filepath.Join(l.spec.Root.Path, "usr"),
+			UID: p.User.UID, GID: p.User.GID, Limits: untrackedLimits}, Parent: l.run.dir, GitConfig: gitConfig, Exclude: exclude}
+	}
+	if err != nil {
+		pr.reason = err.Error()
+		close(pr.done)
+		return pr
+	}
+	go func() {
+		defer close(pr.done)
+		pend, err := untracked.Start(o)
+		if err != nil {
+			pr.reason = err.Error()
+			return
+		}
+		pr.pend = pend
+	}()
+	// Pushed before the build's own (startUntracked), so it runs after
+	// the build ended: an unused jail is discarded, a used one is gone.
+	l.cleanup.push("untracked cache jail", func() error {
+		<-pr.done
+		if pr.pend != nil {
+			pr.pend.Close()
+		}
+		return nil
+	})
+	return pr
+}
+
+// discard ends pr's jail unused, once it is built, off the caller's path.
+func (pr *untrackedPrep) discard() {
+	go func() {
+		<-pr.done
+		if pr.pend != nil {
+			pr.pend.Close()
+		}
+	}()
+}
+
+// startUntracked runs git in the prepared jail on the vouched index,
+// beside the rest of the launch; finishUntracked waits for it. It reports
+// whether it took the jail.
+func (l *launch) startUntracked(st *fsmonitorState, pre *untrackedPrep, vouched []byte) bool {
+	if ix, err := gitindex.Read(vouched); err != nil || len(ix.Entries) > MaxUntrackedEntries {
+		st.untrackedReason = fmt.Sprintf("the index has more than %d entries", MaxUntrackedEntries)
+		return false
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	st.untrackedDone = done
+	go func() {
+		defer close(done)
+		<-pre.done
+		if pre.pend == nil {
+			st.untrackedReason = pre.reason
+			return
+		}
+		idx, err := pre.pend.Finish(ctx, vouched)
+		st.untrackedTime = time.Since(pre.start)
+		if err != nil {
+			st.untrackedReason = err.Error()
+			return
+		}
+		st.untrackedIndex = idx
+	}()
+	l.cleanup.push("untracked cache build", func() error {
+		cancel()
+		<-done
+		return nil
+	})
+	return true
+}
+
+// storeFile reads name (info/exclude, config) as the sandbox's git reads
+// it from its commondir, the agent's Git store (the process's
+// PASEO_GIT_COMMONDIR, a staged directory bind), through a descriptor
+// opened beneath the bind without following a link. None is nil.
+func (l *launch) storeFile(name string) ([]byte, error) {
+	var dest string
+	for _, kv := range l.spec.Process.Env {
+		if v, ok := strings.CutPrefix(kv, "PASEO_GIT_COMMONDIR="); ok {
+			dest = v
+		}
+	}
+	var src string
+	for _, b := range l.state.binds {
+		if dest != "" && b.pin.Destination == dest && b.pin.Kind == string(pathsafe.Dir) {
+			src = b.path
+		}
+	}
+	if src == "" {
+		return nil, nil
+	}
+	dfd, err := unix.Open(src, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dfd)
+	fd, err := unix.Openat2(dfd, name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV})
+	if errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size > maxExcludeBytes {
+		return nil, errors.New("not a regular file of at most 1 MiB")
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxExcludeBytes+1))
+	if err == nil && len(b) > maxExcludeBytes {
+		err = errors.New("over 1 MiB")
+	}
+	return b, err
+}
+
+// untrackedResult is what the result says of the build: "built" or why
+// not, and its wall time.
+func (st *fsmonitorState) untrackedResult() (string, int64) {
+	if st.untrackedDone != nil {
+		select {
+		case <-st.untrackedDone:
+		default:
+			return "the launch ended before the build", 0
+		}
+	}
+	if st.untrackedIndex != nil {
+		return "built", st.untrackedTime.Milliseconds()
+	}
+	if st.untrackedReason == "" {
+		return "no vouched index", 0
+	}
+	return st.untrackedReason, st.untrackedTime.Milliseconds()
+}
+
+// scanConfig names what in the store's config (the agent's to write; the
+// jailed git reads a scratch config instead) could make the sandbox's
+// untracked scan differ from the jailed git's in a way Git's cache does
+// not record: core.ignoreCase (the cache keeps no trace of it), an
+// include (which could set it) or per-worktree config (the seed's
+// config.worktree, read only with extensions.worktreeConfig). What the
+// cache does record (core.excludesFile's hash, status.showUntrackedFiles
+// as its flags) Git checks itself. A plain substring match: a false
+// positive costs the cache, never a wrong answer.
+func scanConfig(b []byte) string {
+	low := strings.ToLower(string(b))
+	for _, k := range []string{"ignorecase", "include", "worktreeconfig"} {
+		if strings.Contains(low, k) {
+			return k
+		}
+	}
+	return ""
+}
+
+// finishUntracked waits for the untracked cache's build and, when it was
+// built, writes the vouched index with it: before runsc starts, so before
+// the start script copies the index.
+func (l *launch) finishUntracked() error {
+	st := l.state.fsmonitor
+	if st == nil || st.untrackedDone == nil {
+		return nil
+	}
+	t := time.Now()
+	<-st.untrackedDone
+	st.untrackedWait = time.Since(t)
+	if st.untrackedIndex == nil {
+		return nil
+	}
+	if err := l.run.writeFile(bundle.FSMonitorIndexFile, st.untrackedIndex, 0o644); err != nil {
+		return fmt.Errorf("fsmonitor: writing the vouched index with its untracked cache: %w", err)
+	}
 	return nil
 }
 
@@ -142,6 +415,8 @@ func (l *launch) serveFSMonitor(n *sandboxnet.Network) error {
 		l.res.FSMonitor = &FSMonitorStats{Lists: s.Lists, Everything: s.Everything, Events: s.Events, Overflows: s.Overflows,
 			Unchanged: s.Unchanged, Degraded: s.Degraded, Refused: srv.Refused(),
 			Vouched: st.vouched, NotVouched: st.notVouched, VouchReason: st.vouchReason}
+		l.res.FSMonitor.Untracked, l.res.FSMonitor.UntrackedMillis = st.untrackedResult()
+		l.res.FSMonitor.UntrackedWaitMillis = st.untrackedWait.Milliseconds()
 		return err
 	})
 	st.srv = srv
@@ -160,4 +435,14 @@ type FSMonitorStats struct {
 	// was written (the sandbox's git then starts from the seed's index).
 	Vouched, NotVouched int
 	VouchReason         string `json:",omitempty"`
+	// Untracked is "built" when the vouched index carries an untracked
+	// cache the image's git built (fsmonitor/untracked), or why it does
+	// not; UntrackedMillis is the build's wall time (from the jail's
+	// start, beside the watcher's walk and the vouch, to the spliced
+	// index) and
+	// UntrackedWaitMillis what the start waited for it (the build runs
+	// beside the network's setup: the rest is hidden).
+	Untracked           string `json:",omitempty"`
+	UntrackedMillis     int64  `json:",omitempty"`
+	UntrackedWaitMillis int64  `json:",omitempty"`
 }

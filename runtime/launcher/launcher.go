@@ -454,6 +454,9 @@ func (l *launch) teardown() {
 // writes it, makes the memory cgroup and starts runsc with the launcher's
 // stdio.
 func (l *launch) start(ctx context.Context) (*running, error) {
+	if err := l.finishUntracked(); err != nil {
+		return nil, err
+	}
 	if err := l.run.writeSpec(l.spec, l.state); err != nil {
 		return nil, err
 	}

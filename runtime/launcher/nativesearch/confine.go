@@ -12,8 +12,12 @@ import (
 // tool's binary) and its loader only; every other access right this kernel's Landlock knows is
 // handled, so denied (writes anywhere, TCP from ABI 4, signals and
 // abstract sockets out of the domain from ABI 6). Without Landlock the
-// jail is not built (Probe refuses the option before any search).
-func landlock(dest, bin string) error {
+// jail is not built (Probe refuses the option before any search). A
+// scratch directory (the launcher's git only, gitjail.go) is also
+// readable and writable: files made, written, truncated and removed in
+// it, nothing else (no directory, link, device or socket made), and
+// /dev/null read and written.
+func landlock(dest, bin, scratch string) error {
 	abi, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
 	if e != 0 || int(abi) < 1 {
 		return fmt.Errorf("landlock: not available (%v)", e)
@@ -43,15 +47,24 @@ func landlock(dest, bin string) error {
 	}
 	defer unix.Close(int(rs))
 	const read = unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_READ_DIR
-	for _, r := range []struct {
+	type rule struct {
 		path   string
 		access uint64
-	}{
+	}
+	rules := []rule{
 		{"/usr", read},
 		{dest, read},
 		{bin, unix.LANDLOCK_ACCESS_FS_EXECUTE},
 		{"/lib64/ld-linux-x86-64.so.2", unix.LANDLOCK_ACCESS_FS_EXECUTE}, // opened through its links: the file itself
-	} {
+	}
+	if scratch != "" {
+		rw := uint64(read | unix.LANDLOCK_ACCESS_FS_WRITE_FILE | unix.LANDLOCK_ACCESS_FS_MAKE_REG | unix.LANDLOCK_ACCESS_FS_REMOVE_FILE)
+		if abi >= 3 {
+			rw |= unix.LANDLOCK_ACCESS_FS_TRUNCATE
+		}
+		rules = append(rules, rule{scratch, rw}, rule{"/dev/null", unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_WRITE_FILE})
+	}
+	for _, r := range rules {
 		fd, err := unix.Open(r.path, unix.O_PATH|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("landlock rule %s: %w", r.path, err)

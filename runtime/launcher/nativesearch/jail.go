@@ -144,10 +144,15 @@ func (j Jail) CheckTools() error {
 // jailConfig is what the init reads from its argv: what the jail is made
 // for (its tool, where the workspace goes, the limits), never a request.
 type jailConfig struct {
-	Tool   Tool   `json:"tool"` // the init execs toolSpecs[Tool].bin
+	Tool   Tool   `json:"tool"` // the init execs specOf(Tool).bin
 	Dest   string `json:"dest"`
 	CPU    uint64 `json:"cpu"`
 	Memory uint64 `json:"memory"`
+	// Scratch mounts the descriptor fdScratch read-write at ScratchPath
+	// (the launcher's git only: gitjail.go); FSize is then RLIMIT_FSIZE,
+	// otherwise 0.
+	Scratch bool   `json:"scratch,omitempty"`
+	FSize   uint64 `json:"fsize,omitempty"`
 }
 
 // jailRequest is the one request a jail reads, from its request pipe,
@@ -288,6 +293,16 @@ func (j Jail) prepare(t Tool) (*prepared, error) {
 	if _, ok := toolSpecs[t]; !ok {
 		return nil, fmt.Errorf("%w: no tool %q", ErrFallback, t)
 	}
+	return j.prepareWith(t, "", 0)
+}
+
+// prepareWith is prepare for any tool specOf knows, with scratch (a host
+// directory, or "") mounted read-write at ScratchPath and fsize the
+// jail's RLIMIT_FSIZE.
+func (j Jail) prepareWith(t Tool, scratch string, fsize uint64) (*prepared, error) {
+	if _, ok := specOf(t); !ok {
+		return nil, fmt.Errorf("%w: no tool %q", ErrFallback, t)
+	}
 	ws, err := detachedTree(j.Workspace, true)
 	if err != nil {
 		return nil, err
@@ -298,8 +313,18 @@ func (j Jail) prepare(t Tool) (*prepared, error) {
 		return nil, err
 	}
 	defer usr.Close()
+	extra := []*os.File{ws, usr}
+	if scratch != "" {
+		sc, err := detachedWritable(scratch)
+		if err != nil {
+			return nil, err
+		}
+		defer sc.Close()
+		extra = append(extra, sc)
+	}
 	lim := j.Limits
-	cfg, err := json.Marshal(jailConfig{Tool: t, Dest: j.Dest, CPU: uint64(max(lim.CPU/time.Second, 1)), Memory: lim.Memory})
+	cfg, err := json.Marshal(jailConfig{Tool: t, Dest: j.Dest, CPU: uint64(max(lim.CPU/time.Second, 1)), Memory: lim.Memory,
+		Scratch: scratch != "", FSize: fsize})
 	if err != nil {
 		return nil, err
 	}
@@ -323,7 +348,11 @@ func (j Jail) prepare(t Tool) (*prepared, error) {
 	cmd.Env = []string{}
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = p.out, p.errb
-	cmd.ExtraFiles = []*os.File{ws, usr, reqR, readyW} // fdWorkspace, fdUsr, fdRequest, fdReady
+	// fdWorkspace, fdUsr, fdRequest, fdReady, and fdScratch when made.
+	cmd.ExtraFiles = []*os.File{ws, usr, reqR, readyW}
+	if len(extra) > 2 {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, extra[2])
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWNET | syscall.CLONE_NEWPID |
 			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
@@ -367,7 +396,7 @@ func (j Jail) serve(ctx context.Context, p *prepared, cwd string, toolArgv, env 
 	defer p.kill()
 	lim := j.Limits
 	argv := toolArgv
-	if toolSpecs[p.tool].threads {
+	if spec, _ := specOf(p.tool); spec.threads {
 		argv = append([]string{fmt.Sprintf("--threads=%d", max(lim.Threads, 1))}, toolArgv...)
 	}
 	b, err := json.Marshal(jailRequest{Cwd: cwd, Argv: argv, Env: env})

@@ -28,6 +28,9 @@ const (
 	fdUsr       = 4
 	fdRequest   = 5
 	fdReady     = 6
+	// fdScratch is the launcher's git's scratch directory (gitjail.go),
+	// passed only to a jail whose config says Scratch.
+	fdScratch = 7
 	// jailReady is the byte the init writes on fdReady once it is
 	// confined; only then does the server write the request.
 	jailReady = 'R'
@@ -60,16 +63,19 @@ func buildJail(arg string) error {
 	if err := json.Unmarshal([]byte(arg), &c); err != nil {
 		return err
 	}
-	spec, ok := toolSpecs[c.Tool]
+	spec, ok := specOf(c.Tool)
 	if !ok {
 		return fmt.Errorf("no tool %q", c.Tool)
 	}
-	if err := mountRoot(c.Dest); err != nil {
+	if err := mountRoot(c.Dest, c.Scratch); err != nil {
 		return err
 	}
-	// Attached now; the tool inherits neither.
+	// Attached now; the tool inherits none.
 	unix.Close(fdWorkspace)
 	unix.Close(fdUsr)
+	if c.Scratch {
+		unix.Close(fdScratch)
+	}
 	for _, fd := range []int{fdRequest, fdReady} {
 		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
 			return fmt.Errorf("descriptor %d: %w", fd, err)
@@ -78,12 +84,16 @@ func buildJail(arg string) error {
 	for _, l := range []struct {
 		res int
 		v   uint64
-	}{{unix.RLIMIT_CPU, c.CPU}, {unix.RLIMIT_AS, c.Memory}, {unix.RLIMIT_FSIZE, 0}, {unix.RLIMIT_CORE, 0}, {unix.RLIMIT_NOFILE, 1024}} {
+	}{{unix.RLIMIT_CPU, c.CPU}, {unix.RLIMIT_AS, c.Memory}, {unix.RLIMIT_FSIZE, c.FSize}, {unix.RLIMIT_CORE, 0}, {unix.RLIMIT_NOFILE, 1024}} {
 		if err := unix.Setrlimit(l.res, &unix.Rlimit{Cur: l.v, Max: l.v}); err != nil {
 			return fmt.Errorf("rlimit %d: %w", l.res, err)
 		}
 	}
-	if err := landlock(c.Dest, spec.bin); err != nil {
+	scratch := ""
+	if c.Scratch {
+		scratch = ScratchPath
+	}
+	if err := landlock(c.Dest, spec.bin, scratch); err != nil {
 		return err
 	}
 	if err := dropPrivileges(); err != nil {
@@ -148,15 +158,19 @@ func readRequest(fd int) ([]byte, error) {
 }
 
 // mountRoot builds the jail's root and pivots into it.
-func mountRoot(dest string) error {
+func mountRoot(dest string, scratch bool) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("private mounts: %w", err)
 	}
 	if err := unix.Mount("tmpfs", newRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755"); err != nil {
 		return fmt.Errorf("root tmpfs: %w", err)
 	}
-	usr, ws := filepath.Join(newRoot, "usr"), filepath.Join(newRoot, dest)
-	for _, d := range []string{usr, ws} {
+	usr, ws, sc := filepath.Join(newRoot, "usr"), filepath.Join(newRoot, dest), filepath.Join(newRoot, ScratchPath)
+	dirs := []string{usr, ws}
+	if scratch {
+		dirs = append(dirs, sc)
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
@@ -172,6 +186,23 @@ func mountRoot(dest string) error {
 	}
 	if err := unix.MoveMount(fdWorkspace, "", unix.AT_FDCWD, ws, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("workspace: %w", err)
+	}
+	if scratch {
+		if err := unix.MoveMount(fdScratch, "", unix.AT_FDCWD, sc, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("scratch: %w", err)
+		}
+		// git opens /dev/null at every start (sanitize_stdfds): the
+		// host's, bound (a user namespace makes no device node).
+		null := filepath.Join(newRoot, "dev", "null")
+		if err := os.Mkdir(filepath.Dir(null), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(null, nil, 0o644); err != nil {
+			return err
+		}
+		if err := unix.Mount("/dev/null", null, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("/dev/null: %w", err)
+		}
 	}
 	if err := unix.Mount("", newRoot, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("root read-only: %w", err)

@@ -58,6 +58,7 @@ func TestRequestRefusals(t *testing.T) {
 		"value without option": magic + "\x00cwd\x00.\x00val\x00x\x00pattern\x00x\x00",
 		"value of a flag":      magic + "\x00cwd\x00.\x00opt\x00count\x00val\x00x\x00pattern\x00x\x00",
 		"unknown field":        magic + "\x00cwd\x00.\x00exec\x00sh\x00pattern\x00x\x00",
+		"the launcher's git":   magic + "\x00tool\x00git\x00cwd\x00.\x00pattern\x00x\x00",
 		"odd fields":           magic + "\x00cwd\x00.\x00pattern\x00",
 		"oversized":            magic + "\x00cwd\x00.\x00pattern\x00" + strings.Repeat("x", MaxRequest) + "\x00",
 	} {

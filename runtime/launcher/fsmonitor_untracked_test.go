@@ -1,0 +1,24 @@
+package launcher
+
+import "testing"
+
+// A store config that could change the sandbox's untracked scan in a way
+// the cache does not record keeps the cache out; one that cannot does
+// not.
+func TestUntrackedScanConfig(t *testing.T) {
+	for cfg, want := range map[string]string{
+		"": "",
+		"[core]\n\trepositoryformatversion = 0\n":     "",
+		"[core]\n\texcludesFile = ~/x\n":              "",
+		"[status]\n\tshowUntrackedFiles = all\n":      "",
+		"[core]\n\tignoreCase = true\n":               "ignorecase",
+		"[CORE]\n\tIGNORECASE\n":                      "ignorecase",
+		"[include]\n\tpath = other\n":                 "include",
+		"[includeIf \"gitdir:/x\"]\n\tpath = other\n": "include",
+		"[extensions]\n\tworktreeConfig = true\n":     "worktreeconfig",
+	} {
+		if got := scanConfig([]byte(cfg)); got != want {
+			t.Errorf("%q: %q, want %q", cfg, got, want)
+		}
+	}
+}
