@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/policy/bundle"
@@ -303,5 +304,26 @@ func TestClientCatResumes(t *testing.T) {
 		if out != want || code != 0 || errs != "" {
 			t.Errorf("ended by %s: exit %d, %d bytes of %d, equal %v, stderr %q", end, code, len(out), len(want), out == want, errs)
 		}
+	}
+}
+
+// TestJailCatStreamBounds: a streamed cat past its wall time ends with the
+// fail frame (the client then has the sandbox's cat finish it), never with
+// an end frame after part of the output. Control: within the default
+// bounds the same cat ends with its end frame and exit code.
+func TestJailCatStreamBounds(t *testing.T) {
+	f := newJail(t)
+	names := catTree(t, f, 50)
+	r := Request{Tool: Cat, Cwd: ".", Paths: names}
+	var b bytes.Buffer
+	if ok, err := f.j.stream(context.Background(), nil, r, &b); !ok || err != nil || b.Len() < 10 || b.Bytes()[b.Len()-9] != frameEnd {
+		t.Fatalf("control: ok %v, %v, %d bytes", ok, err, b.Len())
+	}
+	quick := f.j
+	quick.Limits.Wall = time.Millisecond
+	b.Reset()
+	ok, err := quick.stream(context.Background(), nil, r, &b)
+	if ok || !errors.Is(err, ErrFallback) || b.Len() == 0 || b.Bytes()[b.Len()-1] != frameFail {
+		t.Errorf("past the wall time: ok %v, %v, last byte %q", ok, err, b.Bytes()[max(b.Len()-1, 0):])
 	}
 }
