@@ -1,5 +1,6 @@
 // Package nativesearch answers the sandbox's read-only searches and name
-// listings (rg, fd, find) from the host, in a jail of their own: a
+// listings (rg, fd, find), and its cats of a batch of plain files, from
+// the host, in a jail of their own: a
 // deliberate widening of the trusted boundary that an operator turns on
 // per deployment (docs/spec.md, "Read-only searches answered outside
 // gVisor").
@@ -13,7 +14,9 @@
 // pid and ipc namespaces, a root that holds only the image's /usr and the
 // workspace read-only, Landlock, seccomp, rlimits, the agent's uid.
 // Anything the list does not cover is answered "fallback", and the
-// sandbox's client runs its own binary: slower, never different.
+// sandbox's client runs its own binary: slower, never different. A cat's
+// answer streams (Jail.stream) once the server has checked that every
+// file is one the jail's cat reads as the sandbox's would (Jail.CatFiles).
 package nativesearch
 
 import (
