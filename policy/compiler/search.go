@@ -13,7 +13,7 @@ import (
 //
 // An operator's opt-in per deployment (deployments.<id>.search "native"),
 // for a profile that can use it (profile.nativeSearch: pi-session): the
-// launcher answers the sandbox's rg, fd and find from the host, in a jail
+// launcher answers the sandbox's rg, fd, find and cat from the host, in a jail
 // of its own, on the gateway at a port no route and not the monitor has.
 // It widens the trusted boundary (the agent's files meet the host kernel
 // through those tools and the jail, not gVisor's Sentry), so it is never a default. The
@@ -52,7 +52,7 @@ func (c *compilation) decideSearch() *searchPlan {
 		c.diags.Addf(diag.SearchGateway, sw, "the deployment turns the native search on, which is served on the sandbox network's gateway only, and registry.network.mode is %q", c.reg.Network.Mode)
 		return nil
 	}
-	return &searchPlan{on: true, reason: "turned on by the registry for this deployment: the sandbox's rg, fd and find ask the launcher, which runs the image's own on the host in a jail of its own (namespaces, Landlock, seccomp, the workspace and the image's /usr read-only, the agent's uid); widens the trusted boundary", fact: sw + "," + prof}
+	return &searchPlan{on: true, reason: "turned on by the registry for this deployment: the sandbox's rg, fd, find and cat ask the launcher, which runs the image's own on the host in a jail of its own (namespaces, Landlock, seccomp, the workspace and the image's /usr read-only, the agent's uid); widens the trusted boundary", fact: sw + "," + prof}
 }
 
 // searchMounts binds the client under each of its names, read-only and

@@ -6,7 +6,7 @@ import (
 
 // Search is the native search (docs/spec.md, "Read-only searches answered
 // outside gVisor"): the launcher answers the sandbox's read-only searches
-// and name listings (rg, fd, find) from the host, in a jail of their own
+// and name listings (rg, fd, find) and cats of a batch of files from the host, in a jail of their own
 // that holds the workspace at Path read-only and the image's /usr, over
 // TCP on the sandbox network's gateway at Port. It widens the trusted
 // boundary (the agent's files meet the host kernel through those tools

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"paseo.dev/paseo-policy/diag"
+	"paseo.dev/paseo-policy/internal/pathform"
 	"paseo.dev/paseo-policy/internal/pathsafe"
 	"paseo.dev/paseo-policy/runtime/launcher/nativesearch"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
@@ -16,7 +17,7 @@ import (
 //
 // When the plan grants the search (an operator's opt-in per deployment,
 // registry deployments.<id>.search "native"), the launcher serves the
-// sandbox's rg, fd and find (bundle.SearchClientNames) from the host: on
+// sandbox's rg, fd, find and cat (bundle.SearchClientNames) from the host: on
 // the sandbox network's gateway, on the grant's port, admitted by the
 // sandbox's nftables table from its own address only and answered for
 // that address only. Each request is a typed search or listing
@@ -82,6 +83,13 @@ func (l *launch) checkNativeSearch() error {
 	}
 	j := nativesearch.Jail{Workspace: src, Dest: p.Cwd, Usr: filepath.Join(l.spec.Root.Path, "usr"),
 		UID: p.User.UID, GID: p.User.GID, Limits: nativesearch.DefaultLimits}
+	// What the sandbox sees beneath the workspace through mounts of its
+	// own (the Git layout's .git): a cat of it is the sandbox's.
+	for _, m := range l.spec.Mounts {
+		if m.Destination != p.Cwd && pathform.Beneath(p.Cwd, m.Destination) {
+			j.Covered = append(j.Covered, pathform.Rel(p.Cwd, m.Destination))
+		}
+	}
 	if err := j.Check(); err != nil {
 		return err
 	}

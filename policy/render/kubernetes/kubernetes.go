@@ -300,7 +300,7 @@ func (r *renderer) grant(g grant.Grant) {
 			r.gap(g, "none in a Pod, and none needed: the search is off, so the Pod's rg is the image's, as in the sandbox")
 			break
 		}
-		r.gap(g, "none in a Pod: no launcher serves the native search there; its client is not mounted and PATH is rendered without its directory, so the Pod's rg is the image's, searching through gVisor as with the search off")
+		r.gap(g, "none in a Pod: no launcher serves the native search there; its client is not mounted and PATH is rendered without its directory, so the Pod's rg, fd, find and cat are the image's, reading through gVisor as with the search off")
 	case grant.FSMonitor:
 		r.gap(g, "none in a Pod: no launcher serves the workspace monitor there; its hook is not mounted and core.fsmonitor is rendered false, so the sandbox's git scans the workspace in full, as with the monitor off")
 	case grant.Egress:

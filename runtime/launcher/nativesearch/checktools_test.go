@@ -10,7 +10,7 @@ import (
 
 // An image missing one of the tools (or holding a link where the jail
 // execs it) is refused at launch, naming the tool; the control, an image
-// with all three as regular files, passes.
+// with all four as regular files, passes.
 func TestCheckToolsNamesTheMissingTool(t *testing.T) {
 	usr := t.TempDir()
 	put := func(tool Tool) string {
@@ -26,13 +26,14 @@ func TestCheckToolsNamesTheMissingTool(t *testing.T) {
 	j := Jail{Usr: usr}
 	put(Rg)
 	put(Find)
+	put(Cat)
 	var je *ErrJail
 	if err := j.CheckTools(); !errors.As(err, &je) || !strings.Contains(je.Msg, "has no fd") {
 		t.Fatalf("an image without fd: %v, want ErrJail naming fd", err)
 	}
 	fd := put(Fd)
 	if err := j.CheckTools(); err != nil {
-		t.Fatalf("control, an image with rg, fd and find: %v", err)
+		t.Fatalf("control, an image with rg, fd, find and cat: %v", err)
 	}
 	if err := os.Remove(fd); err != nil {
 		t.Fatal(err)
@@ -42,5 +43,13 @@ func TestCheckToolsNamesTheMissingTool(t *testing.T) {
 	}
 	if err := j.CheckTools(); !errors.As(err, &je) || !strings.Contains(je.Msg, "has no fd") {
 		t.Fatalf("fd a link: %v, want ErrJail naming fd", err)
+	}
+	os.Remove(fd)
+	put(Fd)
+	if err := os.Remove(filepath.Join(usr, "bin/cat")); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.CheckTools(); !errors.As(err, &je) || !strings.Contains(je.Msg, "has no cat") {
+		t.Fatalf("an image without cat: %v, want ErrJail naming cat", err)
 	}
 }

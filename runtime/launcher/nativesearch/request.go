@@ -1,5 +1,6 @@
 // Package nativesearch answers the sandbox's read-only searches and name
-// listings (rg, fd, find) from the host, in a jail of their own: a
+// listings (rg, fd, find), and its cats of a batch of plain files, from
+// the host, in a jail of their own: a
 // deliberate widening of the trusted boundary that an operator turns on
 // per deployment (docs/spec.md, "Read-only searches answered outside
 // gVisor").
@@ -13,7 +14,9 @@
 // pid and ipc namespaces, a root that holds only the image's /usr and the
 // workspace read-only, Landlock, seccomp, rlimits, the agent's uid.
 // Anything the list does not cover is answered "fallback", and the
-// sandbox's client runs its own binary: slower, never different.
+// sandbox's client runs its own binary: slower, never different. A cat's
+// answer streams (Jail.stream) once the server has checked that every
+// file is one the jail's cat reads as the sandbox's would (Jail.CatFiles).
 package nativesearch
 
 import (
@@ -38,20 +41,26 @@ const (
 	Rg   Tool = "rg"
 	Fd   Tool = "fd"
 	Find Tool = "find"
+	// Cat reads files: its answer is their bytes, streamed (server.go).
+	Cat Tool = "cat"
 )
 
 // toolSpec is how the jail runs a tool: the image's binary (a path in the
 // image and the jail, fixed here, never from a request) and whether it
-// takes rg's and fd's --threads.
+// takes rg's and fd's --threads, or streams its output (cat: the
+// answer's bytes are sent as the tool writes them, unbounded but by the
+// wall time, rather than kept up to Limits.Stdout).
 type toolSpec struct {
 	bin     string
 	threads bool
+	stream  bool
 }
 
 var toolSpecs = map[Tool]toolSpec{
 	Rg:   {bin: "/usr/bin/rg", threads: true},
 	Fd:   {bin: "/usr/lib/cargo/bin/fd", threads: true}, // /usr/local/bin/fd -> /usr/bin/fdfind -> this
 	Find: {bin: "/usr/bin/find"},
+	Cat:  {bin: "/usr/bin/cat", stream: true},
 }
 
 // Request is one search or listing: the tool's options in the order
@@ -89,6 +98,8 @@ type OptionList struct {
 var Lists = map[Tool]OptionList{
 	Rg: {Flags: Flags, Valued: Valued},
 	Fd: options(bundle.SearchFdOptions),
+	// cat takes no option outside: `cat [--] FILE...` only.
+	Cat: {},
 }
 
 // Flags are rg's options without a value that a request may carry, and
@@ -168,9 +179,13 @@ func typeName(s string) bool {
 
 // Bounds on a request.
 const (
-	MaxRequest = 64 << 10
-	maxFields  = 256
-	magic      = "paseo-search 1"
+	MaxRequest = 256 << 10
+	// maxPaths bounds a search's paths, maxCatFiles a cat's files (xargs
+	// gives cat up to about 128 KiB of names a call).
+	maxPaths    = 64
+	maxCatFiles = 8192
+	maxFields   = 2*maxCatFiles + 16
+	magic       = "paseo-search 1"
 )
 
 // ErrRequest refuses a request; it carries diag.SearchRequest.
@@ -320,6 +335,9 @@ func (r Request) Check(ws string) error {
 	} else if r.Expr != nil || r.Lang != "" {
 		return refuse("an expression and a locale are find's only")
 	}
+	if r.tool() == Cat {
+		return r.checkCat(ws)
+	}
 	pats := 0
 	l := r.list()
 	for _, o := range r.Options {
@@ -357,10 +375,32 @@ func (r Request) Check(ws string) error {
 			return refuse("fd paths without a pattern")
 		}
 	}
-	if len(r.Paths) > 64 {
-		return refuse("more than 64 paths")
+	if len(r.Paths) > maxPaths {
+		return refuse("more than %d paths", maxPaths)
 	}
 	for _, p := range r.names() {
+		if err := checkPath(p, ws); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkCat is cat's rule: files only (no option, pattern or expression),
+// one to maxCatFiles of them, each a path by checkPath's rule without a
+// trailing "/" (which cat reads as "a directory": the sandbox's cat says
+// so).
+func (r Request) checkCat(ws string) error {
+	if len(r.Options) > 0 || r.Pattern != nil || r.Expr != nil || r.Lang != "" {
+		return refuse("cat takes files only")
+	}
+	if len(r.Paths) == 0 || len(r.Paths) > maxCatFiles {
+		return refuse("cat of %d files: 1 to %d are read outside", len(r.Paths), maxCatFiles)
+	}
+	for _, p := range r.Paths {
+		if strings.HasSuffix(p, "/") {
+			return refuse("cat of %q: a name ending in /", p)
+		}
 		if err := checkPath(p, ws); err != nil {
 			return err
 		}
@@ -419,6 +459,8 @@ func (r Request) Argv() []string {
 	switch r.tool() {
 	case Find:
 		return append(slices.Clone(r.Paths), r.Expr.Tokens()...)
+	case Cat:
+		return append([]string{"--"}, r.Paths...)
 	case Rg:
 		a = []string{"--no-config"}
 	}

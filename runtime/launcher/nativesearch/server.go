@@ -55,6 +55,9 @@ type Stats struct {
 	Answered, Fallback, Refused uint64
 	// Warm counts the answers from a jail made before its request.
 	Warm uint64
+	// Cat counts the cats answered (streamed to their end), among
+	// Answered.
+	Cat uint64
 }
 
 // Serve answers requests on ln (the launcher's is on the gateway, which
@@ -134,6 +137,63 @@ func (s *Server) refill(t Tool) {
 	}()
 }
 
+// slot waits, up to queueWait, for one of the maxRunning places; the
+// caller gives it back (<-s.run).
+func (s *Server) slot() error {
+	t := time.NewTimer(queueWait)
+	defer t.Stop()
+	select {
+	case s.run <- struct{}{}:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("%w: %d searches running", ErrFallback, maxRunning)
+	case <-s.ctx.Done():
+		return ErrFallback
+	}
+}
+
+// streamAnswer answers a cat: "fallback" unless every file is one the
+// jail's cat reads as the sandbox's would (Jail.CatFiles) and a place is
+// free; else the line "paseo-search 1 stream" and the frames of the
+// jail's cat as it writes (Jail.stream). The next cat jail is made once
+// the connection is closed.
+func (s *Server) streamAnswer(c net.Conn, r Request) {
+	used := false
+	defer func() {
+		c.Close()
+		if used {
+			s.refill(Cat)
+		}
+	}()
+	c.SetWriteDeadline(time.Now().Add(readDeadline + s.j.Limits.Wall))
+	if !s.j.CatFiles(r) || s.slot() != nil {
+		s.count(func(st *Stats) { st.Fallback++ })
+		io.WriteString(c, magic+" fallback\n")
+		return
+	}
+	defer func() { <-s.run }()
+	used = true
+	p := s.take(Cat)
+	if _, err := io.WriteString(c, magic+" stream\n"); err != nil {
+		if p != nil {
+			p.discard()
+		}
+		return
+	}
+	ok, _ := s.j.stream(s.ctx, p, r, c)
+	s.count(func(st *Stats) {
+		if !ok {
+			st.Fallback++
+			return
+		}
+		st.Answered++
+		st.Cat++
+		if p != nil {
+			st.Warm++
+		}
+	})
+}
+
 func (s *Server) count(f func(*Stats)) {
 	s.mu.Lock()
 	f(&s.stats)
@@ -147,7 +207,12 @@ func (s *Server) answer(c net.Conn) {
 		s.ps.Refuse(c)
 		return
 	}
-	res, used, err := s.search(b)
+	r, err := Decode(b, s.j.Dest)
+	if err == nil && r.tool() == Cat {
+		s.streamAnswer(c, r)
+		return
+	}
+	res, used, err := s.search(r, err)
 	// The next jail for the tool is made once the answer is sent and the
 	// connection closed (the client reads to its end): not beside the
 	// answer's copy and the client's print for the CPU.
@@ -169,24 +234,17 @@ func (s *Server) answer(c net.Conn) {
 	c.Write(append(append(h.Bytes(), res.Stdout...), res.Stderr...))
 }
 
-// search answers the request b; used is the tool a jail ran for, whose
-// next jail the server then makes ("" when none ran).
-func (s *Server) search(b []byte) (res Result, used Tool, err error) {
-	r, err := Decode(b, s.j.Dest)
+// search answers r (decoded with err); used is the tool a jail ran for,
+// whose next jail the server then makes ("" when none ran).
+func (s *Server) search(r Request, err error) (res Result, used Tool, _ error) {
 	if err != nil {
 		return Result{}, "", err
 	}
 	if !s.j.PlainPaths(r) {
 		return Result{}, "", fmt.Errorf("%w: a path or the cwd is a link (the sandbox's tool follows it)", ErrFallback)
 	}
-	t := time.NewTimer(queueWait)
-	defer t.Stop()
-	select {
-	case s.run <- struct{}{}:
-	case <-t.C:
-		return Result{}, "", fmt.Errorf("%w: %d searches running", ErrFallback, maxRunning)
-	case <-s.ctx.Done():
-		return Result{}, "", ErrFallback
+	if err := s.slot(); err != nil {
+		return Result{}, "", err
 	}
 	defer func() { <-s.run }()
 	used = r.tool()

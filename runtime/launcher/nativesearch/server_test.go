@@ -76,7 +76,7 @@ func runClientAs(t *testing.T, f jailFixture, addr netip.AddrPort, name, dir str
 	t.Helper()
 	tmp := t.TempDir()
 	script := filepath.Join(tmp, name)
-	real := map[string]string{"rg": f.rg, "fd": f.bin(Fd), "find": f.bin(Find)}
+	real := map[string]string{"rg": f.rg, "fd": f.bin(Fd), "find": f.bin(Find), "cat": f.bin(Cat)}
 	if err := os.WriteFile(script, bundle.SearchClientFor(addr.Addr().String(), int(addr.Port()), f.ws, real), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,106 @@
+package e2e
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"paseo.dev/paseo-policy/policy/bundle"
+)
+
+// TestPiToolsCatNativeSearch: compiled with the registry's switch for the native
+// search, the sandbox's `cat` is the client, and a cat of a batch of the
+// workspace's files (xargs, as an agent lists and reads) is answered
+// outside (the server's counter) with the bytes the sandbox's own
+// /usr/bin/cat gives, exit code and messages too: files the sandbox wrote
+// or appended to a moment before read back whole (the sandbox's writes are
+// on the host when cat is answered), the Git layout's .git (a mount of its
+// own in the sandbox), a missing file, a directory, an option, stdin and a
+// planted link to a host file (answered inside, never with the host
+// file). Control: the same commands in a sandbox with the search off
+// (the monitor's network mode, nothing answered outside): `cat` is the
+// image's, and the same bytes.
+func TestPiToolsCatNativeSearch(t *testing.T) {
+	im := image(t)
+	base := t.TempDir()
+	secret := filepath.Join(base, "host-secret.txt")
+	write(t, secret, "HOSTSECRET in a host file\n")
+	type side struct {
+		name string
+		o    toolsSandboxOpts
+	}
+	for _, sd := range []side{{"search", toolsSandboxOpts{search: true}}, {"off", toolsSandboxOpts{fsmon: true}}} {
+		t.Run(sd.name, func(t *testing.T) {
+			host := filepath.Join(base, sd.name)
+			r := genToolsRepo(t, host, 300)
+			sbx := startToolsSandboxWith(t, im, host, r, sd.name, sd.o)
+			want := bundle.SearchDir + "/cat"
+			if sd.name == "off" {
+				want = "/usr/bin/cat"
+			}
+			if got := strings.TrimSpace(sbx.output(t, "command -v cat")); got != want {
+				t.Fatalf("cat in the sandbox is %q, want %s", got, want)
+			}
+			sbx.output(t, `git ls-files | grep -v '^\.git' | head -n 250 >/tmp/cat-list && wc -l </tmp/cat-list`)
+			// Each command's output digested with its exit code (and
+			// messages, 2>&1 in order), through cat and /usr/bin/cat (whose
+			// messages name it so: named cat here).
+			digest := func(c string) string {
+				return "{ " + c + "; } </dev/null 2>&1 | sed 's|/usr/bin/cat: |cat: |g' | sha256sum; echo rc=${PIPESTATUS[0]}"
+			}
+			cmds := []struct {
+				cmd     string
+				outside bool
+			}{
+				{`xargs cat </tmp/cat-list`, true},
+				{`cat $(cat /tmp/cat-list)`, true},
+				{`cat -- $(cat /tmp/cat-list)`, true},
+				{`cat $(sed "s|^|$PWD/|" /tmp/cat-list)`, true},
+				{`head -c 300000 /dev/zero | tr '\0' w >fresh.txt && cat fresh.txt $(cat /tmp/cat-list) fresh.txt`, true},
+				{`f=$(head -n 1 /tmp/cat-list) && cp "$f" /tmp/orig && printf 'appended a moment before\n' >>"$f" && cat $(cat /tmp/cat-list) && cp /tmp/orig "$f"`, true},
+				{`cat $(head -n 10 /tmp/cat-list)`, false},
+				{`cat -n $(cat /tmp/cat-list)`, false},
+				{`echo from-stdin | cat $(head -n 100 /tmp/cat-list) - $(tail -n 100 /tmp/cat-list)`, false},
+				{`cat $(cat /tmp/cat-list) no-such-file`, false},
+				{`cat $(head -n 100 /tmp/cat-list) src $(tail -n 100 /tmp/cat-list)`, false},
+				{`cat .git $(cat /tmp/cat-list)`, false},
+				{`ln -sf ` + secret + ` escape && cat $(cat /tmp/cat-list) escape`, false},
+				{`cat $(cat /tmp/cat-list) >/tmp/cat-out && sha256sum </tmp/cat-out`, false},
+			}
+			for _, c := range cmds {
+				got := sbx.output(t, digest(c.cmd))
+				realCmd := strings.NewReplacer("xargs cat", "xargs /usr/bin/cat", "| cat ", "| /usr/bin/cat ", "&& cat ", "&& /usr/bin/cat ").Replace(c.cmd)
+				if strings.HasPrefix(realCmd, "cat ") {
+					realCmd = "/usr/bin/" + realCmd
+				}
+				real := sbx.output(t, digest(realCmd))
+				if got != real {
+					t.Errorf("%s:\ncat gave\n%s\n/usr/bin/cat (%s)\n%s", c.cmd, got, realCmd, real)
+				}
+				if strings.Contains(got, "HOSTSECRET") {
+					t.Errorf("%s: the host file reached the sandbox", c.cmd)
+				}
+			}
+			// The appended file, read by the client right after the
+			// append, holds the appended line.
+			line := sbx.output(t, `f=$(head -n 1 /tmp/cat-list) && printf 'MARK%s\n' $$ >>"$f" && cat $(cat /tmp/cat-list) | grep -c "MARK$$\$"`)
+			if strings.TrimSpace(line) != "1" {
+				t.Errorf("a line appended just before the cat: found %q times", strings.TrimSpace(line))
+			}
+			res := sbx.finish()
+			st := res.NativeSearch
+			outside := 0
+			for _, c := range cmds {
+				if c.outside {
+					outside++
+				}
+			}
+			switch {
+			case sd.name == "off" && st != nil:
+				t.Errorf("control: the search is off and a server answered: %+v", st)
+			case sd.name == "search" && (st == nil || st.Cat < uint64(outside)):
+				t.Errorf("the search server's counters: %+v, want at least %d cats answered outside", st, outside)
+			}
+		})
+	}
+}
