@@ -25,10 +25,14 @@ package e2e
 //     (the deployment user, who owns the tree), its copy of the repository
 //     bound at the same path it has outside, /proc, a fresh /tmp.
 //
-// Rounds alternate which side goes first. A round is, on each side: the
-// index put back to the one host git wrote (the sandbox's private Git dir
-// is seeded from it at every start, so this is the state of a new
-// sandbox; untimed), then the timed commands of toolsCommands, then the
+// Rounds alternate which side goes first. A round is, on each side: a
+// new sandbox launched from the same bundle on the same tree (from the
+// second round on; untimed), as every agent session starts one, so each
+// round's first `git status` is a first status after a start, with what
+// the launcher prepares at a start (the vouched index, the untracked
+// cache) made for that tree and not for the tree of a round before; the
+// index put back to the one a start gives (untimed; on the host, the one
+// host git wrote), then the timed commands of toolsCommands, then the
 // round undone (git reset --hard to the base commit, git clean; untimed).
 // Each command's wall time is bash's inside its side; CPU is, for the
 // sandbox, the sandbox's cgroup (the Sentry, the gofer, the systrap stubs:
@@ -157,6 +161,9 @@ type toolsSide struct {
 	cpu func() time.Duration
 	// setup are the side's untimed commands: before every round, after it.
 	before, after string
+	// relaunch ends a sandbox side's launch and starts a new one from
+	// the same bundle on the same tree (nil for the host).
+	relaunch func(tb testing.TB) *toolsSide
 	// finish ends a sandbox's launch and returns its result (nil for the
 	// host).
 	finish func() launcher.Result
@@ -285,10 +292,14 @@ func BenchmarkTools(b *testing.B) {
 		nr := genToolsRepoPacked(b, nsHost, files, packed)
 		sides = append(sides, startToolsSandboxWith(b, im, nsHost, nr, "search", toolsSandboxOpts{search: true}))
 	}
-	// Untimed setup on both: the lists of files to read and to edit.
-	for _, s := range sides {
+	// Untimed setup on every side (again after each relaunch): the lists of
+	// files to read and to edit.
+	setup := func(s *toolsSide) {
 		s.run(b, `git ls-files >/tmp/bench-all && k=$(( $(wc -l </tmp/bench-all) / 3000 )) && awk -v k=$(( k > 0 ? k : 1 )) 'NR % k == 0' /tmp/bench-all | head -n 3000 >/tmp/bench-cat-list && `+
 			`grep -E '\.(go|ts|js|md|py)$' /tmp/bench-all >/tmp/bench-src && k=$(( $(wc -l </tmp/bench-src) / 250 )) && awk -v k=$k 'NR % k == 0' /tmp/bench-src | head -n 250 >/tmp/bench-edit-list && [ $(wc -l </tmp/bench-edit-list) -eq 250 ]`)
+	}
+	for _, s := range sides {
+		setup(s)
 	}
 
 	samples := map[string][][]toolsSample{} // side -> command index -> rounds
@@ -300,6 +311,14 @@ func BenchmarkTools(b *testing.B) {
 		// Each side goes first in turn.
 		order := append(slices.Clone(sides[r%len(sides):]), sides[:r%len(sides)]...)
 		for _, s := range order {
+			if r > 0 && s.relaunch != nil {
+				b.StopTimer()
+				before := s.before
+				*s = *s.relaunch(b)
+				s.before = before
+				setup(s)
+				b.StartTimer()
+			}
 			s.run(b, s.before)
 			for i, c := range cmds {
 				smp := s.run(b, c.cmd)
@@ -435,6 +454,14 @@ func startToolsSandboxWith(tb testing.TB, im imageInfo, host string, r *toolsRep
 	chownTree(tb, r.repo, 1000, 1000)
 	chownTree(tb, filepath.Join(host, "srv/paseo/state/pi-git/agent-7f3c"), 1000, 1000)
 
+	return launchToolsSandbox(tb, sc, r, name, o, uplink, resolve)
+}
+
+// launchToolsSandbox launches the server in a new sandbox from the
+// compiled scene sc; its relaunch ends it and launches another from the
+// same bundle.
+func launchToolsSandbox(tb testing.TB, sc *testbundle.Scene, r *toolsRepo, name string, o toolsSandboxOpts, uplink string, resolve sandboxnet.Resolver) *toolsSide {
+	tb.Helper()
 	id := fmt.Sprintf("pp-tools-%d-%d", os.Getpid(), time.Now().UnixNano())
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
@@ -474,6 +501,10 @@ func startToolsSandboxWith(tb testing.TB, im imageInfo, host string, r *toolsRep
 		}
 		return res
 	})
+	s.relaunch = func(tb testing.TB) *toolsSide {
+		s.finish()
+		return launchToolsSandbox(tb, sc, r, name, o, uplink, resolve)
+	}
 	tb.Cleanup(func() { s.finish() })
 	s.waitReady(tb)
 	return s
