@@ -114,9 +114,9 @@ func (r *repo) exclude(t *testing.T) []byte {
 	return b
 }
 
-// hostBuild is Build with host git in place of the jail: the same
-// scratch directory, command line and environment.
-func (r *repo) hostBuild(t *testing.T) []byte {
+// hostBuilt is the index Build's git writes, with host git in place of
+// the jail: the same scratch directory, command line and environment.
+func (r *repo) hostBuilt(t *testing.T) []byte {
 	t.Helper()
 	dir, err := Prepare(t.TempDir(), os.Getuid(), os.Getgid(), r.exclude(t))
 	if err != nil {
@@ -135,7 +135,13 @@ func (r *repo) hostBuild(t *testing.T) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := Splice(r.vouched, built, r.ws)
+	return built
+}
+
+// hostBuild is hostBuilt's cache spliced into the vouched index.
+func (r *repo) hostBuild(t *testing.T) []byte {
+	t.Helper()
+	out, err := Splice(r.vouched, r.hostBuilt(t), r.ws)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,23 +311,7 @@ func TestSplicedCacheIsUsedAndRight(t *testing.T) {
 // Splice takes only the cache, and only one the sandbox's git will use.
 func TestSpliceRefuses(t *testing.T) {
 	r := newRepo(t)
-	dir, err := Prepare(t.TempDir(), os.Getuid(), os.Getgid(), r.exclude(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "index"), r.vouched, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("git", Args()...)
-	cmd.Dir = r.ws
-	cmd.Env = append(Env(dir, r.ws, nil), "PATH="+os.Getenv("PATH"))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("git: %v\n%s", err, out)
-	}
-	built, err := ReadIndex(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	built := r.hostBuilt(t)
 	if _, err := Splice(r.vouched, built, r.ws); err != nil {
 		t.Fatalf("the control splice: %v", err)
 	}
