@@ -41,6 +41,11 @@ type Entry struct {
 	Name string // relative to the worktree root, slash-separated
 	Mode uint32 // 100644, 100755, 120000 or 160000 (octal)
 	Stat Stat
+	// OID is the object name's raw bytes (20 or 32).
+	OID string
+	// Off is where the entry starts in the index's bytes: its stat data
+	// and mode, StatBytes long, then the object name and the flags.
+	Off int
 	// Stage is 0, or 1 to 3 for an unmerged entry.
 	Stage int
 	// AssumeValid is Git's CE_VALID (update-index --assume-unchanged).
@@ -70,7 +75,6 @@ type Index struct {
 const (
 	modeMask          = 0o170000
 	modeGitlink       = 0o160000
-	statBytes         = 40 // ctime, mtime (seconds and nanoseconds), dev, ino, mode, uid, gid, size
 	flagValid         = 0x8000
 	flagExtend        = 0x4000
 	nameMask          = 0x0fff
@@ -79,6 +83,11 @@ const (
 	extUnknownFlags   = 0x1fff
 	defaultStageShift = 12
 )
+
+// StatBytes is an entry's stat data and mode as the index stores them:
+// ctime and mtime (seconds and nanoseconds), dev, ino, mode, uid, gid and
+// size, 32 bits each.
+const StatBytes = 40
 
 // ErrSplit is a split index (core.splitIndex): its entries are in a
 // shared index file this reader does not follow.
@@ -101,6 +110,15 @@ func Read(data []byte) (*Index, error) {
 		errs = append(errs, err)
 	}
 	return nil, fmt.Errorf("not a Git index this reader can read: %w", errors.Join(errs...))
+}
+
+// EmptyBlob is the object name (raw bytes) of the empty blob in the
+// index's object format: the one object an entry of size 0 can name
+// without being racily smudged (read-cache.c ce_match_stat_basic).
+func (ix *Index) EmptyBlob() string {
+	h := ix.NewHash()
+	h.Write([]byte("blob 0\x00"))
+	return string(h.Sum(nil))
 }
 
 // Gitlinks returns the index's gitlinks in index order.
@@ -141,7 +159,7 @@ func parse(data []byte, newHash func() hash.Hash) (*Index, error) {
 	count := binary.BigEndian.Uint32(body[8:12])
 	// An entry takes at least 62 bytes before its name: a count past what
 	// the bytes could hold is refused before anything is allocated for it.
-	if uint64(count) > uint64(len(body))/uint64(statBytes+hashLen+2) {
+	if uint64(count) > uint64(len(body))/uint64(StatBytes+hashLen+2) {
 		return nil, fmt.Errorf("%d entries cannot fit in %d bytes", count, len(body))
 	}
 	ix := &Index{Version: version, NewHash: newHash, Entries: make([]Entry, 0, count)}
@@ -150,15 +168,15 @@ func parse(data []byte, newHash func() hash.Hash) (*Index, error) {
 	be := binary.BigEndian
 	for i := uint32(0); i < count; i++ {
 		start := off
-		fixed := statBytes + hashLen + 2
+		fixed := StatBytes + hashLen + 2
 		if off+fixed > len(body) {
 			return nil, fmt.Errorf("entry %d runs past the end", i)
 		}
 		s := body[off:]
 		e := Entry{Stat: Stat{CtimeSec: be.Uint32(s[0:]), CtimeNsec: be.Uint32(s[4:]), MtimeSec: be.Uint32(s[8:]), MtimeNsec: be.Uint32(s[12:]),
 			Dev: be.Uint32(s[16:]), Ino: be.Uint32(s[20:]), UID: be.Uint32(s[28:]), GID: be.Uint32(s[32:]), Size: be.Uint32(s[36:])},
-			Mode: be.Uint32(s[24:])}
-		flags := be.Uint16(body[off+statBytes+hashLen:])
+			Mode: be.Uint32(s[24:]), OID: string(s[StatBytes : StatBytes+hashLen]), Off: off}
+		flags := be.Uint16(body[off+StatBytes+hashLen:])
 		e.Stage, e.AssumeValid = int(flags>>defaultStageShift)&3, flags&flagValid != 0
 		off += fixed
 		if flags&flagExtend != 0 {

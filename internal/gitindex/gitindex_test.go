@@ -2,6 +2,7 @@ package gitindex
 
 import (
 	"crypto/sha1"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -166,8 +167,15 @@ func TestEntriesMatchGit(t *testing.T) {
 			var got []string
 			for _, e := range ix.Entries {
 				s := e.Stat
-				got = append(got, fmt.Sprintf("%s %o %d %v %v %v|%d:%d %d:%d %d %d %d %d %d",
-					e.Name, e.Mode, e.Stage, e.AssumeValid, e.SkipWorktree, e.IntentToAdd,
+				// Off is where the entry's bytes are: its stat data there
+				// is what was parsed, its object name follows.
+				if e.Off < 12 || e.Off+StatBytes+len(e.OID) > ix.EntriesEnd ||
+					binary.BigEndian.Uint32(data[e.Off+8:]) != s.MtimeSec || binary.BigEndian.Uint32(data[e.Off+36:]) != s.Size ||
+					string(data[e.Off+StatBytes:e.Off+StatBytes+len(e.OID)]) != e.OID {
+					t.Errorf("%s: offset %d is not the entry's", e.Name, e.Off)
+				}
+				got = append(got, fmt.Sprintf("%s %o %x %d %v %v %v|%d:%d %d:%d %d %d %d %d %d",
+					e.Name, e.Mode, e.OID, e.Stage, e.AssumeValid, e.SkipWorktree, e.IntentToAdd,
 					s.CtimeSec, s.CtimeNsec, s.MtimeSec, s.MtimeNsec, s.Dev, s.Ino, s.UID, s.GID, s.Size))
 			}
 			// git's own reading of the same bytes.
@@ -187,8 +195,8 @@ func TestEntriesMatchGit(t *testing.T) {
 				var mode uint64
 				fmt.Sscanf(f[0], "%o", &mode)
 				tag := tags[i/6][:1]
-				want = append(want, fmt.Sprintf("%s %o %s %v %v %v|%d:%d %d:%d %d %d %d %d %d",
-					name, mode, f[2], tag == "h" || tag == "s", tag == "S" || tag == "s", flags&(1<<29) != 0,
+				want = append(want, fmt.Sprintf("%s %o %s %s %v %v %v|%d:%d %d:%d %d %d %d %d %d",
+					name, mode, f[1], f[2], tag == "h" || tag == "s", tag == "S" || tag == "s", flags&(1<<29) != 0,
 					cs, cn, ms, mn, dev, ino, uid, gid, size))
 			}
 			if !slices.Equal(got, want) || len(want) != 5 {
@@ -198,5 +206,23 @@ func TestEntriesMatchGit(t *testing.T) {
 				t.Fatalf("entries end at %d of %d, hash size %d", ix.EntriesEnd, len(data), ix.NewHash().Size())
 			}
 		})
+	}
+}
+
+// EmptyBlob is git's empty blob in both object formats.
+func TestEmptyBlob(t *testing.T) {
+	for _, init := range [][]string{nil, {"--object-format=sha256"}} {
+		dir := t.TempDir()
+		git(t, dir, append([]string{"init", "-q"}, init...)...)
+		os.WriteFile(filepath.Join(dir, "empty"), nil, 0o644)
+		git(t, dir, "add", "empty")
+		data, _ := os.ReadFile(filepath.Join(dir, ".git", "index"))
+		ix, err := Read(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := strings.TrimSpace(git(t, dir, "hash-object", "empty")); fmt.Sprintf("%x", ix.EmptyBlob()) != want || ix.Entries[0].OID != ix.EmptyBlob() {
+			t.Errorf("%v: empty blob %x, git's %s", init, ix.EmptyBlob(), want)
+		}
 	}
 }

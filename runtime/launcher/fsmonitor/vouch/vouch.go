@@ -45,7 +45,6 @@
 package vouch
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -281,8 +280,8 @@ var dropped = map[string]bool{"FSMN": true, "EOIE": true, "IEOT": true, "UNTR": 
 
 // build is the seed's bytes with the dropped extensions left out, an
 // fsmonitor extension (version 2: the token, then an EWAH bitmap whose
-// set bits are the entries not vouched for) appended and the checksum
-// recomputed with the index's own hash.
+// set bits are the entries not vouched for; gitindex.AppendFSMonitor)
+// appended and the checksum recomputed with the index's own hash.
 func build(data []byte, ix *gitindex.Index, token string, dirty []bool) []byte {
 	out := make([]byte, 0, len(data)+64+len(token)+len(dirty)/8)
 	out = append(out, data[:ix.EntriesEnd]...)
@@ -291,39 +290,8 @@ func build(data []byte, ix *gitindex.Index, token string, dirty []bool) []byte {
 			out = append(out, data[x.Off:x.Off+8+x.Size]...)
 		}
 	}
-	bitmap := ewah(dirty)
-	payload := make([]byte, 0, 4+len(token)+1+4+len(bitmap))
-	payload = binary.BigEndian.AppendUint32(payload, 2)
-	payload = append(payload, token...)
-	payload = append(payload, 0)
-	payload = binary.BigEndian.AppendUint32(payload, uint32(len(bitmap)))
-	payload = append(payload, bitmap...)
-	out = append(out, "FSMN"...)
-	out = binary.BigEndian.AppendUint32(out, uint32(len(payload)))
-	out = append(out, payload...)
+	out = gitindex.AppendFSMonitor(out, token, dirty)
 	h := ix.NewHash()
 	h.Write(out)
 	return h.Sum(out)
-}
-
-// ewah serializes bits as Git's EWAH bitmap (ewah/ewah_io.c): the bit
-// count, the number of 64-bit words, the words, and the position of the
-// last run-length word. One run-length word (no run, every word literal:
-// its literal count in bits 33 to 63) followed by the literal words is a
-// valid encoding of any bitmap of fewer than 2^37 bits.
-func ewah(bits []bool) []byte {
-	words := make([]uint64, (len(bits)+63)/64)
-	for i, b := range bits {
-		if b {
-			words[i/64] |= 1 << (i % 64)
-		}
-	}
-	out := make([]byte, 0, 4+4+8*(1+len(words))+4)
-	out = binary.BigEndian.AppendUint32(out, uint32(len(bits)))
-	out = binary.BigEndian.AppendUint32(out, uint32(1+len(words)))
-	out = binary.BigEndian.AppendUint64(out, uint64(len(words))<<33)
-	for _, w := range words {
-		out = binary.BigEndian.AppendUint64(out, w)
-	}
-	return binary.BigEndian.AppendUint32(out, 0)
 }
