@@ -71,6 +71,10 @@ type fsmonitorState struct {
 	untrackedReason string
 	untrackedTime   time.Duration
 	untrackedWait   time.Duration // what start waited for it
+	// The entries the build's git refreshed that the index took, those
+	// it did not, or why none were looked at (untracked.Spliced).
+	refreshed, refreshSkipped int
+	refreshReason             string
 }
 
 // startFSMonitor watches the workspace's staged bind; the network phase
@@ -137,6 +141,9 @@ func (l *launch) vouchIndex(st *fsmonitorState, workspace string, pre *untracked
 		st.vouchReason = "the layout shows no Git seed (" + bundle.GitSeedPath + ")"
 		return nil
 	}
+	// Read before the token: every change after the token is stamped at
+	// or after it (the refreshed entries' racy rule, untracked.Racy).
+	tokenTime := time.Now()
 	tok := st.w.Token()
 	if st.w.Stats().Degraded {
 		st.vouchReason = "the watcher is degraded: every answer is everything"
@@ -151,7 +158,7 @@ func (l *launch) vouchIndex(st *fsmonitorState, workspace string, pre *untracked
 		return fmt.Errorf("fsmonitor: writing the vouched index: %w", err)
 	}
 	st.vouched, st.notVouched = res.Vouched, res.NotVouched
-	used = l.startUntracked(st, pre, res.Index)
+	used = l.startUntracked(st, pre, res.Index, tokenTime)
 	return nil
 }
 
@@ -214,6 +221,12 @@ func (l *launch) prepareUntracked(workspace string) *untrackedPrep {
 		} else if k := scanConfig(config); k != "" {
 			err = fmt.Errorf("the Git store's config sets %s, which the untracked scan depends on and the cache does not record", k)
 		}
+		var refreshOff string
+		if k := convertConfig(config); k != "" {
+			refreshOff = "the Git store's config sets " + k + ", which changes the bytes Git hashes and the jailed git does not read"
+		} else if attrs, aerr := l.storeFile("info/attributes"); aerr != nil || attrs != nil {
+			refreshOff = "the Git store has info/attributes, which the jailed git does not read"
+		}
 		var gitConfig []string
 		for _, kv := range p.Env {
 			if strings.HasPrefix(kv, "GIT_CONFIG_") {
@@ -221,7 +234,7 @@ func (l *launch) prepareUntracked(workspace string) *untrackedPrep {
 			}
 		}
 		o = untracked.Options{Jail: nativesearch.Jail{Workspace: workspace, Dest: p.Cwd, Usr: filepath.Join(l.spec.Root.Path, "usr"),
-			UID: p.User.UID, GID: p.User.GID, Limits: untrackedLimits}, Parent: l.run.dir, GitConfig: gitConfig, Exclude: exclude}
+			UID: p.User.UID, GID: p.User.GID, Limits: untrackedLimits}, Parent: l.run.dir, GitConfig: gitConfig, Exclude: exclude, RefreshOff: refreshOff}
 	}
 	if err != nil {
 		pr.reason = err.Error()
@@ -262,7 +275,7 @@ func (pr *untrackedPrep) discard() {
 // startUntracked runs git in the prepared jail on the vouched index,
 // beside the rest of the launch; finishUntracked waits for it. It reports
 // whether it took the jail.
-func (l *launch) startUntracked(st *fsmonitorState, pre *untrackedPrep, vouched []byte) bool {
+func (l *launch) startUntracked(st *fsmonitorState, pre *untrackedPrep, vouched []byte, tokenTime time.Time) bool {
 	if ix, err := gitindex.Read(vouched); err != nil || len(ix.Entries) > MaxUntrackedEntries {
 		st.untrackedReason = fmt.Sprintf("the index has more than %d entries", MaxUntrackedEntries)
 		return false
@@ -277,13 +290,14 @@ func (l *launch) startUntracked(st *fsmonitorState, pre *untrackedPrep, vouched 
 			st.untrackedReason = pre.reason
 			return
 		}
-		idx, err := pre.pend.Finish(ctx, vouched)
+		sp, err := pre.pend.Finish(ctx, vouched, tokenTime)
 		st.untrackedTime = time.Since(pre.start)
 		if err != nil {
 			st.untrackedReason = err.Error()
 			return
 		}
-		st.untrackedIndex = idx
+		st.untrackedIndex = sp.Index
+		st.refreshed, st.refreshSkipped, st.refreshReason = sp.Refreshed, sp.Skipped, sp.RefreshReason
 	}()
 	l.cleanup.push("untracked cache build", func() error {
 		cancel()
@@ -380,6 +394,23 @@ func scanConfig(b []byte) string {
 	return ""
 }
 
+// convertConfig names what in the store's config could make the sandbox's
+// git hash a file's bytes differently from the jailed git, which reads no
+// store config: a filter driver, end-of-line conversion (core.autocrlf,
+// core.eol) or another attributes file. The jailed git's refreshed
+// entries (untracked.Spliced.Refreshed) are vouched for by its content
+// comparison, so they are not taken then; the cache still is. A plain
+// substring match, as scanConfig's: a false positive costs the refresh.
+func convertConfig(b []byte) string {
+	low := strings.ToLower(string(b))
+	for _, k := range []string{"filter", "autocrlf", "eol", "attributesfile"} {
+		if strings.Contains(low, k) {
+			return k
+		}
+	}
+	return ""
+}
+
 // finishUntracked waits for the untracked cache's build and, when it was
 // built, writes the vouched index with it: before runsc starts, so before
 // the start script copies the index.
@@ -417,6 +448,9 @@ func (l *launch) serveFSMonitor(n *sandboxnet.Network) error {
 			Vouched: st.vouched, NotVouched: st.notVouched, VouchReason: st.vouchReason}
 		l.res.FSMonitor.Untracked, l.res.FSMonitor.UntrackedMillis = st.untrackedResult()
 		l.res.FSMonitor.UntrackedWaitMillis = st.untrackedWait.Milliseconds()
+		if st.untrackedIndex != nil {
+			l.res.FSMonitor.Refreshed, l.res.FSMonitor.RefreshSkipped, l.res.FSMonitor.RefreshReason = st.refreshed, st.refreshSkipped, st.refreshReason
+		}
 		return err
 	})
 	st.srv = srv
@@ -445,4 +479,12 @@ type FSMonitorStats struct {
 	Untracked           string `json:",omitempty"`
 	UntrackedMillis     int64  `json:",omitempty"`
 	UntrackedWaitMillis int64  `json:",omitempty"`
+	// Refreshed counts the entries not vouched for whose stat data the
+	// build's git refreshed (it hashed them and found their objects) and
+	// the index carries, marked valid; RefreshSkipped those it refreshed
+	// that were not taken (racily clean, smudged); RefreshReason says why
+	// none were looked at when the cache was built.
+	Refreshed      int    `json:",omitempty"`
+	RefreshSkipped int    `json:",omitempty"`
+	RefreshReason  string `json:",omitempty"`
 }

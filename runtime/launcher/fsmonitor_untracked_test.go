@@ -22,3 +22,20 @@ func TestUntrackedScanConfig(t *testing.T) {
 		}
 	}
 }
+
+// A store config that could change the bytes the sandbox's git hashes
+// keeps the refreshed entries out; one that cannot does not.
+func TestRefreshConvertConfig(t *testing.T) {
+	for cfg, want := range map[string]string{
+		"": "",
+		"[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n": "",
+		"[core]\n\tautocrlf = true\n":                                "autocrlf",
+		"[core]\n\teol = crlf\n":                                     "eol",
+		"[filter \"lfs\"]\n\tclean = git-lfs clean -- %f\n":          "filter",
+		"[core]\n\tattributesFile = ~/a\n":                           "attributesfile",
+	} {
+		if got := convertConfig([]byte(cfg)); got != want {
+			t.Errorf("%q: %q, want %q", cfg, got, want)
+		}
+	}
+}

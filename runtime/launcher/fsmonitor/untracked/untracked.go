@@ -72,6 +72,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -109,14 +110,28 @@ func Ident(worktree string) string {
 	return "Location " + worktree + ", system " + System + "\x00"
 }
 
+// Spliced is the vouched index with what Splice took from git's.
+type Spliced struct {
+	Index []byte
+	// Refreshed counts the entries the vouch did not vouch for whose stat
+	// data git refreshed (it hashed the file and found the entry's
+	// object) and the index now carries and marks valid; Skipped those
+	// git refreshed that were not taken (racily clean, a size Git reads
+	// as smudged). RefreshReason says why none was looked at, if so.
+	Refreshed, Skipped int
+	RefreshReason      string
+}
+
 // Splice returns vouched (an index with an fsmonitor extension and no
 // untracked cache, vouch.Vouch's) with the untracked cache of built (the
-// index git wrote from a copy of vouched) appended and the checksum
-// recomputed. built is untrusted: it is parsed whole, its entries must be
-// vouched's names in order, and its cache's ident, flags and
-// per-directory file name must be those the sandbox's git uses for
-// worktree.
-func Splice(vouched, built []byte, worktree string) ([]byte, error) {
+// index git wrote from a copy of vouched) appended, the stat data of the
+// entries git refreshed taken (refresh.go; racy is the time from which an
+// entry's recorded mtime makes it racily clean, whole seconds; the zero
+// time takes none), and the checksum recomputed. built is untrusted: it
+// is parsed whole, its entries must be vouched's names in order, and its
+// cache's ident, flags and per-directory file name must be those the
+// sandbox's git uses for worktree.
+func Splice(vouched, built []byte, worktree string, racy time.Time) (*Spliced, error) {
 	if len(built) > MaxIndexBytes || len(vouched) > MaxIndexBytes {
 		return nil, ErrTooLarge
 	}
@@ -167,13 +182,22 @@ func Splice(vouched, built []byte, worktree string) ([]byte, error) {
 	if err := checkHeader(untr[8:], worktree, hashLen); err != nil {
 		return nil, err
 	}
+	res := &Spliced{}
 	body := vouched[:len(vouched)-hashLen]
+	if r, err := refreshed(vouched, vx, built, bx, racy); err != nil {
+		// Anything unexpected in what git refreshed costs the refreshed
+		// entries only: the cache is spliced as before.
+		res.RefreshReason = err.Error()
+	} else {
+		body, res.Refreshed, res.Skipped = r.body, r.taken, r.skipped
+	}
 	out := make([]byte, 0, len(body)+len(untr)+hashLen)
 	out = append(out, body...)
 	out = append(out, untr...)
 	h := vx.NewHash()
 	h.Write(out)
-	return h.Sum(out), nil
+	res.Index = h.Sum(out)
+	return res, nil
 }
 
 // statDataBytes is Git's on-disk stat_data (ctime, mtime, dev, ino, uid,
@@ -222,16 +246,21 @@ type Options struct {
 	GitConfig []string
 	// Exclude is the info/exclude the sandbox's git reads (nil: none).
 	Exclude []byte
+	// RefreshOff, when not empty, says why the entries git refreshes are
+	// not taken (the sandbox's git could hash their bytes differently:
+	// refresh.go); the cache still is.
+	RefreshOff string
 }
 
 // Build runs the image's git in o.Jail on a copy of vouched and returns
-// vouched with the untracked cache git wrote (Splice).
-func Build(ctx context.Context, o Options, vouched []byte) ([]byte, error) {
+// vouched with the untracked cache git wrote and the entries it
+// refreshed (Splice); token is as Finish's.
+func Build(ctx context.Context, o Options, vouched []byte, token time.Time) (*Spliced, error) {
 	p, err := Start(o)
 	if err != nil {
 		return nil, err
 	}
-	return p.Finish(ctx, vouched)
+	return p.Finish(ctx, vouched, token)
 }
 
 // A Pending build has its scratch directory made and its jail built and
@@ -272,9 +301,10 @@ func Start(o Options) (*Pending, error) {
 }
 
 // Finish writes vouched as git's index, runs git, and returns vouched with
-// the cache git wrote (Splice). p is used up: its jail gone, its scratch
-// directory removed.
-func (p *Pending) Finish(ctx context.Context, vouched []byte) ([]byte, error) {
+// the cache git wrote and the entries it refreshed (Splice). token is a
+// time read before the vouch's token was taken. p is used up: its jail
+// gone, its scratch directory removed.
+func (p *Pending) Finish(ctx context.Context, vouched []byte, token time.Time) (*Spliced, error) {
 	if !p.take() {
 		return nil, errors.New("the build was used or closed")
 	}
@@ -290,11 +320,35 @@ func (p *Pending) Finish(ctx context.Context, vouched []byte) ([]byte, error) {
 	if res.Exit != 0 {
 		return nil, fmt.Errorf("git status exited %d: %s", res.Exit, firstLine(res.Stderr))
 	}
-	built, err := ReadIndex(p.dir)
+	built, written, err := ReadIndex(p.dir)
 	if err != nil {
 		return nil, err
 	}
-	return Splice(vouched, built, p.o.Jail.Dest)
+	if p.o.RefreshOff != "" {
+		sp, err := Splice(vouched, built, p.o.Jail.Dest, time.Time{})
+		if err == nil {
+			sp.RefreshReason = p.o.RefreshOff
+		}
+		return sp, err
+	}
+	return Splice(vouched, built, p.o.Jail.Dest, Racy(token, written))
+}
+
+// ClockSlack is how far a file's timestamp may lag the clock the
+// launcher reads: the kernel stamps files from its coarse clock, up to a
+// tick behind (a few milliseconds); this is that with room to spare.
+const ClockSlack = 100 * time.Millisecond
+
+// Racy is the time from which Splice holds a refreshed entry racily
+// clean: the earlier of the token's time (less ClockSlack) and the
+// written index's mtime. The token's is what makes a taken entry safe for
+// the sandbox's check (refresh.go): a change after the token is stamped
+// in a later second than any entry taken. The index's is Git's own rule.
+func Racy(token, written time.Time) time.Time {
+	if t := token.Add(-ClockSlack); t.Before(written) {
+		return t
+	}
+	return written
 }
 
 // Close ends an unused build: its jail and its scratch directory. It may
@@ -390,38 +444,39 @@ func Prepare(parent string, uid, gid int, exclude []byte) (string, error) {
 
 // ReadIndex reads the index git wrote in the scratch directory dir,
 // through a descriptor opened beneath it without following a link, a
-// regular file of at most MaxIndexBytes.
-func ReadIndex(dir string) ([]byte, error) {
+// regular file of at most MaxIndexBytes, and returns its bytes and the
+// mtime fstat gives on that descriptor.
+func ReadIndex(dir string) ([]byte, time.Time, error) {
 	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	defer unix.Close(dfd)
 	fd, err := unix.Openat2(dfd, "index", &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV})
 	if err != nil {
-		return nil, fmt.Errorf("git's index: %w", err)
+		return nil, time.Time{}, fmt.Errorf("git's index: %w", err)
 	}
 	f := os.NewFile(uintptr(fd), "index")
 	defer f.Close()
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, errors.New("git's index is not a regular file")
+		return nil, time.Time{}, errors.New("git's index is not a regular file")
 	}
 	if st.Size > MaxIndexBytes {
-		return nil, ErrTooLarge
+		return nil, time.Time{}, ErrTooLarge
 	}
 	b, err := io.ReadAll(io.LimitReader(f, MaxIndexBytes+1))
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	if len(b) > MaxIndexBytes {
-		return nil, ErrTooLarge
+		return nil, time.Time{}, ErrTooLarge
 	}
-	return b, nil
+	return b, time.Unix(st.Mtim.Unix()), nil
 }
 
 func firstLine(b []byte) string {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha1"
 	"encoding/json"
 	"errors"
 	"net"
@@ -25,7 +26,7 @@ import (
 
 // git runs host git (the image's version, 2.39) with no system or global
 // config and env added.
-func git(t *testing.T, dir string, env []string, args ...string) string {
+func git(t testing.TB, dir string, env []string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@example.test"}, args...)...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "GIT_CONFIG_NOSYSTEM=1"}, env...)
@@ -36,7 +37,7 @@ func git(t *testing.T, dir string, env []string, args ...string) string {
 	return string(out)
 }
 
-func write(t *testing.T, p, s string) {
+func write(t testing.TB, p, s string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)
@@ -51,12 +52,16 @@ type repo struct {
 	hook       string // core.fsmonitor: the watcher's answers
 	w          *fsmonitor.Watcher
 	tok        string
+	tokenTime  time.Time // read before tok was taken
 	vouched    []byte
+	written    time.Time // the mtime of the index hostBuilt's git wrote
+	built      []byte    // hostBuild's git's index
+	spliced    *Spliced  // hostBuild's
 }
 
 // newRepo is a committed worktree with every kind of untracked and
 // ignored name, watched, its token taken and its index vouched for.
-func newRepo(t *testing.T) *repo {
+func newRepo(t testing.TB) *repo {
 	t.Helper()
 	ws := filepath.Join(t.TempDir(), "ws")
 	if err := os.Mkdir(ws, 0o755); err != nil {
@@ -81,7 +86,13 @@ func newRepo(t *testing.T) *repo {
 		}
 	}
 	write(t, filepath.Join(ws, ".git/info/exclude"), "excl/\n")
+	return watched(t, ws)
+}
 
+// watched is ws watched and served on loopback (hook asks there), its
+// token taken and its index vouched for.
+func watched(t testing.TB, ws string) *repo {
+	t.Helper()
 	w, err := fsmonitor.Watch(ws, fsmonitor.DefaultLimits)
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +108,8 @@ func newRepo(t *testing.T) *repo {
 	if err := os.WriteFile(hook, []byte(fsmonitor.HookFor(netip.MustParseAddrPort(ln.Addr().String()), ws)), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r := &repo{ws: ws, gitDir: filepath.Join(ws, ".git"), hook: hook, w: w, tok: w.Token()}
+	r := &repo{ws: ws, gitDir: filepath.Join(ws, ".git"), hook: hook, w: w, tokenTime: time.Now()}
+	r.tok = w.Token()
 	res, err := vouch.Vouch(r.gitDir, ws, r.tok)
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +118,7 @@ func newRepo(t *testing.T) *repo {
 	return r
 }
 
-func (r *repo) exclude(t *testing.T) []byte {
+func (r *repo) exclude(t testing.TB) []byte {
 	b, err := os.ReadFile(filepath.Join(r.gitDir, "info/exclude"))
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +128,7 @@ func (r *repo) exclude(t *testing.T) []byte {
 
 // hostBuilt is the index Build's git writes, with host git in place of
 // the jail: the same scratch directory, command line and environment.
-func (r *repo) hostBuilt(t *testing.T) []byte {
+func (r *repo) hostBuilt(t testing.TB) []byte {
 	t.Helper()
 	dir, err := Prepare(t.TempDir(), os.Getuid(), os.Getgid(), r.exclude(t))
 	if err != nil {
@@ -131,21 +143,29 @@ func (r *repo) hostBuilt(t *testing.T) []byte {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("git: %v\n%s", err, out)
 	}
-	built, err := ReadIndex(dir)
+	built, written, err := ReadIndex(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.written = written
 	return built
 }
 
-// hostBuild is hostBuilt's cache spliced into the vouched index.
-func (r *repo) hostBuild(t *testing.T) []byte {
+// hostBuild is hostBuilt's cache and refreshed entries spliced into the
+// vouched index, as Finish splices them.
+func (r *repo) hostBuild(t testing.TB) []byte {
 	t.Helper()
-	out, err := Splice(r.vouched, r.hostBuilt(t), r.ws)
+	built := r.hostBuilt(t)
+	r.built = built
+	sp, err := Splice(r.vouched, built, r.ws, Racy(r.tokenTime, r.written))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out
+	if sp.RefreshReason != "" {
+		t.Fatalf("no refreshed entry was looked at: %s", sp.RefreshReason)
+	}
+	r.spliced = sp
+	return sp.Index
 }
 
 // install copies the Git dir with index as its index.
@@ -168,8 +188,25 @@ func (r *repo) install(t *testing.T, index []byte) string {
 // core.fsmonitor ("" none), and the read_directory counts trace2 gave.
 func (r *repo) status(t *testing.T, gitDir, hook string, args ...string) (string, map[string]int) {
 	t.Helper()
+	return r.statusWith(t, gitDir, hook, sandboxCheck, args...)
+}
+
+// sandboxCheck is the stat check the sandbox's git runs with (the
+// pi-session profile's); gitCheck is Git's default, which also compares
+// ctime, inode and owner.
+var (
+	sandboxCheck = []string{"-c", "core.checkStat=minimal", "-c", "core.trustctime=false"}
+	gitCheck     = []string{"-c", "core.checkStat=default", "-c", "core.trustctime=true"}
+)
+
+// statusWith is status with the stat check's settings check. Its counts
+// are read_directory's by key, and the index's refresh counts as
+// "index/refresh/sum_lstat" (entries lstat'ed) and "index/refresh/sum_scan"
+// (entries whose stat data differed: opened and hashed).
+func (r *repo) statusWith(t *testing.T, gitDir, hook string, check []string, args ...string) (string, map[string]int) {
+	t.Helper()
 	trace := filepath.Join(t.TempDir(), "trace")
-	pre := []string{"--git-dir=" + gitDir, "--work-tree=" + r.ws, "-c", "core.untrackedCache=true", "-c", "core.checkStat=minimal", "-c", "core.trustctime=false"}
+	pre := append([]string{"--git-dir=" + gitDir, "--work-tree=" + r.ws, "-c", "core.untrackedCache=true"}, check...)
 	if hook != "" {
 		pre = append(pre, "-c", "core.fsmonitor="+hook)
 	}
@@ -187,7 +224,10 @@ func (r *repo) status(t *testing.T, gitDir, hook string, args ...string) (string
 			Event, Category, Key string
 			Value                json.RawMessage
 		}
-		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Event == "data" && ev.Category == "read_directory" {
+		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Event == "data" && (ev.Category == "read_directory" || ev.Category == "index") {
+			if ev.Category == "index" {
+				ev.Key = "index/" + ev.Key
+			}
 			var n int
 			if json.Unmarshal(ev.Value, &n) == nil {
 				counts[ev.Key] += n
@@ -312,21 +352,22 @@ func TestSplicedCacheIsUsedAndRight(t *testing.T) {
 func TestSpliceRefuses(t *testing.T) {
 	r := newRepo(t)
 	built := r.hostBuilt(t)
-	if _, err := Splice(r.vouched, built, r.ws); err != nil {
+	racy := Racy(r.tokenTime, r.written)
+	if _, err := Splice(r.vouched, built, r.ws, racy); err != nil {
 		t.Fatalf("the control splice: %v", err)
 	}
-	if _, err := Splice(r.vouched, built, "/elsewhere"); err == nil || !strings.Contains(err.Error(), "ident") {
+	if _, err := Splice(r.vouched, built, "/elsewhere", racy); err == nil || !strings.Contains(err.Error(), "ident") {
 		t.Errorf("a cache for another worktree: %v", err)
 	}
-	if _, err := Splice(r.vouched, r.vouched, r.ws); !errors.Is(err, ErrNoCache) {
+	if _, err := Splice(r.vouched, r.vouched, r.ws, racy); !errors.Is(err, ErrNoCache) {
 		t.Errorf("an index without a cache: %v", err)
 	}
-	if _, err := Splice(built, built, r.ws); err == nil {
+	if _, err := Splice(built, built, r.ws, racy); err == nil {
 		t.Error("an index that already has a cache and no FSMN was spliced")
 	}
 	bad := bytes.Clone(built)
 	bad[len(bad)-1] ^= 1
-	if _, err := Splice(r.vouched, bad, r.ws); err == nil {
+	if _, err := Splice(r.vouched, bad, r.ws, racy); err == nil {
 		t.Error("an index with a bad checksum was spliced")
 	}
 	other := git(t, r.ws, nil, "ls-files")
@@ -337,11 +378,11 @@ func TestSpliceRefuses(t *testing.T) {
 	os.WriteFile(idx2, built, 0o644)
 	git(t, r.ws, []string{"GIT_INDEX_FILE=" + idx2}, "add", "extra")
 	b2, _ := os.ReadFile(idx2)
-	if _, err := Splice(r.vouched, b2, r.ws); !errors.Is(err, ErrMismatch) {
+	if _, err := Splice(r.vouched, b2, r.ws, racy); !errors.Is(err, ErrMismatch) {
 		t.Errorf("another index's cache: %v", err)
 	}
 	for i := 0; i < len(built); i += 97 {
-		Splice(r.vouched, built[:i], r.ws) // no panic on a cut
+		Splice(r.vouched, built[:i], r.ws, racy) // no panic on a cut
 	}
 }
 
@@ -365,13 +406,43 @@ func TestCheckHeader(t *testing.T) {
 }
 
 // Splice and the cache header's check on arbitrary bytes: an error, never
-// a panic or a read past the end.
+// a panic or a read past the end. The bytes are also spliced as git's
+// index (a SHA-1 checksum appended, so they reach the parser and the
+// refreshed entries' checks) into a real vouched index, seeded with the
+// index git wrote for it: what is spliced is an index whose entries are
+// the vouched ones.
 func FuzzSplice(f *testing.F) {
+	r := newTouchedRepo(f)
+	r.hostBuild(f)
+	racy := Racy(r.tokenTime, r.written)
 	f.Add([]byte("DIRC"), "/ws")
 	f.Add(headerSeed, "/ws")
+	f.Add(r.built[:len(r.built)-20], r.ws)
+	vx, err := gitindex.Read(r.vouched)
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, built []byte, ws string) {
-		Splice(built, built, ws)
+		Splice(built, built, ws, racy)
 		checkHeader(built, ws, 20)
+		sum := sha1.Sum(built)
+		sp, err := Splice(r.vouched, append(built[:len(built):len(built)], sum[:]...), r.ws, racy)
+		if err != nil {
+			return
+		}
+		ox, err := gitindex.Read(sp.Index)
+		if err != nil {
+			t.Fatalf("the spliced index does not parse: %v", err)
+		}
+		if len(ox.Entries) != len(vx.Entries) || sp.Refreshed+sp.Skipped > len(vx.Entries) {
+			t.Fatalf("%d entries, %d refreshed", len(ox.Entries), sp.Refreshed)
+		}
+		for i, e := range ox.Entries {
+			v := vx.Entries[i]
+			if e.Name != v.Name || e.Mode != v.Mode || e.OID != v.OID || e.Stage != v.Stage {
+				t.Fatalf("entry %d is not the vouched one", i)
+			}
+		}
 	})
 }
 
@@ -387,11 +458,12 @@ func TestBuildInTheJail(t *testing.T) {
 	r := newRepo(t)
 	j := nativesearch.Jail{Workspace: r.ws, Dest: r.ws, Usr: usr, UID: 1000, GID: 1000, Limits: nativesearch.DefaultLimits}
 	start := time.Now()
-	spliced, err := Build(context.Background(), Options{Jail: j, Parent: t.TempDir(), Exclude: r.exclude(t),
-		GitConfig: []string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=core.checkStat", "GIT_CONFIG_VALUE_0=minimal", "PATH=/x"}}, r.vouched)
+	sp, err := Build(context.Background(), Options{Jail: j, Parent: t.TempDir(), Exclude: r.exclude(t),
+		GitConfig: []string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=core.checkStat", "GIT_CONFIG_VALUE_0=minimal", "PATH=/x"}}, r.vouched, r.tokenTime)
 	if err != nil {
 		t.Fatal(err)
 	}
+	spliced := sp.Index
 	t.Logf("built in %v (indicative: a loaded machine)", time.Since(start))
 	full := r.full(t)
 	got, n := r.status(t, r.install(t, spliced), r.hook)
@@ -411,13 +483,13 @@ func TestBuildInTheJail(t *testing.T) {
 	}
 	p.Close()
 	p.Close()
-	if _, err := p.Finish(context.Background(), r.vouched); err == nil {
+	if _, err := p.Finish(context.Background(), r.vouched, r.tokenTime); err == nil {
 		t.Error("a closed build ran")
 	}
 	if p, err = Start(Options{Jail: j, Parent: parent, Exclude: r.exclude(t)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Finish(context.Background(), r.vouched); err != nil {
+	if _, err := p.Finish(context.Background(), r.vouched, r.tokenTime); err != nil {
 		t.Fatal(err)
 	}
 	p.Close()
@@ -425,7 +497,7 @@ func TestBuildInTheJail(t *testing.T) {
 		t.Errorf("scratch directories left: %v", left)
 	}
 	// Control: a git that fails (an index it cannot read) leaves no cache.
-	if _, err := Build(context.Background(), Options{Jail: j, Parent: t.TempDir()}, []byte("DIRC not an index")); err == nil {
+	if _, err := Build(context.Background(), Options{Jail: j, Parent: t.TempDir()}, []byte("DIRC not an index"), r.tokenTime); err == nil {
 		t.Error("a cache was built from a broken index")
 	}
 }
