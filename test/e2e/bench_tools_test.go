@@ -494,7 +494,7 @@ func launchToolsSandbox(tb testing.TB, sc *testbundle.Scene, r *toolsRepo, name 
 		// The monitor side must have been answered by the monitor the
 		// plan granted, not merely run in network mode sandbox.
 		if st := res.FSMonitor; st != nil {
-			fmt.Printf("tools: monitor (%s): %d lists, %d everything, %d events (%d closes and attribute events that changed nothing, left out), %d overflows, degraded %v; index entries vouched for at launch %d, not %d%s; untracked cache: %s in %d ms (the start waited %d ms)\n", name, st.Lists, st.Everything, st.Events, st.Unchanged, st.Overflows, st.Degraded, st.Vouched, st.NotVouched, map[bool]string{true: " (" + st.VouchReason + ")"}[st.VouchReason != ""], st.Untracked, st.UntrackedMillis, st.UntrackedWaitMillis)
+			fmt.Printf("tools: monitor (%s): %d lists, %d everything, %d events (%d closes and attribute events that changed nothing, left out), %d overflows, degraded %v; index entries vouched for at launch %d, not %d%s; untracked cache: %s in %d ms (the start waited %d ms); entries the jailed git refreshed, taken %d, not %d%s\n", name, st.Lists, st.Everything, st.Events, st.Unchanged, st.Overflows, st.Degraded, st.Vouched, st.NotVouched, map[bool]string{true: " (" + st.VouchReason + ")"}[st.VouchReason != ""], st.Untracked, st.UntrackedMillis, st.UntrackedWaitMillis, st.Refreshed, st.RefreshSkipped, map[bool]string{true: " (" + st.RefreshReason + ")"}[st.RefreshReason != ""])
 		}
 		if o.fsmon && (res.FSMonitor == nil || res.FSMonitor.Lists == 0) {
 			tb.Errorf("the %s side: the workspace monitor did not answer a list: %+v", name, res.FSMonitor)
