@@ -17,14 +17,17 @@
 // it, a scratch Git dir (HEAD unborn, no objects, no hooks, the sandbox's
 // info/exclude) and a copy of the vouched index as its index, and `git
 // status`, with core.untrackedCache on and core.fsmonitor off, writes that
-// index back with an untracked cache. Splice takes only that extension,
+// index back with an untracked cache. Splice takes that extension,
 // checks it is one the sandbox's git will use (its ident names the
 // sandbox's worktree and the system gVisor reports, Linux; the
 // directory flags are `status`'s default; the per-directory file is
-// .gitignore), and appends it to the vouched index (its entries and its
-// fsmonitor extension unchanged, the checksum recomputed). Anything that
-// fails leaves the vouched index as it was: a slower first status, never a
-// wrong one.
+// .gitignore), and appends it to the vouched index (the checksum
+// recomputed). Besides it, it takes the stat data of the entries that git
+// refreshed (hashed and found unchanged) and marks them valid in the
+// fsmonitor extension (refresh.go); every other byte of the entries is
+// the vouched index's. Anything that fails leaves the vouched index as it
+// was, and anything unexpected in the refreshed entries leaves the cache
+// alone: a slower first status, never a wrong one.
 //
 // Why the cache is never wrong for the sandbox's git. The extension
 // carries, per directory, the untracked names found and a valid bit, and
