@@ -90,47 +90,82 @@ func isClosed(c chan struct{}) bool {
 	}
 }
 
-// inputRelay moves the process's stdin to the current launch's reader, one
-// chunk at a time: the writer's chunk is held until a reader takes it, and
-// a reader that took one has written it on when it next reads.
+// inputRelay is the process's stdin: its Write hands the bytes to the
+// current launch's reader one chunk at a time, the writer's chunk held
+// until a reader takes it, and a reader that took one has written it on
+// when it next reads. The writer hands its chunk to the relay itself, under
+// the relay's lock, not through a pipe to a goroutine: with a pipe, the
+// writer's Write returned once the relay's pump had read the bytes but
+// before it held them, and a hibernate in that window saw nothing held and
+// nothing in flight and checkpointed with input not taken (the flake of
+// TestHibernateRefusedInputPending this design ends).
 type inputRelay struct {
+	wmu      sync.Mutex // one Write at a time, its chunks in order
 	mu       sync.Mutex
 	cond     *sync.Cond
-	held     []byte // read from the source, not yet handed to a launch
-	err      error  // the source's end (closeInput)
+	held     []byte // written, not yet handed to a launch
+	err      error  // the input's end: io.EOF once the writer closed it
+	dead     bool   // the process ended: a Write fails
 	gen      int    // readers of older generations read EOF
 	paused   bool   // no chunk is handed out (a checkpoint is under way)
 	inflight bool   // the current reader has not yet read after its last chunk
 }
 
-func newInputRelay(src io.Reader) *inputRelay {
+// relayChunk is the most a reader is handed at once (the pipe's chunk it
+// replaced).
+const relayChunk = 64 << 10
+
+func newInputRelay() *inputRelay {
 	r := &inputRelay{}
 	r.cond = sync.NewCond(&r.mu)
-	go r.pump(src)
 	return r
 }
 
-func (r *inputRelay) pump(src io.Reader) {
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := src.Read(buf)
-		r.mu.Lock()
-		if n > 0 {
-			r.held = append([]byte(nil), buf[:n]...)
-		}
-		if err != nil {
-			r.err = err
-		}
-		r.cond.Broadcast()
-		for r.held != nil {
+// Write holds p for the readers, a chunk at a time, and returns once its
+// last chunk is held: what a hibernate sees as input not yet taken.
+func (r *inputRelay) Write(p []byte) (int, error) {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for len(p) > 0 {
+		for r.held != nil && !r.dead && r.err == nil {
 			r.cond.Wait()
 		}
-		done := r.err != nil
-		r.mu.Unlock()
-		if done {
-			return
+		if r.dead || r.err != nil {
+			return n, io.ErrClosedPipe
 		}
+		c := min(len(p), relayChunk)
+		r.held = append([]byte(nil), p[:c]...)
+		p, n = p[c:], n+c
+		r.cond.Broadcast()
 	}
+	return n, nil
+}
+
+// Close ends the input (the writer's side): a reader reads EOF once the
+// held chunk is taken.
+func (r *inputRelay) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err == nil {
+		r.err = io.EOF
+	}
+	r.cond.Broadcast()
+	return nil
+}
+
+// closeBackend is the process's end: a Write waiting or to come fails,
+// and readers read EOF.
+func (r *inputRelay) closeBackend() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.dead = true
+	if r.err == nil {
+		r.err = io.EOF
+	}
+	r.cond.Broadcast()
 }
 
 // open starts a new generation: its reader is the only one handed input.
@@ -153,13 +188,16 @@ func (r *inputRelay) open() io.Reader {
 func (r *inputRelay) pause(d time.Duration) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	t := time.AfterFunc(d, func() {
+	// The deadline before the timer: a timer set first could fire before
+	// the deadline passes, and its one broadcast would leave the loop
+	// waiting for good.
+	deadline := time.Now().Add(d)
+	t := time.AfterFunc(time.Until(deadline), func() {
 		r.mu.Lock()
 		r.cond.Broadcast()
 		r.mu.Unlock()
 	})
 	defer t.Stop()
-	deadline := time.Now().Add(d)
 	for (r.inflight || r.held != nil) && time.Now().Before(deadline) {
 		r.cond.Wait()
 	}

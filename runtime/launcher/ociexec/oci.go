@@ -67,7 +67,7 @@ func (o OCI) Start(ctx context.Context, spec execution.Spec) (execution.Process,
 		id = execution.NewID("pp-")
 	}
 	p := &ociProcess{id: id, pipes: newPipes(), inv: o.inventory(), done: make(chan struct{}), oci: o, bundle: spec.Bundle}
-	p.input = newInputRelay(p.inR)
+	p.input = newInputRelay()
 	if err := p.begin(ctx, launcher.Launch, o.Secrets); err != nil {
 		p.closeBackend()
 		return nil, err
@@ -184,7 +184,7 @@ type ociRun struct {
 }
 
 func (p *ociProcess) ID() string                      { return p.id }
-func (p *ociProcess) Stdin() io.WriteCloser           { return p.inW }
+func (p *ociProcess) Stdin() io.WriteCloser           { return p.input }
 func (p *ociProcess) Stdout() io.Reader               { return p.outR }
 func (p *ociProcess) Stderr() io.Reader               { return p.errR }
 func (p *ociProcess) Signal(sig syscall.Signal) error { return p.inv.Kill(p.id, sig) }
@@ -215,17 +215,14 @@ func (p *ociProcess) Wait() execution.Exit {
 }
 
 // pipes are a process's stdio as its backend hands them out: the backend
-// writes outputs into the *W ends and reads input from inR.
+// writes outputs into the *W ends (stdin is the process's inputRelay).
 type pipes struct {
-	inR        *io.PipeReader
-	inW        *io.PipeWriter
 	outR, errR *io.PipeReader
 	outW, errW *io.PipeWriter
 }
 
 func newPipes() *pipes {
 	p := &pipes{}
-	p.inR, p.inW = io.Pipe()
 	p.outR, p.outW = io.Pipe()
 	p.errR, p.errW = io.Pipe()
 	return p
@@ -233,8 +230,8 @@ func newPipes() *pipes {
 
 // closeBackend closes the backend's ends once the process has ended: the
 // readers see EOF and a writer to stdin gets an error.
-func (p *pipes) closeBackend() {
+func (p *ociProcess) closeBackend() {
 	p.outW.Close()
 	p.errW.Close()
-	p.inR.Close()
+	p.input.closeBackend()
 }
