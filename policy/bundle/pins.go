@@ -38,7 +38,7 @@ type Pins struct {
 // InternalSources are the bind sources that are bundle files, not host
 // paths: relative to the bundle, they are served from the launcher's own
 // run dir and never pinned.
-var InternalSources = []string{HostsFile, ResolvFile, MCPConfigFile, GitHeadFile, ModelsFile, FSMonitorHookFile, FSMonitorIndexFile, SearchClientFile}
+var InternalSources = []string{HostsFile, ResolvFile, MCPConfigFile, GitHeadFile, ModelsFile, FSMonitorHookFile, FSMonitorIndexFile, SearchClientFile, SearchSpoolFile}
 
 // Why pins.json is refused with a bundle, for errors.Is.
 var (

@@ -11,12 +11,12 @@ import (
 )
 
 // fileNames are the files a bundle is made of, in the order Read opens them.
-var fileNames = []string{ConfigFile, EgressFile, ManifestFile, PinsFile, HostsFile, ResolvFile, MCPConfigFile, GitHeadFile, ModelsFile, FSMonitorHookFile, FSMonitorIndexFile, SearchClientFile}
+var fileNames = []string{ConfigFile, EgressFile, ManifestFile, PinsFile, HostsFile, ResolvFile, MCPConfigFile, GitHeadFile, ModelsFile, FSMonitorHookFile, FSMonitorIndexFile, SearchClientFile, SearchSpoolFile}
 
 // optional files may be absent: pins.json (a bundle not yet bound to a
 // host) and the MCP config (no private MCP route).
 func optional(name string) bool {
-	return name == PinsFile || name == MCPConfigFile || name == GitHeadFile || name == ModelsFile || name == FSMonitorHookFile || name == FSMonitorIndexFile || name == SearchClientFile
+	return name == PinsFile || name == MCPConfigFile || name == GitHeadFile || name == ModelsFile || name == FSMonitorHookFile || name == FSMonitorIndexFile || name == SearchClientFile || name == SearchSpoolFile
 }
 
 // Read loads the files a bundle is made of from dir. Each file is opened

@@ -20,6 +20,18 @@ const (
 	SearchDir        = "/run/paseo/search"
 )
 
+// The spool a cat's answer is read from (docs/spec.md, "cat's bytes
+// through the spool"): compiled empty and bound read-only at
+// SearchSpoolPath; the launcher's server writes the bytes of the cats it
+// answers into the run dir's copy and names where in its frames, so the
+// bytes reach the sandbox as a file's read through the gofer, not through
+// the sandbox's network stack. Only the launcher writes it; it holds
+// nothing but this sandbox's own answers.
+const (
+	SearchSpoolFile = "files/search-spool"
+	SearchSpoolPath = "/run/paseo/search-spool"
+)
+
 // SearchClientNames are the names the client is installed under in
 // SearchDir: the one list of the tools answered outside, which the
 // compiler binds, ocicheck checks and the client answers.
@@ -153,12 +165,13 @@ var SearchFindLangs = []string{"C", "POSIX", "C.UTF-8", "C.utf8"}
 // sandbox's own program (SearchReal) with the same argv: the same output,
 // only slower.
 func SearchClient(host string, port int, ws string) []byte {
-	return SearchClientFor(host, port, ws, SearchReal)
+	return SearchClientFor(host, port, ws, SearchReal, SearchSpoolPath)
 }
 
 // SearchClientFor is SearchClient falling back to the programs in real
-// (by name) instead of the image's (tests run the client on the host).
-func SearchClientFor(host string, port int, ws string, real map[string]string) []byte {
+// (by name) instead of the image's, reading cat's spool at spool (tests
+// run the client on the host).
+func SearchClientFor(host string, port int, ws string, real map[string]string, spool string) []byte {
 	var reals []string
 	for _, n := range SearchClientNames {
 		reals = append(reals, perlQuote(n), perlQuote(real[n]))
@@ -202,9 +215,12 @@ sub rel {
 }
 # One request on a new connection; Perl's built-ins, not Socket (its XS
 # costs the start): AF_INET 2, SOCK_STREAM 1 (Linux), a sockaddr_in packed
-# by hand.
+# by hand. The request ends with the client's half-close, or (cat's, $open)
+# with an empty key, the connection kept open until this client is done
+# reading the spool: its close is what tells the server the spool's bytes
+# may be reused.
 sub ask {
-  my $req = shift;
+  my ($req, $open) = @_;
   $SIG{ALRM} = \&real;
   alarm 90;
   socket(my $s, 2, 1, 0) or real();
@@ -212,17 +228,19 @@ sub ask {
   connect($s, pack('S n a4 x8', 2, ` + strconv.Itoa(port) + `, $ip)) or real();
   my $off = 0;
   while ($off < length $req) { my $n = syswrite($s, $req, 65536, $off) or real(); $off += $n }
-  shutdown($s, 1);
+  shutdown($s, 1) unless $open;
   return $s;
 }
 if ($tool eq 'cat') {
   my $req = "paseo-search 1\0tool\0cat\0cwd\0" . rel() . "\0";
   $req .= "path\0$_\0" for @files;
-  my $s = ask($req);
-  # The answer streams: frames D (LEN, bytes of stdout), then E (EXIT,
-  # LEN, stderr); F or an early end after output means the rest is the
-  # sandbox's cat's (resumed past what was written).
-  my ($in, $done) = ('', 0);
+  my $s = ask("$req\0", 1);
+  # The answer streams: frames D (LEN, bytes of stdout) or P (OFFSET as
+  # two 32-bit halves, LEN: that many bytes of stdout in the spool, read
+  # with its file's read), then E (EXIT, LEN, stderr); F, an early end or
+  # a short read of the spool after output means the rest is the sandbox's
+  # cat's (resumed past what was written).
+  my ($in, $done, $sp) = ('', 0);
   my $fill = sub { while (length($in) < $_[0]) { my $n = sysread($s, $in, 1 << 20, length $in); return 0 unless $n } 1 };
   $fill->(22) && substr($in, 0, 22) eq "paseo-search 1 stream\n" or real();
   alarm 0;
@@ -236,8 +254,18 @@ if ($tool eq 'cat') {
       $off += $n; $done += $n;
     }
   };
-  while ($fill->(1)) {
+  FRAME: while ($fill->(1)) {
     my $t = substr($in, 0, 1);
+    if ($t eq 'P' && $fill->(13)) {
+      my ($hi, $lo, $n) = unpack('N N N', substr($in, 1, 12));
+      substr($in, 0, 13) = '';
+      unless ($sp) { open($sp, '<', ` + perlQuote(spool) + `) or last }
+      sysseek($sp, $hi * 4294967296 + $lo, 0) or last;
+      my ($got, $b) = (0, '');
+      while ($got < $n) { my $k = sysread($sp, $b, $n - $got, $got); last FRAME unless $k; $got += $k }
+      $out->($b, 0, $n);
+      next;
+    }
     if ($t eq 'D' && $fill->(5)) {
       my $n = unpack('N', substr($in, 1, 4));
       last unless $fill->(5 + $n);

@@ -126,7 +126,7 @@ func caseNames(t testing.TB) []string {
 var goldenFiles = []string{bundle.ConfigFile, bundle.EgressFile, bundle.ManifestFile, bundle.HostsFile, bundle.ResolvFile}
 
 // optionalGolden are bundle files only some launches get.
-var optionalGolden = []string{bundle.MCPConfigFile, bundle.GitHeadFile, bundle.ModelsFile, bundle.FSMonitorHookFile, bundle.FSMonitorIndexFile, bundle.SearchClientFile}
+var optionalGolden = []string{bundle.MCPConfigFile, bundle.GitHeadFile, bundle.ModelsFile, bundle.FSMonitorHookFile, bundle.FSMonitorIndexFile, bundle.SearchClientFile, bundle.SearchSpoolFile}
 
 // diagnosticsFile is a refused case's output.
 const diagnosticsFile = "diagnostics.txt"

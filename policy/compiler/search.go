@@ -19,7 +19,8 @@ import (
 // through those tools and the jail, not gVisor's Sentry), so it is never a default. The
 // grants: the search itself (the launcher serves it), the client bound
 // read-only at bundle.SearchDir under each of bundle.SearchClientNames (a
-// bundle file: Perl naming the gateway, the port and the workspace), and
+// bundle file: Perl naming the gateway, the port and the workspace), the
+// spool for cat's bytes bound read-only at bundle.SearchSpoolPath, and
 // PATH starting with bundle.SearchDir, so config.json says all of it.
 // Network mode none has no gateway: the switch on is then refused
 // (PP-SEARCH-GATEWAY), never silently off.
@@ -65,6 +66,8 @@ func (c *compilation) searchMounts(p *grant.Plan) {
 		p.Add(grant.Mount{Destination: bundle.SearchDir + "/" + n, Type: "bind", Source: bundle.SearchClientFile, Options: []string{"bind", "ro", "nosuid", "nodev"},
 			Provenance: why("generated: the native search's client, answering as "+n+"; it asks the launcher on the gateway and runs the image's "+n+" for whatever it does not forward", c.search.fact)})
 	}
+	p.Add(grant.Mount{Destination: bundle.SearchSpoolPath, Type: "bind", Source: bundle.SearchSpoolFile, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
+		Provenance: why("generated, empty: the spool the launcher writes the bytes of the cats it answers into (this sandbox's own answers only) and the client reads them from, a file's read through the gofer instead of the sandbox's network stack; read-only here, written by the launcher only", c.search.fact)})
 }
 
 // searchPath is PATH with the client's directory first when the search is

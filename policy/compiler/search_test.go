@@ -68,6 +68,23 @@ func TestSearchGrant(t *testing.T) {
 	if !bytes.Equal(r.Files[bundle.SearchClientFile], bundle.SearchClient(bundle.GatewayName, s.Port, s.Path)) {
 		t.Error("files/search-client is not the client for the grant's port and workspace")
 	}
+	// The spool: compiled empty, bound read-only and not executable at
+	// its path, nowhere else.
+	if data, ok := r.Files[bundle.SearchSpoolFile]; !ok || len(data) != 0 {
+		t.Errorf("%s compiled as %q (present %v), want empty", bundle.SearchSpoolFile, data, ok)
+	}
+	var spools []string
+	for _, g := range r.Plan.Of(grant.KindMount) {
+		if m := g.(grant.Mount); m.Source == bundle.SearchSpoolFile {
+			if !slices.Contains(m.Options, "ro") || !slices.Contains(m.Options, "noexec") {
+				t.Errorf("the spool's mount at %s: %v, want read-only and noexec", m.Destination, m.Options)
+			}
+			spools = append(spools, m.Destination)
+		}
+	}
+	if !slices.Equal(spools, []string{bundle.SearchSpoolPath}) {
+		t.Errorf("the spool is bound at %v, want %s only", spools, bundle.SearchSpoolPath)
+	}
 	if !bytes.Contains(r.Files[bundle.EgressFile], []byte(`"gateway": {`)) || !bytes.Contains(r.Files[bundle.EgressFile], []byte(`"name": "`+bundle.GatewayName+`"`)) {
 		t.Errorf("egress.json does not name the gateway %s, where the search is served", bundle.GatewayName)
 	}
@@ -79,7 +96,7 @@ func TestSearchGrant(t *testing.T) {
 	if s := search(r); s == nil || s.On || !strings.Contains(s.Reason, "opt-in") {
 		t.Errorf("without the switch: %+v, want the grant off with its reason", s)
 	}
-	if p := path(r); strings.Contains(p, bundle.SearchDir) || r.Files[bundle.SearchClientFile] != nil || len(clientMounts(r)) > 0 {
+	if p := path(r); strings.Contains(p, bundle.SearchDir) || r.Files[bundle.SearchClientFile] != nil || r.Files[bundle.SearchSpoolFile] != nil || len(clientMounts(r)) > 0 {
 		t.Errorf("without the switch: PATH %q, client %v, mounts %v", p, r.Files[bundle.SearchClientFile] != nil, clientMounts(r))
 	}
 

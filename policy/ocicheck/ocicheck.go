@@ -296,7 +296,9 @@ const CheckSearch = "search"
 // route and not the monitor has, the process's cwd as the searched
 // workspace, the client (bundle.SearchClientFile) exactly the one for
 // that port and workspace and bound read-only at bundle.SearchDir under
-// each of bundle.SearchClientNames, and the process's PATH starting with
+// each of bundle.SearchClientNames, the spool (bundle.SearchSpoolFile)
+// empty and bound read-only at bundle.SearchSpoolPath, and the process's
+// PATH starting with
 // bundle.SearchDir, so the sandbox's rg is the client.
 func searchServed(d Decoded) error {
 	if d.Manifest == nil {
@@ -330,6 +332,9 @@ func searchServed(d Decoded) error {
 				problems = append(problems, "the client is not bound read-only at "+dest)
 			}
 		}
+		if !boundReadOnly(d, bundle.SearchSpoolPath, bundle.SearchSpoolFile) {
+			problems = append(problems, "the spool is not bound read-only at "+bundle.SearchSpoolPath)
+		}
 		if d.Spec.Process != nil {
 			// The first PATH is the one a program's getenv finds.
 			i := slices.IndexFunc(d.Spec.Process.Env, func(e string) bool { return strings.HasPrefix(e, "PATH=") })
@@ -340,6 +345,9 @@ func searchServed(d Decoded) error {
 	}
 	if !bytes.Equal(d.Files[bundle.SearchClientFile], bundle.SearchClient(bundle.GatewayName, g.Port, g.Path)) {
 		problems = append(problems, bundle.SearchClientFile+" is not the client for the grant's port and workspace")
+	}
+	if data, ok := d.Files[bundle.SearchSpoolFile]; !ok || len(data) != 0 {
+		problems = append(problems, bundle.SearchSpoolFile+" is not the empty file the launcher's server writes cat's bytes into")
 	}
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))

@@ -235,6 +235,15 @@ func TestSearchServedAsGranted(t *testing.T) {
 		"client not bound as fd":       {bundle.ConfigFile, `"destination": "/run/paseo/search/fd"`, `"destination": "/run/paseo/elsewhere/fd"`},
 		"client not bound as find":     {bundle.ConfigFile, `"destination": "/run/paseo/search/find"`, `"destination": "/run/paseo/elsewhere/find"`},
 		"client falls back elsewhere":  {bundle.SearchClientFile, "'find', '/usr/bin/find'", "'find', '/tmp/find'"},
+		"spool not bound":              {bundle.ConfigFile, `"destination": "/run/paseo/search-spool"`, `"destination": "/run/paseo/elsewhere"`},
+		"spool not empty":              {bundle.SearchSpoolFile, ``, `an answer planted at compile time`},
+		"spool bound writable": {bundle.ConfigFile, `"source": "files/search-spool",
+      "options": [
+        "bind",
+        "ro",`, `"source": "files/search-spool",
+      "options": [
+        "bind",
+        "rw",`},
 		"client bound writable": {bundle.ConfigFile, `"source": "files/search-client",
       "options": [
         "bind",

@@ -3,11 +3,15 @@ package launcher
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+
+	"golang.org/x/sys/unix"
 
 	"paseo.dev/paseo-policy/diag"
 	"paseo.dev/paseo-policy/internal/pathform"
 	"paseo.dev/paseo-policy/internal/pathsafe"
+	"paseo.dev/paseo-policy/policy/bundle"
 	"paseo.dev/paseo-policy/runtime/launcher/nativesearch"
 	"paseo.dev/paseo-policy/runtime/launcher/sandboxnet"
 )
@@ -26,8 +30,9 @@ import (
 // image's /usr, read-only, as the process's uid and gid. The client (the
 // bundle's files/search-client, naming the gateway, the port and the
 // workspace, one script answering under each of the names), its read-only
-// binds at bundle.SearchDir and PATH starting with that
-// directory are compiled grants: the launcher adds nothing to the run copy
+// binds at bundle.SearchDir, the spool's read-only bind at
+// bundle.SearchSpoolPath (cat's bytes, written by the server into the run
+// dir's copy) and PATH starting with that directory are compiled grants: the launcher adds nothing to the run copy
 // for the search. The plan's validator (ocicheck CheckSearch, before
 // anything is made) checked the client is the one the grant's port and
 // workspace give, bound read-only under each of its names, with PATH
@@ -109,12 +114,19 @@ func (l *launch) serveNativeSearch(n *sandboxnet.Network) error {
 	if err != nil {
 		return fmt.Errorf("nativesearch: listening on the gateway: %w", err)
 	}
-	srv := nativesearch.Serve(st.jail, ln, n.Address)
+	// The run dir's spool (root's, 0700 above it, written by materialize):
+	// the launcher's own file, opened without following a link.
+	spool, err := os.OpenFile(filepath.Join(l.run.dir, filepath.FromSlash(bundle.SearchSpoolFile)), os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("nativesearch: the spool: %w", err)
+	}
+	srv := nativesearch.Serve(st.jail, ln, n.Address, spool)
 	l.cleanup.push("nativesearch listener", func() error {
 		err := srv.Close()
 		s := srv.Stats()
 		l.res.NativeSearch = &s
-		return err
+		return errors.Join(err, spool.Close())
 	})
 	st.srv = srv
 	return nil

@@ -82,6 +82,14 @@ func (r *runDir) materialize(plan *launchplan.Plan) (*rspec.Spec, error) {
 			return nil, err
 		}
 	}
+	if spool, ok := files[bundle.SearchSpoolFile]; ok {
+		// Compiled empty; the search server writes cat's bytes into it.
+		// Read by the sandbox user through the gofer (its bind is
+		// read-only); the run dir (0700) keeps it from everyone else.
+		if err := r.writeFile(bundle.SearchSpoolFile, spool, 0o644); err != nil {
+			return nil, err
+		}
+	}
 	for _, name := range []string{bundle.HostsFile, bundle.ResolvFile, bundle.GitHeadFile, bundle.ModelsFile} {
 		if _, ok := files[name]; !ok && (name == bundle.GitHeadFile || name == bundle.ModelsFile) {
 			continue // only a main worktree's layout has a HEAD, only a model route a models.json

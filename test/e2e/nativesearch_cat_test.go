@@ -17,9 +17,10 @@ import (
 // on the host when cat is answered), the Git layout's .git (a mount of its
 // own in the sandbox), a missing file, a directory, an option, stdin and a
 // planted link to a host file (answered inside, never with the host
-// file). Control: the same commands in a sandbox with the search off
-// (the monitor's network mode, nothing answered outside): `cat` is the
-// image's, and the same bytes.
+// file). The answers' bytes come through the spool, which the sandbox
+// can neither write, remove nor replace. Control: the same commands in a
+// sandbox with the search off (the monitor's network mode, nothing
+// answered outside): `cat` is the image's, and the same bytes.
 func TestPiToolsCatNativeSearch(t *testing.T) {
 	im := image(t)
 	base := t.TempDir()
@@ -87,6 +88,20 @@ func TestPiToolsCatNativeSearch(t *testing.T) {
 			if strings.TrimSpace(line) != "1" {
 				t.Errorf("a line appended just before the cat: found %q times", strings.TrimSpace(line))
 			}
+			// The spool is the launcher's: read-only here, and a write,
+			// a removal or a link in its place fails.
+			// Control: the same four on a file of the sandbox's /tmp.
+			if sd.name == "search" {
+				try := func(p string) string {
+					return strings.TrimSpace(sbx.output(t, `for c in "printf x >>`+p+`" "truncate -s 0 `+p+`" "rm -f `+p+`" "ln -sf /etc/passwd `+p+`"; do (eval "$c") 2>/dev/null && echo "done: $c"; done; echo checked`))
+				}
+				if got := try("/tmp/spool-control"); strings.Count(got, "done: ") != 4 {
+					t.Fatalf("control: the four changes on a file of /tmp:\n%s", got)
+				}
+				if got := try(bundle.SearchSpoolPath); got != "checked" {
+					t.Errorf("the spool was changed from the sandbox:\n%s", got)
+				}
+			}
 			res := sbx.finish()
 			st := res.NativeSearch
 			outside := 0
@@ -100,6 +115,8 @@ func TestPiToolsCatNativeSearch(t *testing.T) {
 				t.Errorf("control: the search is off and a server answered: %+v", st)
 			case sd.name == "search" && (st == nil || st.Cat < uint64(outside)):
 				t.Errorf("the search server's counters: %+v, want at least %d cats answered outside", st, outside)
+			case sd.name == "search" && (st.Spooled == 0 || st.Sent != 0):
+				t.Errorf("cat's bytes: %d through the spool, %d through the connection; want all through the spool", st.Spooled, st.Sent)
 			}
 		})
 	}

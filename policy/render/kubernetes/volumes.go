@@ -41,6 +41,8 @@ func (r *renderer) mount(g grant.Mount) {
 	switch {
 	case g.Type == "bind" && g.Source == bundle.SearchClientFile:
 		r.gap(g, "none in a Pod: no launcher serves the native search there, so its client is not mounted and PATH is rendered without its directory")
+	case g.Type == "bind" && g.Source == bundle.SearchSpoolFile:
+		r.gap(g, "none in a Pod: no launcher serves the native search there, so its spool is not mounted")
 	case g.Type == "bind" && slices.Contains(bundle.InternalSources, g.Source):
 		switch g.Destination {
 		case "/etc/hosts":

@@ -60,6 +60,7 @@ func Render(plan *bundle.Plan) (bundle.Files, *bundle.Manifest, error) {
 		}
 		if s, ok := g.(grant.Search); ok && s.On {
 			files[bundle.SearchClientFile] = bundle.SearchClient(bundle.GatewayName, s.Port, s.Path)
+			files[bundle.SearchSpoolFile] = []byte{} // the launcher's server writes the run dir's copy
 		}
 	}
 	m := renderManifest(plan, files)

@@ -243,12 +243,21 @@ func TestClientSameAsCat(t *testing.T) {
 		// The planted link is answered by the "sandbox's" cat, here the
 		// host's (it follows it: the test runs the client on the host);
 		// in a sandbox that cat sees the sandbox's files only.
-		if forwarded := s.Stats().Cat > before.Cat; forwarded != tc.forward {
+		got := s.Stats()
+		if tc.forward {
+			got = catsCounted(s, before.Cat+1)
+		}
+		if forwarded := got.Cat > before.Cat; forwarded != tc.forward {
 			t.Errorf("cat %s: answered outside %v, want %v (stats %+v)", tc.name, forwarded, tc.forward, s.Stats())
 		}
 		if tc.name == "over 16 MiB" && len(out) <= DefaultLimits.Stdout {
 			t.Errorf("the big cat is %d bytes, not over the bound it must stream past", len(out))
 		}
+	}
+	// Every forwarded byte came through the spool (the client keeps its
+	// side open), none through the connection.
+	if st := s.Stats(); st.Spooled == 0 || st.Sent != 0 {
+		t.Errorf("cat's bytes: %d through the spool, %d through the connection; want all through the spool", st.Spooled, st.Sent)
 	}
 	// Written a moment before, read whole.
 	fresh := filepath.Join(f.ws, names[3])
@@ -289,7 +298,7 @@ func TestClientCatResumes(t *testing.T) {
 				return
 			}
 			defer c.Close()
-			io.ReadAll(c)
+			readWire(c)
 			var h [5]byte
 			h[0] = frameData
 			binary.BigEndian.PutUint32(h[1:], uint32(len(part)))
@@ -316,13 +325,13 @@ func TestJailCatStreamBounds(t *testing.T) {
 	names := catTree(t, f, 50)
 	r := Request{Tool: Cat, Cwd: ".", Paths: names}
 	var b bytes.Buffer
-	if ok, err := f.j.stream(context.Background(), nil, r, &b); !ok || err != nil || b.Len() < 10 || b.Bytes()[b.Len()-9] != frameEnd {
+	if ok, _, err := f.j.stream(context.Background(), nil, r, &b, nil); !ok || err != nil || b.Len() < 10 || b.Bytes()[b.Len()-9] != frameEnd {
 		t.Fatalf("control: ok %v, %v, %d bytes", ok, err, b.Len())
 	}
 	quick := f.j
 	quick.Limits.Wall = time.Millisecond
 	b.Reset()
-	ok, err := quick.stream(context.Background(), nil, r, &b)
+	ok, _, err := quick.stream(context.Background(), nil, r, &b, nil)
 	if ok || !errors.Is(err, ErrFallback) || b.Len() == 0 || b.Bytes()[b.Len()-1] != frameFail {
 		t.Errorf("past the wall time: ok %v, %v, last byte %q", ok, err, b.Bytes()[max(b.Len()-1, 0):])
 	}

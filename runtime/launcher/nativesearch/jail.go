@@ -478,29 +478,37 @@ func (j Jail) serve(ctx context.Context, p *prepared, cwd string, toolArgv, env 
 
 // The frames of a streamed answer (cat's), after the line "paseo-search
 // 1 stream\n": 'D', a length (4 bytes, big-endian) and that many bytes
-// of the tool's stdout, as it writes them; then 'E', its exit code and a
-// length (4 bytes each) and that much of its stderr: the end. Or 'F': not
+// of the tool's stdout, as it writes them; or 'P', an offset (8 bytes)
+// and a length (4 bytes): that many bytes of its stdout are in the spool
+// at that offset (spool.go); then 'E', its exit code and a length (4
+// bytes each) and that much of its stderr: the end. Or 'F': not
 // answered past what was sent (the wall time, the jail failed, the server
 // closed); the client then has the sandbox's own tool answer and skips
 // what it already wrote.
 const (
-	frameData = 'D'
-	frameEnd  = 'E'
-	frameFail = 'F'
+	frameData  = 'D'
+	frameSpool = 'P'
+	frameEnd   = 'E'
+	frameFail  = 'F'
 	// frameMax is the most bytes of output a frame carries.
 	frameMax = 64 << 10
 )
 
+// streamed counts an answer's bytes of output by the way they went.
+type streamed struct{ spooled, sent uint64 }
+
 // stream runs r (a streaming tool's request, already checked) in p, a
 // jail made for its tool, or in a new one when p is nil or not fit, and
 // writes the answer's frames to w as the tool writes: nothing is kept, so
-// no output bound applies, only the wall time. It reports whether the
-// answer ended with its end frame; err is why not (w failed: the tool is
-// killed and nothing more is sent).
-func (j Jail) stream(ctx context.Context, p *prepared, r Request, w io.Writer) (bool, error) {
-	fail := func(err error) (bool, error) {
+// no output bound applies, only the wall time. With sp, the output goes
+// into the spool where it has room (P frames), else through w (D
+// frames). It reports whether the answer ended with its end frame; err
+// is why not (w failed: the tool is killed and nothing more is sent).
+func (j Jail) stream(ctx context.Context, p *prepared, r Request, w io.Writer, sp *spool) (bool, streamed, error) {
+	var sent streamed
+	fail := func(err error) (bool, streamed, error) {
 		w.Write([]byte{frameFail})
-		return false, err
+		return false, sent, err
 	}
 	err := j.Check()
 	if err == nil {
@@ -539,9 +547,20 @@ func (j Jail) stream(ctx context.Context, p *prepared, r Request, w io.Writer) (
 	for {
 		n, rerr := p.stream.Read(buf[5:])
 		if n > 0 && wfail == nil {
-			buf[0] = frameData
-			binary.BigEndian.PutUint32(buf[1:5], uint32(n))
-			if _, err := w.Write(buf[:5+n]); err != nil {
+			frame := buf[:5+n]
+			if off, ok := sp.put(buf[5 : 5+n]); ok {
+				var h [13]byte
+				h[0] = frameSpool
+				binary.BigEndian.PutUint64(h[1:9], uint64(off))
+				binary.BigEndian.PutUint32(h[9:13], uint32(n))
+				frame = h[:]
+				sent.spooled += uint64(n)
+			} else {
+				buf[0] = frameData
+				binary.BigEndian.PutUint32(buf[1:5], uint32(n))
+				sent.sent += uint64(n)
+			}
+			if _, err := w.Write(frame); err != nil {
 				wfail = err
 				p.kill()
 			}
@@ -555,7 +574,7 @@ func (j Jail) stream(ctx context.Context, p *prepared, r Request, w io.Writer) (
 	var ee *exec.ExitError
 	switch {
 	case wfail != nil:
-		return false, fmt.Errorf("%w: the answer: %v", ErrFallback, wfail)
+		return false, sent, fmt.Errorf("%w: the answer: %v", ErrFallback, wfail)
 	case p.killed.Err() != nil:
 		return fail(fmt.Errorf("%w: past %s, or the server closed", ErrFallback, j.Limits.Wall))
 	case werr != nil:
@@ -573,9 +592,9 @@ func (j Jail) stream(ctx context.Context, p *prepared, r Request, w io.Writer) (
 	binary.BigEndian.PutUint32(end[1:5], uint32(code))
 	binary.BigEndian.PutUint32(end[5:9], uint32(len(stderr)))
 	if _, err := w.Write(append(end, stderr...)); err != nil {
-		return false, fmt.Errorf("%w: the answer: %v", ErrFallback, err)
+		return false, sent, fmt.Errorf("%w: the answer: %v", ErrFallback, err)
 	}
-	return true, nil
+	return true, sent, nil
 }
 
 // CatFiles reports whether every file r (a cat's request) names is, now,

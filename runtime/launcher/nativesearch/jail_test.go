@@ -25,6 +25,7 @@ type jailFixture struct {
 	ws, secret string
 	j          Jail
 	rg         string // the image's rg, for the host controls
+	spool      string // the spool serveJail made, which the client reads
 }
 
 func newJail(t *testing.T) jailFixture {

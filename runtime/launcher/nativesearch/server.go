@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"time"
 
@@ -48,6 +49,9 @@ type Server struct {
 	warm   map[Tool]*prepared
 	closed bool
 	making sync.WaitGroup
+
+	// spool carries cat's bytes (spool.go); nil: through the connection.
+	spool *spool
 }
 
 // Stats count a server's connections.
@@ -58,14 +62,20 @@ type Stats struct {
 	// Cat counts the cats answered (streamed to their end), among
 	// Answered.
 	Cat uint64
+	// Spooled counts the bytes of cat's output sent through the spool,
+	// Sent those sent through the connection.
+	Spooled, Sent uint64
 }
 
 // Serve answers requests on ln (the launcher's is on the gateway, which
 // nftables opens to this sandbox's address only) until Close; a
 // connection from any address but peer is closed unanswered (peerserve).
-func Serve(j Jail, ln net.Listener, peer netip.Addr) *Server {
+// spool, when not nil, is the run dir's copy of the spool, opened for
+// reading and writing (spool.go): the server writes cat's bytes there
+// for the clients that keep their connection open, and empties it.
+func Serve(j Jail, ln net.Listener, peer netip.Addr, spool *os.File) *Server {
 	ctx, stop := context.WithCancel(context.Background())
-	s := &Server{j: j, run: make(chan struct{}, maxRunning), ctx: ctx, stop: stop, warm: map[Tool]*prepared{}}
+	s := &Server{j: j, run: make(chan struct{}, maxRunning), ctx: ctx, stop: stop, warm: map[Tool]*prepared{}, spool: newSpool(spool, SpoolMax)}
 	s.ps = peerserve.Serve(ln, peer, maxConns, s.answer)
 	return s
 }
@@ -155,33 +165,36 @@ func (s *Server) slot() error {
 // streamAnswer answers a cat: "fallback" unless every file is one the
 // jail's cat reads as the sandbox's would (Jail.CatFiles) and a place is
 // free; else the line "paseo-search 1 stream" and the frames of the
-// jail's cat as it writes (Jail.stream). The next cat jail is made once
-// the connection is closed.
-func (s *Server) streamAnswer(c net.Conn, r Request) {
-	used := false
-	defer func() {
-		c.Close()
-		if used {
-			s.refill(Cat)
-		}
-	}()
+// jail's cat as it writes (Jail.stream): the bytes in the spool when the
+// client keeps its side open (open) and the server has one, else through
+// the connection. The next cat jail is made once the answer is sent; an
+// answer that wrote into the spool is done when its client closes.
+func (s *Server) streamAnswer(c net.Conn, r Request, open bool) {
+	defer c.Close()
 	c.SetWriteDeadline(time.Now().Add(readDeadline + s.j.Limits.Wall))
 	if !s.j.CatFiles(r) || s.slot() != nil {
 		s.count(func(st *Stats) { st.Fallback++ })
 		io.WriteString(c, magic+" fallback\n")
 		return
 	}
-	defer func() { <-s.run }()
-	used = true
+	var sp *spool
+	if open && s.spool != nil {
+		sp = s.spool
+		sp.begin()
+		defer sp.done()
+	}
 	p := s.take(Cat)
+	ok, sent := false, streamed{}
 	if _, err := io.WriteString(c, magic+" stream\n"); err != nil {
 		if p != nil {
 			p.discard()
 		}
-		return
+	} else {
+		ok, sent, _ = s.j.stream(s.ctx, p, r, c, sp)
 	}
-	ok, _ := s.j.stream(s.ctx, p, r, c)
 	s.count(func(st *Stats) {
+		st.Spooled += sent.spooled
+		st.Sent += sent.sent
 		if !ok {
 			st.Fallback++
 			return
@@ -192,6 +205,17 @@ func (s *Server) streamAnswer(c net.Conn, r Request) {
 			st.Warm++
 		}
 	})
+	<-s.run
+	s.refill(Cat)
+	if sp != nil {
+		// The client reads the spool until it closes: wait for that (or
+		// the server's end), however long, before the regions may be
+		// written over.
+		c.SetReadDeadline(time.Time{})
+		stop := context.AfterFunc(s.ctx, func() { c.SetReadDeadline(time.Unix(1, 0)) })
+		io.Copy(io.Discard, io.LimitReader(c, 1))
+		stop()
+	}
 }
 
 func (s *Server) count(f func(*Stats)) {
@@ -202,14 +226,14 @@ func (s *Server) count(f func(*Stats)) {
 
 func (s *Server) answer(c net.Conn) {
 	c.SetReadDeadline(time.Now().Add(readDeadline))
-	b, err := io.ReadAll(io.LimitReader(c, MaxRequest+1))
+	b, open, err := readWire(c)
 	if err != nil {
 		s.ps.Refuse(c)
 		return
 	}
 	r, err := Decode(b, s.j.Dest)
 	if err == nil && r.tool() == Cat {
-		s.streamAnswer(c, r)
+		s.streamAnswer(c, r, open)
 		return
 	}
 	res, used, err := s.search(r, err)

@@ -27,8 +27,13 @@ func serveJail(t *testing.T, f *jailFixture, peer netip.Addr) (*Server, netip.Ad
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := Serve(f.j, ln, peer)
-	t.Cleanup(func() { s.Close() })
+	f.spool = filepath.Join(t.TempDir(), "spool")
+	spool, err := os.OpenFile(f.spool, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Serve(f.j, ln, peer, spool)
+	t.Cleanup(func() { s.Close(); spool.Close() })
 	return s, ln.Addr().(*net.TCPAddr).AddrPort()
 }
 
@@ -77,7 +82,7 @@ func runClientAs(t *testing.T, f jailFixture, addr netip.AddrPort, name, dir str
 	tmp := t.TempDir()
 	script := filepath.Join(tmp, name)
 	real := map[string]string{"rg": f.rg, "fd": f.bin(Fd), "find": f.bin(Find), "cat": f.bin(Cat)}
-	if err := os.WriteFile(script, bundle.SearchClientFor(addr.Addr().String(), int(addr.Port()), f.ws, real), 0o755); err != nil {
+	if err := os.WriteFile(script, bundle.SearchClientFor(addr.Addr().String(), int(addr.Port()), f.ws, real, f.spool), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("/usr/bin/perl", append([]string{script}, args...)...)

@@ -1,0 +1,133 @@
+package nativesearch
+
+import (
+	"io"
+	"os"
+	"sync"
+)
+
+// cat's bytes through the spool (docs/spec.md, "cat's bytes through the
+// spool")
+//
+// A cat's answer is its stdout, megabytes for a batch of source files.
+// Sent through the TCP connection, every byte crosses the sandbox's
+// network stack (gVisor's netstack, which cost about 150 ms of the
+// sandbox's CPU for 15 MB); read from a file through the gofer, the same
+// bytes cost the sandbox a host read (about 10 ms). So the server writes
+// them into the spool, a file of the launcher's run dir bound read-only
+// into the sandbox (bundle.SearchSpoolFile at bundle.SearchSpoolPath), and
+// sends only where they are (a P frame: offset and length); the client
+// reads them there.
+//
+// Who writes it: the server only (the sandbox's bind is read-only, the run
+// dir root's and 0700). What it holds: this sandbox's own answers, bytes
+// the sandbox could read itself. When bytes may be written over: only
+// when no answer that wrote into the spool is still being read, which the
+// server learns from each such client's close of its connection (the
+// client keeps its side open until it is done; a client that never closes
+// keeps the spool from being reused, and the answers then travel in D
+// frames, through the connection, past SpoolMax). So a region is never
+// written over while a client may still read it.
+
+// SpoolMax is the most bytes the spool holds at once; the rest of an
+// answer past it travels through the connection (D frames).
+const SpoolMax = 256 << 20
+
+// spool hands out regions of the spool file.
+type spool struct {
+	f   *os.File
+	max int64
+
+	mu    sync.Mutex
+	next  int64 // the first byte no region holds
+	users int   // answers that wrote into the spool and are not yet done
+}
+
+func newSpool(f *os.File, max int64) *spool {
+	if f == nil {
+		return nil
+	}
+	return &spool{f: f, max: max}
+}
+
+// begin counts an answer that may write into the spool; done, once its
+// client has closed its connection, ends it.
+func (s *spool) begin() {
+	s.mu.Lock()
+	s.users++
+	s.mu.Unlock()
+}
+
+// done ends an answer's use; the last one out empties the spool, so the
+// next answers start at its beginning again.
+func (s *spool) done() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.users--
+	if s.users == 0 && s.next > 0 {
+		if s.f.Truncate(0) == nil {
+			s.next = 0
+		}
+	}
+}
+
+// put writes b into a region of its own and returns the region's offset;
+// false when there is no spool (nil), it has no room for b or the write
+// failed (the caller then sends b through the connection).
+func (s *spool) put(b []byte) (int64, bool) {
+	if s == nil {
+		return 0, false
+	}
+	s.mu.Lock()
+	if s.next+int64(len(b)) > s.max {
+		s.mu.Unlock()
+		return 0, false
+	}
+	off := s.next
+	s.next += int64(len(b))
+	s.mu.Unlock()
+	// The region is this answer's until done: no lock for the write.
+	if _, err := s.f.WriteAt(b, off); err != nil {
+		return 0, false
+	}
+	return off, true
+}
+
+// readWire reads a request: up to the client's half-close (io.EOF), or
+// up to an empty key (a NUL where a key begins), which a client that
+// keeps its side open sends last (cat's: it closes when it is done
+// reading the spool). open reports the latter; the request returned
+// never holds the empty key. Past MaxRequest bytes it stops, and Decode
+// refuses what it read.
+func readWire(r io.Reader) (req []byte, open bool, err error) {
+	buf := make([]byte, 0, 4<<10)
+	tokens, start := 0, 0 // the fields complete so far; where the current one begins
+	for len(buf) <= MaxRequest {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, rerr := r.Read(buf[len(buf):min(cap(buf), MaxRequest+1)])
+		scan := len(buf)
+		buf = buf[:len(buf)+n]
+		for i := scan; i < len(buf); i++ {
+			if buf[i] != 0 {
+				continue
+			}
+			if tokens%2 == 1 && i == start {
+				if i+1 != len(buf) {
+					return nil, false, refuse("bytes after the request's end")
+				}
+				return buf[:start], true, nil
+			}
+			tokens++
+			start = i + 1
+		}
+		if rerr == io.EOF {
+			return buf, false, nil
+		}
+		if rerr != nil {
+			return nil, false, rerr
+		}
+	}
+	return buf, false, nil
+}

@@ -1,0 +1,253 @@
+package nativesearch
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"paseo.dev/paseo-policy/policy/bundle"
+)
+
+// TestSpoolNotWrittenOverWhileHeld: a region stays as written while any
+// answer that wrote into the spool is not done; the last one done empties
+// it and the next region starts at its beginning; past its bound put
+// refuses (the bytes then go through the connection). Control: with every
+// answer done, the spool is emptied.
+func TestSpoolNotWrittenOverWhileHeld(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "spool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s := newSpool(f, 10)
+	s.begin()
+	s.begin()
+	a, ok := s.put([]byte("aaaa"))
+	b, ok2 := s.put([]byte("bbbb"))
+	if !ok || !ok2 || a != 0 || b != 4 {
+		t.Fatalf("regions at %d %v, %d %v", a, ok, b, ok2)
+	}
+	if _, ok := s.put([]byte("ccc")); ok {
+		t.Error("a region past the bound was handed out")
+	}
+	s.done()
+	got := make([]byte, 8)
+	if _, err := f.ReadAt(got, 0); err != nil || string(got) != "aaaabbbb" {
+		t.Errorf("one answer still held: the spool reads %q, %v", got, err)
+	}
+	if c, ok := s.put([]byte("cc")); !ok || c != 8 {
+		t.Errorf("while held, the next region is at %d %v, not after the others", c, ok)
+	}
+	s.done()
+	if st, err := f.Stat(); err != nil || st.Size() != 0 {
+		t.Fatalf("control: every answer done, the spool is %d bytes (%v), not emptied", st.Size(), err)
+	}
+	s.begin()
+	if c, ok := s.put([]byte("dd")); !ok || c != 0 {
+		t.Errorf("after it was emptied, a region at %d %v, not 0", c, ok)
+	}
+	var none *spool
+	if _, ok := none.put([]byte("x")); ok {
+		t.Error("no spool took bytes")
+	}
+}
+
+// TestReadWire: a request ends at the client's half-close, or at an empty
+// key with the client's side still open (then open is reported and the
+// empty key is not part of it); an empty value is not an empty key;
+// bytes after the empty key are refused, and a request past MaxRequest is
+// cut for Decode to refuse.
+func TestReadWire(t *testing.T) {
+	req := Request{Tool: Cat, Cwd: ".", Paths: []string{"a", "b"}}.Encode()
+	withEmpty := []byte(magic + "\x00cwd\x00\x00tool\x00cat\x00")
+	for _, tc := range []struct {
+		name string
+		in   io.Reader
+		want []byte
+		open bool
+		err  bool
+	}{
+		{"half-closed", bytes.NewReader(req), req, false, false},
+		{"an empty key, the side open", &stalls{data: append(append([]byte{}, req...), 0)}, req, true, false},
+		{"in pieces", &stalls{data: append(append([]byte{}, req...), 0), piece: 3}, req, true, false},
+		{"an empty value", bytes.NewReader(withEmpty), withEmpty, false, false},
+		{"bytes after the end", bytes.NewReader(append(append(append([]byte{}, req...), 0), 'x')), nil, false, true},
+		{"too long", bytes.NewReader(bytes.Repeat([]byte("x"), MaxRequest+10)), nil, false, false},
+	} {
+		got, open, err := readWire(tc.in)
+		if tc.name == "too long" {
+			if len(got) != MaxRequest+1 || err != nil {
+				t.Errorf("%s: %d bytes, %v; want MaxRequest+1, for Decode to refuse", tc.name, len(got), err)
+			}
+			continue
+		}
+		if (err != nil) != tc.err || !bytes.Equal(got, tc.want) || open != tc.open {
+			t.Errorf("%s: %q open %v, %v", tc.name, got, open, err)
+		}
+	}
+}
+
+// stalls gives its data in pieces and then blocks, as a client that keeps
+// its side open does (a test fails on the block, by its deadline).
+type stalls struct {
+	data  []byte
+	piece int
+}
+
+func (s *stalls) Read(p []byte) (int, error) {
+	if len(s.data) == 0 {
+		select {} // never reached: readWire stops at the empty key
+	}
+	n := len(s.data)
+	if s.piece > 0 {
+		n = min(n, s.piece)
+	}
+	n = copy(p, s.data[:n])
+	s.data = s.data[n:]
+	return n, nil
+}
+
+// TestServerSpoolsUntilClosed: a cat whose client keeps its side open is
+// answered in P frames whose spool bytes are the image's cat's output;
+// the spool keeps them after the end frame until the client closes, and
+// is emptied then. Control: a client that half-closes is answered in D
+// frames, through the connection, and the spool gets nothing.
+func TestServerSpoolsUntilClosed(t *testing.T) {
+	f := newJail(t)
+	names := catTree(t, f, bundle.SearchCatFiles)
+	s, addr := serveJail(t, &f, netip.MustParseAddr("127.0.0.1"))
+	want, _, _ := f.hostCat(t, f.ws, names...)
+	req := Request{Tool: Cat, Cwd: ".", Paths: names}.Encode()
+	ask := func(open bool) (net.Conn, []byte, []byte) {
+		c, err := net.DialTimeout("tcp", addr.String(), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(60 * time.Second))
+		if open {
+			c.Write(append(append([]byte{}, req...), 0))
+		} else {
+			c.Write(req)
+			c.(*net.TCPConn).CloseWrite()
+		}
+		line := make([]byte, len(magic+" stream\n"))
+		if _, err := io.ReadFull(c, line); err != nil || string(line) != magic+" stream\n" {
+			t.Fatalf("answer %q, %v", line, err)
+		}
+		var out, kinds []byte
+		spool, err := os.Open(f.spool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer spool.Close()
+		for {
+			var k [1]byte
+			if _, err := io.ReadFull(c, k[:]); err != nil {
+				t.Fatalf("frames ended without E: %v", err)
+			}
+			kinds = append(kinds, k[0])
+			switch k[0] {
+			case frameData:
+				var h [4]byte
+				io.ReadFull(c, h[:])
+				b := make([]byte, binary.BigEndian.Uint32(h[:]))
+				io.ReadFull(c, b)
+				out = append(out, b...)
+			case frameSpool:
+				var h [12]byte
+				io.ReadFull(c, h[:])
+				b := make([]byte, binary.BigEndian.Uint32(h[8:]))
+				if _, err := spool.ReadAt(b, int64(binary.BigEndian.Uint64(h[:8]))); err != nil {
+					t.Fatalf("the spool at a P frame's region: %v", err)
+				}
+				out = append(out, b...)
+			case frameEnd:
+				var h [8]byte
+				io.ReadFull(c, h[:])
+				io.CopyN(io.Discard, c, int64(binary.BigEndian.Uint32(h[4:])))
+				return c, out, kinds
+			default:
+				t.Fatalf("frame %q", k)
+			}
+		}
+	}
+
+	c, out, kinds := ask(false)
+	c.Close()
+	if st := catsCounted(s, 1); string(out) != want || bytes.ContainsRune(kinds, frameSpool) || st.Spooled != 0 {
+		t.Fatalf("control, half-closed: equal %v, frames %q, %+v", string(out) == want, kinds, st)
+	}
+	c, out, kinds = ask(true)
+	if st := catsCounted(s, 2); string(out) != want || bytes.ContainsRune(kinds, frameData) || st.Spooled != uint64(len(want)) {
+		t.Fatalf("kept open: equal %v, frames %q, %+v", string(out) == want, kinds, st)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if st, err := os.Stat(f.spool); err != nil || st.Size() != int64(len(want)) {
+		t.Errorf("after the end frame, the client not closed: the spool is %d bytes (%v), want %d", st.Size(), err, len(want))
+	}
+	c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := os.Stat(f.spool)
+		if err == nil && st.Size() == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the client closed: the spool is still %d bytes (%v)", st.Size(), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestClientCatPastTheSpool: an answer larger than the spool's room goes
+// through the spool up to it and through the connection past it, and the
+// client prints the image's cat's bytes whichever way each part came.
+func TestClientCatPastTheSpool(t *testing.T) {
+	f := newJail(t)
+	names := catTree(t, f, bundle.SearchCatFiles)
+	s, addr := serveJail(t, &f, netip.MustParseAddr("127.0.0.1"))
+	want, _, _ := f.hostCat(t, f.ws, names...)
+	s.spool.max = int64(len(want) / 3)
+	out, errs, code := runCat(t, f, addr, f.ws, names...)
+	st := catsCounted(s, 1)
+	if out != want || code != 0 || errs != "" || st.Cat != 1 || st.Spooled == 0 || st.Sent == 0 || st.Spooled+st.Sent != uint64(len(want)) {
+		t.Errorf("exit %d, equal %v, stderr %q, %+v (want both ways, %d bytes in all)", code, out == want, errs, st, len(want))
+	}
+}
+
+// TestClientCatSpoolGone: a spool the client cannot read (here: removed)
+// has the sandbox's cat answer, with the same bytes: never a truncated
+// output. Control: with the spool there, the same cat is answered
+// outside.
+func TestClientCatSpoolGone(t *testing.T) {
+	f := newJail(t)
+	names := catTree(t, f, bundle.SearchCatFiles)
+	s, addr := serveJail(t, &f, netip.MustParseAddr("127.0.0.1"))
+	want, _, _ := f.hostCat(t, f.ws, names...)
+	if out, _, code := runCat(t, f, addr, f.ws, names...); out != want || code != 0 || s.Stats().Spooled == 0 {
+		t.Fatalf("control: exit %d, equal %v, %+v", code, out == want, s.Stats())
+	}
+	if err := os.Rename(f.spool, f.spool+".gone"); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := runCat(t, f, addr, f.ws, names...)
+	if out != want || code != 0 || errs != "" {
+		t.Errorf("spool gone: exit %d, %d bytes of %d, equal %v, stderr %q", code, len(out), len(want), out == want, errs)
+	}
+}
+
+// catsCounted is s's counters once it has counted n cats (it counts after
+// sending the end frame, which a client may read first), or after 5 s.
+func catsCounted(s *Server, n uint64) Stats {
+	st := s.Stats()
+	for deadline := time.Now().Add(5 * time.Second); st.Cat < n && time.Now().Before(deadline); st = s.Stats() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return st
+}
