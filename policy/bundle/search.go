@@ -240,7 +240,7 @@ if ($tool eq 'cat') {
   # with its file's read), then E (EXIT, LEN, stderr); F, an early end or
   # a short read of the spool after output means the rest is the sandbox's
   # cat's (resumed past what was written).
-  my ($in, $done, $sp) = ('', 0);
+  my ($in, $done, $sp, $b) = ('', 0, undef, '');
   my $fill = sub { while (length($in) < $_[0]) { my $n = sysread($s, $in, 1 << 20, length $in); return 0 unless $n } 1 };
   $fill->(22) && substr($in, 0, 22) eq "paseo-search 1 stream\n" or real();
   alarm 0;
@@ -261,7 +261,8 @@ if ($tool eq 'cat') {
       substr($in, 0, 13) = '';
       unless ($sp) { open($sp, '<', ` + perlQuote(spool) + `) or last }
       sysseek($sp, $hi * 4294967296 + $lo, 0) or last;
-      my ($got, $b) = (0, '');
+      # $b is kept from frame to frame: its memory is faulted in once.
+      my $got = 0;
       while ($got < $n) { my $k = sysread($sp, $b, $n - $got, $got); last FRAME unless $k; $got += $k }
       $out->($b, 0, $n);
       next;

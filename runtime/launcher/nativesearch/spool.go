@@ -71,26 +71,28 @@ func (s *spool) done() {
 	}
 }
 
-// put writes b into a region of its own and returns the region's offset;
-// false when there is no spool (nil), it has no room for b or the write
-// failed (the caller then sends b through the connection).
-func (s *spool) put(b []byte) (int64, bool) {
+// put writes as much of b as the spool has room for into a region of its
+// own and returns the region's offset and how many bytes it took: 0 when
+// there is no spool (nil), no room or the write failed (the caller then
+// sends the rest of b through the connection).
+func (s *spool) put(b []byte) (int64, int) {
 	if s == nil {
-		return 0, false
+		return 0, 0
 	}
 	s.mu.Lock()
-	if s.next+int64(len(b)) > s.max {
+	k := int(min(int64(len(b)), s.max-s.next))
+	if k <= 0 {
 		s.mu.Unlock()
-		return 0, false
+		return 0, 0
 	}
 	off := s.next
-	s.next += int64(len(b))
+	s.next += int64(k)
 	s.mu.Unlock()
 	// The region is this answer's until done: no lock for the write.
-	if _, err := s.f.WriteAt(b, off); err != nil {
-		return 0, false
+	if _, err := s.f.WriteAt(b[:k], off); err != nil {
+		return 0, 0
 	}
-	return off, true
+	return off, k
 }
 
 // readWire reads a request: up to the client's half-close (io.EOF), or
