@@ -32,8 +32,9 @@ import (
 // workspace, one script answering under each of the names), its read-only
 // binds at bundle.SearchDir, the spool's read-only bind at
 // bundle.SearchSpoolPath (cat's bytes, written by the server into the run
-// dir's copy) and PATH starting with that directory are compiled grants: the launcher adds nothing to the run copy
-// for the search. The plan's validator (ocicheck CheckSearch, before
+// dir's copy) and PATH starting with that directory are compiled grants:
+// the launcher adds nothing to the run copy for the search. The plan's
+// validator (ocicheck CheckSearch, before
 // anything is made) checked the client is the one the grant's port and
 // workspace give, bound read-only under each of its names, with PATH
 // starting there, and that the port is no route's and not the monitor's.
