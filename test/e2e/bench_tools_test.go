@@ -164,6 +164,10 @@ type toolsSide struct {
 	// relaunch ends a sandbox side's launch and starts a new one from
 	// the same bundle on the same tree (nil for the host).
 	relaunch func(tb testing.TB) *toolsSide
+	// wake checkpoints the sandbox (launcher.Checkpoint), which ends its
+	// launch, and wakes it (launcher.Wake) with new stdio: the server
+	// goes on where it was (nil for the host).
+	wake func(tb testing.TB) *toolsSide
 	// finish ends a sandbox's launch and returns its result (nil for the
 	// host).
 	finish func() launcher.Result
@@ -463,6 +467,18 @@ func startToolsSandboxWith(tb testing.TB, im imageInfo, host string, r *toolsRep
 func launchToolsSandbox(tb testing.TB, sc *testbundle.Scene, r *toolsRepo, name string, o toolsSandboxOpts, uplink string, resolve sandboxnet.Resolver) *toolsSide {
 	tb.Helper()
 	id := fmt.Sprintf("pp-tools-%d-%d", os.Getpid(), time.Now().UnixNano())
+	return runToolsSandbox(tb, sc, r, name, o, uplink, resolve, id, false)
+}
+
+// runToolsSandbox is launchToolsSandbox with the container's id, launched
+// (launcher.Launch) or, when woken, woken (launcher.Wake of id, which was
+// checkpointed).
+func runToolsSandbox(tb testing.TB, sc *testbundle.Scene, r *toolsRepo, name string, o toolsSandboxOpts, uplink string, resolve sandboxnet.Resolver, id string, woken bool) *toolsSide {
+	tb.Helper()
+	run := launcher.Launch
+	if woken {
+		run = launcher.Wake
+	}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	s := &toolsSide{name: name, in: inW, out: bufio.NewReader(outR), stderr: &lockedBuffer{},
@@ -473,9 +489,10 @@ func launchToolsSandbox(tb testing.TB, sc *testbundle.Scene, r *toolsRepo, name 
 	lctx, cancel := context.WithCancel(context.Background())
 	var res launcher.Result
 	var lerr error
+	var checkpointed bool
 	go func() {
 		defer close(done)
-		res, lerr = launcher.Launch(lctx, launcher.Options{BundleDir: sc.Bundle, StateRoot: sc.State, RunscPath: sc.Runsc, ID: id,
+		res, lerr = run(lctx, launcher.Options{BundleDir: sc.Bundle, StateRoot: sc.State, RunscPath: sc.Runsc, ID: id,
 			Secrets: secrets, Stdin: inR, Stdout: outW, Stderr: s.stderr, Uplink: uplink, Resolve: resolve})
 		outW.Close()
 	}()
@@ -488,7 +505,7 @@ func launchToolsSandbox(tb testing.TB, sc *testbundle.Scene, r *toolsRepo, name 
 			<-done
 		}
 		cancel()
-		if lerr != nil || res.ExitCode != 0 {
+		if !checkpointed && (lerr != nil || res.ExitCode != 0) {
 			tb.Errorf("the sandbox: %v, exit %d (%s); stderr: %s", lerr, res.ExitCode, res.Reason, s.stderr)
 		}
 		// The monitor side must have been answered by the monitor the
@@ -505,8 +522,28 @@ func launchToolsSandbox(tb testing.TB, sc *testbundle.Scene, r *toolsRepo, name 
 		s.finish()
 		return launchToolsSandbox(tb, sc, r, name, o, uplink, resolve)
 	}
+	s.wake = func(tb testing.TB) *toolsSide {
+		tb.Helper()
+		checkpointed = true
+		if _, err := launcher.Checkpoint(launcher.CheckpointOptions{ID: id, StateRoot: sc.State, RunscPath: sc.Runsc}); err != nil {
+			tb.Fatalf("checkpoint: %v; stderr: %s", err, s.stderr)
+		}
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			tb.Fatal("the checkpointed launch did not end")
+		}
+		tb.Cleanup(func() { launcher.RemoveHibernation(sc.State, id) })
+		return runToolsSandbox(tb, sc, r, name, o, uplink, resolve, id, true)
+	}
 	tb.Cleanup(func() { s.finish() })
-	s.waitReady(tb)
+	// A woken server is past its READY, in its loop; its CPU is not
+	// counted (a wake's cgroup is made anew).
+	if woken {
+		s.cpu = nil
+	} else {
+		s.waitReady(tb)
+	}
 	return s
 }
 

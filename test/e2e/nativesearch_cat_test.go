@@ -121,3 +121,45 @@ func TestPiToolsCatNativeSearch(t *testing.T) {
 		})
 	}
 }
+
+// TestPiToolsCatNativeSearchAcrossWake: a sandbox whose cat is answered
+// through the spool is checkpointed and woken (launcher.Checkpoint, then
+// launcher.Wake: a new run dir, so a new, empty spool, and a new server).
+// A cat caught in the middle (its reader asleep, so the client blocks on
+// a full pipe holding the answer's first frame) finishes after the wake
+// with the bytes the sandbox's own /usr/bin/cat gives: the rest of its
+// regions are gone with the old spool, so the sandbox's cat finishes it
+// past what was written. After the wake the same cat of a batch is again
+// answered outside, through the new spool, with the same bytes. Control:
+// before the checkpoint, the same cat answered outside with the same
+// bytes.
+func TestPiToolsCatNativeSearchAcrossWake(t *testing.T) {
+	im := image(t)
+	host := filepath.Join(t.TempDir(), "wake")
+	r := genToolsRepo(t, host, 300)
+	sbx := startToolsSandboxWith(t, im, host, r, "search", toolsSandboxOpts{search: true})
+	sbx.output(t, `git ls-files | grep -v '^\.git' | head -n 250 >/tmp/cat-list`)
+	want := sbx.output(t, `/usr/bin/cat $(cat /tmp/cat-list) | sha256sum`)
+	if got := sbx.output(t, `cat $(cat /tmp/cat-list) | sha256sum`); got != want {
+		t.Fatalf("control, before the checkpoint: cat %q, /usr/bin/cat %q", got, want)
+	}
+	// Over a MiB of output, more than a pipe holds: the client is blocked
+	// writing when the checkpoint comes.
+	if n := strings.TrimSpace(sbx.output(t, `cat $(cat /tmp/cat-list) | wc -c`)); len(n) < 7 {
+		t.Fatalf("the batch is %s bytes, not over a MiB", n)
+	}
+	sbx.output(t, `{ cat $(cat /tmp/cat-list) | { sleep 3; sha256sum; } >/tmp/inflight.out 2>&1 & } ; sleep 1`)
+	woken := sbx.wake(t)
+	if st := sbx.finish().NativeSearch; st == nil || st.Cat < 2 || st.Spooled == 0 {
+		t.Fatalf("control, before the checkpoint: the server's counters %+v, want the cats through the spool", st)
+	}
+	if got := woken.output(t, `sleep 4; cat /tmp/inflight.out`); got != want {
+		t.Errorf("the cat caught by the checkpoint: %q, /usr/bin/cat %q", got, want)
+	}
+	if got := woken.output(t, `cat $(cat /tmp/cat-list) | sha256sum`); got != want {
+		t.Errorf("after the wake: cat %q, /usr/bin/cat %q", got, want)
+	}
+	if st := woken.finish().NativeSearch; st == nil || st.Cat != 1 || st.Spooled == 0 || st.Sent != 0 {
+		t.Errorf("after the wake: the new server's counters %+v, want one cat through the spool", st)
+	}
+}
