@@ -10,10 +10,20 @@ median() {
 }
 # metrics FILE... -> "name unit value" for every metric of every benchmark
 # line; the GOMAXPROCS suffix and the #NN of repeated sub-benchmarks dropped.
+# A benchmark whose run writes to stdout (a launch's log lines) has its
+# name followed by that output, and its figures on a later line that
+# starts with the iteration count: those are paired too.
 metrics() {
-  awk '/^Benchmark/ {
-    name = $1; sub(/-[0-9]+$/, "", name); sub(/#[0-9]+$/, "", name)
+  awk 'function norm(n) { sub(/-[0-9]+$/, "", n); sub(/#[0-9]+$/, "", n); return n }
+  /^Benchmark/ && $2 !~ /^[0-9]+$/ { pending = norm($1); next }
+  /^Benchmark/ {
+    name = norm($1); pending = ""
     for (i = 3; i < NF; i += 2) print name, $(i + 1), $i
+    next
+  }
+  pending != "" && /^[ \t]*[0-9]+[ \t]+[0-9.]+ ns\/op/ {
+    for (i = 2; i < NF; i += 2) print pending, $(i + 1), $i
+    pending = ""
   }' "$@"
 }
 # metric FILE NAME UNIT -> median over every sample.
