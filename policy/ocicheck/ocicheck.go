@@ -298,8 +298,7 @@ const CheckSearch = "search"
 // that port and workspace and bound read-only at bundle.SearchDir under
 // each of bundle.SearchClientNames, the spool (bundle.SearchSpoolFile)
 // empty and bound read-only at bundle.SearchSpoolPath, and the process's
-// PATH starting with
-// bundle.SearchDir, so the sandbox's rg is the client.
+// PATH starting with bundle.SearchDir, so the sandbox's rg is the client.
 func searchServed(d Decoded) error {
 	if d.Manifest == nil {
 		return nil

@@ -541,7 +541,8 @@ func runToolsSandbox(tb testing.TB, sc *testbundle.Scene, r *toolsRepo, name str
 	}
 	tb.Cleanup(func() { s.finish() })
 	// A woken server is past its READY, in its loop; its CPU is not
-	// counted (a wake's cgroup is made anew).
+	// counted (the woken sandbox has no cgroup at
+	// statedir.CgroupsPath(id), where sandboxCPU reads).
 	if woken {
 		s.cpu = nil
 	} else {

@@ -496,8 +496,9 @@ const (
 	frameSpool = 'P'
 	frameEnd   = 'E'
 	frameFail  = 'F'
-	// frameMax is the most bytes of output a D frame carries,
-	// spoolFrameMax a P frame.
+	// frameMax is the most bytes of output one read takes without a
+	// spool (a D frame each), spoolFrameMax with one (a P frame, and a D
+	// frame after it for what the spool had no room for).
 	frameMax      = 64 << 10
 	spoolFrameMax = 1 << 20
 )

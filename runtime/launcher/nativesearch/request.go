@@ -22,6 +22,7 @@ package nativesearch
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"path"
 	"slices"
 	"strconv"
@@ -269,6 +270,45 @@ func Decode(b []byte, ws string) (Request, error) {
 		r.Expr = e
 	}
 	return r, r.Check(ws)
+}
+
+// readWire reads a request: up to the client's half-close (io.EOF), or
+// up to an empty key (a NUL where a key begins), which a client that
+// keeps its side open sends last (cat's: it closes when it is done
+// reading the spool). open reports the latter; the request returned
+// never holds the empty key. Past MaxRequest bytes it stops, and Decode
+// refuses what it read.
+func readWire(r io.Reader) (req []byte, open bool, err error) {
+	buf := make([]byte, 0, 4<<10)
+	tokens, start := 0, 0 // the fields complete so far; where the current one begins
+	for len(buf) <= MaxRequest {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, rerr := r.Read(buf[len(buf):min(cap(buf), MaxRequest+1)])
+		scan := len(buf)
+		buf = buf[:len(buf)+n]
+		for i := scan; i < len(buf); i++ {
+			if buf[i] != 0 {
+				continue
+			}
+			if tokens%2 == 1 && i == start {
+				if i+1 != len(buf) {
+					return nil, false, refuse("bytes after the request's end")
+				}
+				return buf[:start], true, nil
+			}
+			tokens++
+			start = i + 1
+		}
+		if rerr == io.EOF {
+			return buf, false, nil
+		}
+		if rerr != nil {
+			return nil, false, rerr
+		}
+	}
+	return buf, false, nil
 }
 
 // Encode is the wire form of r (what the sandbox's client sends).

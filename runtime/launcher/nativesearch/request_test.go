@@ -1,6 +1,8 @@
 package nativesearch
 
 import (
+	"bytes"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -195,4 +197,59 @@ func TestRequestRefusalsFdFind(t *testing.T) {
 	if _, err := Decode([]byte(magic+"\x00cwd\x00.\x00tool\x00fd\x00"), wsDest); !isCode(err, diag.SearchRequest) {
 		t.Errorf("the tool after the cwd: %v", err)
 	}
+}
+
+// TestReadWire: a request ends at the client's half-close, or at an empty
+// key with the client's side still open (then open is reported and the
+// empty key is not part of it); an empty value is not an empty key;
+// bytes after the empty key are refused, and a request past MaxRequest is
+// cut for Decode to refuse.
+func TestReadWire(t *testing.T) {
+	req := Request{Tool: Cat, Cwd: ".", Paths: []string{"a", "b"}}.Encode()
+	withEmpty := []byte(magic + "\x00cwd\x00\x00tool\x00cat\x00")
+	for _, tc := range []struct {
+		name string
+		in   io.Reader
+		want []byte
+		open bool
+		err  bool
+	}{
+		{"half-closed", bytes.NewReader(req), req, false, false},
+		{"an empty key, the side open", &stalls{data: append(append([]byte{}, req...), 0)}, req, true, false},
+		{"in pieces", &stalls{data: append(append([]byte{}, req...), 0), piece: 3}, req, true, false},
+		{"an empty value", bytes.NewReader(withEmpty), withEmpty, false, false},
+		{"bytes after the end", bytes.NewReader(append(append(append([]byte{}, req...), 0), 'x')), nil, false, true},
+		{"too long", bytes.NewReader(bytes.Repeat([]byte("x"), MaxRequest+10)), nil, false, false},
+	} {
+		got, open, err := readWire(tc.in)
+		if tc.name == "too long" {
+			if len(got) != MaxRequest+1 || err != nil {
+				t.Errorf("%s: %d bytes, %v; want MaxRequest+1, for Decode to refuse", tc.name, len(got), err)
+			}
+			continue
+		}
+		if (err != nil) != tc.err || !bytes.Equal(got, tc.want) || open != tc.open {
+			t.Errorf("%s: %q open %v, %v", tc.name, got, open, err)
+		}
+	}
+}
+
+// stalls gives its data in pieces, then io.EOF: a reader that does not
+// stop at the empty key reaches it and reports the request not open.
+type stalls struct {
+	data  []byte
+	piece int
+}
+
+func (s *stalls) Read(p []byte) (int, error) {
+	if len(s.data) == 0 {
+		return 0, io.EOF
+	}
+	n := len(s.data)
+	if s.piece > 0 {
+		n = min(n, s.piece)
+	}
+	n = copy(p, s.data[:n])
+	s.data = s.data[n:]
+	return n, nil
 }

@@ -62,61 +62,6 @@ func TestSpoolNotWrittenOverWhileHeld(t *testing.T) {
 	}
 }
 
-// TestReadWire: a request ends at the client's half-close, or at an empty
-// key with the client's side still open (then open is reported and the
-// empty key is not part of it); an empty value is not an empty key;
-// bytes after the empty key are refused, and a request past MaxRequest is
-// cut for Decode to refuse.
-func TestReadWire(t *testing.T) {
-	req := Request{Tool: Cat, Cwd: ".", Paths: []string{"a", "b"}}.Encode()
-	withEmpty := []byte(magic + "\x00cwd\x00\x00tool\x00cat\x00")
-	for _, tc := range []struct {
-		name string
-		in   io.Reader
-		want []byte
-		open bool
-		err  bool
-	}{
-		{"half-closed", bytes.NewReader(req), req, false, false},
-		{"an empty key, the side open", &stalls{data: append(append([]byte{}, req...), 0)}, req, true, false},
-		{"in pieces", &stalls{data: append(append([]byte{}, req...), 0), piece: 3}, req, true, false},
-		{"an empty value", bytes.NewReader(withEmpty), withEmpty, false, false},
-		{"bytes after the end", bytes.NewReader(append(append(append([]byte{}, req...), 0), 'x')), nil, false, true},
-		{"too long", bytes.NewReader(bytes.Repeat([]byte("x"), MaxRequest+10)), nil, false, false},
-	} {
-		got, open, err := readWire(tc.in)
-		if tc.name == "too long" {
-			if len(got) != MaxRequest+1 || err != nil {
-				t.Errorf("%s: %d bytes, %v; want MaxRequest+1, for Decode to refuse", tc.name, len(got), err)
-			}
-			continue
-		}
-		if (err != nil) != tc.err || !bytes.Equal(got, tc.want) || open != tc.open {
-			t.Errorf("%s: %q open %v, %v", tc.name, got, open, err)
-		}
-	}
-}
-
-// stalls gives its data in pieces and then blocks, as a client that keeps
-// its side open does (a test fails on the block, by its deadline).
-type stalls struct {
-	data  []byte
-	piece int
-}
-
-func (s *stalls) Read(p []byte) (int, error) {
-	if len(s.data) == 0 {
-		select {} // never reached: readWire stops at the empty key
-	}
-	n := len(s.data)
-	if s.piece > 0 {
-		n = min(n, s.piece)
-	}
-	n = copy(p, s.data[:n])
-	s.data = s.data[n:]
-	return n, nil
-}
-
 // TestServerSpoolsUntilClosed: a cat whose client keeps its side open is
 // answered in P frames whose spool bytes are the image's cat's output;
 // the spool keeps them after the end frame until the client closes, and
