@@ -235,71 +235,46 @@ if ($tool eq 'cat') {
   my $req = "paseo-search 1\0tool\0cat\0cwd\0" . rel() . "\0";
   $req .= "path\0$_\0" for @files;
   my $s = ask("$req\0", 1);
-  # The answer streams: frames D (LEN, bytes of stdout) or P (OFFSET as
-  # two 32-bit halves, LEN: that many bytes of stdout in the spool, read
-  # with its file's read), then E (EXIT, LEN, stderr); F, an early end or
-  # a short read of the spool after output means the rest is the sandbox's
-  # cat's (resumed past what was written).
-  my ($in, $done, $sp, $b) = ('', 0, undef, '');
+  # The answer: frames P (OFFSET as two 32-bit halves, LEN, FILES: that
+  # many bytes of the answer in the spool, read with its file's read, and
+  # with them the first FILES files written whole), then E (every file
+  # answered) or R (FROM: the files from that index on are the sandbox's
+  # cat's). Anything else, or a short read of the spool, ends the answer
+  # at the last P frame's count: the rest is the sandbox's cat's.
+  my ($in, $from, $sp, $b) = ('', 0, undef, '');
   my $fill = sub { while (length($in) < $_[0]) { my $n = sysread($s, $in, 1 << 20, length $in); return 0 unless $n } 1 };
   $fill->(22) && substr($in, 0, 22) eq "paseo-search 1 stream\n" or real();
   alarm 0;
   substr($in, 0, 22) = '';
-  binmode STDOUT; binmode STDERR;
-  my $out = sub {
-    my $off = $_[1];
-    while ($off < $_[2]) {
-      my $n = syswrite(STDOUT, $_[0], $_[2] - $off, $off);
-      unless (defined $n) { print STDERR "cat: write error: $!\n"; exit 1 }
-      $off += $n; $done += $n;
-    }
-  };
+  binmode STDOUT;
   FRAME: while ($fill->(1)) {
     my $t = substr($in, 0, 1);
-    if ($t eq 'P' && $fill->(13)) {
-      my ($hi, $lo, $n) = unpack('N N N', substr($in, 1, 12));
-      substr($in, 0, 13) = '';
+    if ($t eq 'P' && $fill->(17)) {
+      my ($hi, $lo, $n, $files) = unpack('N N N N', substr($in, 1, 16));
+      substr($in, 0, 17) = '';
       unless ($sp) { open($sp, '<', ` + perlQuote(spool) + `) or last }
       sysseek($sp, $hi * 4294967296 + $lo, 0) or last;
       # $b is kept from frame to frame: its memory is faulted in once.
       my $got = 0;
       while ($got < $n) { my $k = sysread($sp, $b, $n - $got, $got); last FRAME unless $k; $got += $k }
-      $out->($b, 0, $n);
+      my $off = 0;
+      while ($off < $n) {
+        my $k = syswrite(STDOUT, $b, $n - $off, $off);
+        unless (defined $k) { print STDERR "cat: write error: $!\n"; exit 1 }
+        $off += $k;
+      }
+      $from = $files;
       next;
     }
-    if ($t eq 'D' && $fill->(5)) {
-      my $n = unpack('N', substr($in, 1, 4));
-      last unless $fill->(5 + $n);
-      $out->($in, 5, 5 + $n);
-      substr($in, 0, 5 + $n) = '';
-      next;
-    }
-    if ($t eq 'E' && $fill->(9)) {
-      my ($exit, $ne) = unpack('N N', substr($in, 1, 8));
-      last unless $fill->(9 + $ne);
-      print STDERR substr($in, 9, $ne);
-      exit $exit;
-    }
+    exit 0 if $t eq 'E';
+    $from = unpack('N', substr($in, 1, 4)) if $t eq 'R' && $fill->(5);
     last;
   }
-  real() unless $done;
-  # Resumed: the sandbox's cat writes into a pipe; what was written is
-  # skipped, the rest passed on, and its status is this one's.
-  pipe(my $pr, my $pw) or exit 1;
-  my $pid = fork;
-  exit 1 unless defined $pid;
-  if (!$pid) { close $pr; open(STDOUT, '>&', $pw) or exit 1; real() }
-  close $pw;
-  my $skip = $done;
-  while (1) {
-    my $n = sysread($pr, $in, 1 << 16);
-    last unless $n;
-    my $k = $skip < $n ? $skip : $n;
-    $skip -= $k;
-    $out->($in, $k, $n);
-  }
-  waitpid($pid, 0);
-  exit($? & 127 ? 1 : $? >> 8);
+  # The rest: the sandbox's cat, from the first file not answered (its
+  # messages and exit code are the answer's).
+  exit 0 if $from >= @files;
+  @argv = ('--', @files[$from .. $#files]);
+  real();
 }
 eval do { local $/; <DATA> };
 real();

@@ -514,7 +514,7 @@ func runToolsSandbox(tb testing.TB, sc *testbundle.Scene, r *toolsRepo, name str
 			fmt.Printf("tools: monitor (%s): %d lists, %d everything, %d events (%d closes and attribute events that changed nothing, left out), %d overflows, degraded %v; index entries vouched for at launch %d, not %d%s; untracked cache: %s in %d ms (the start waited %d ms); entries the jailed git refreshed, taken %d, not %d%s\n", name, st.Lists, st.Everything, st.Events, st.Unchanged, st.Overflows, st.Degraded, st.Vouched, st.NotVouched, map[bool]string{true: " (" + st.VouchReason + ")"}[st.VouchReason != ""], st.Untracked, st.UntrackedMillis, st.UntrackedWaitMillis, st.Refreshed, st.RefreshSkipped, map[bool]string{true: " (" + st.RefreshReason + ")"}[st.RefreshReason != ""])
 		}
 		if st := res.NativeSearch; st != nil {
-			fmt.Printf("tools: search (%s): %d answered (%d from a warm jail, %d cats), %d fallback, %d refused; cat's bytes %d through the spool, %d through the connection\n", name, st.Answered, st.Warm, st.Cat, st.Fallback, st.Refused, st.Spooled, st.Sent)
+			fmt.Printf("tools: search (%s): %d answered (%d from a warm jail, %d cats, %d of them finished by the sandbox's cat), %d fallback, %d refused; cat's bytes %d through the spool\n", name, st.Answered, st.Warm, st.Cat, st.CatResumed, st.Fallback, st.Refused, st.Spooled)
 		}
 		if o.fsmon && (res.FSMonitor == nil || res.FSMonitor.Lists == 0) {
 			tb.Errorf("the %s side: the workspace monitor did not answer a list: %+v", name, res.FSMonitor)

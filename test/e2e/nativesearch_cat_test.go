@@ -115,8 +115,8 @@ func TestPiToolsCatNativeSearch(t *testing.T) {
 				t.Errorf("control: the search is off and a server answered: %+v", st)
 			case sd.name == "search" && (st == nil || st.Cat < uint64(outside)):
 				t.Errorf("the search server's counters: %+v, want at least %d cats answered outside", st, outside)
-			case sd.name == "search" && (st.Spooled == 0 || st.Sent != 0):
-				t.Errorf("cat's bytes: %d through the spool, %d through the connection; want all through the spool", st.Spooled, st.Sent)
+			case sd.name == "search" && st.Spooled == 0:
+				t.Errorf("cat's bytes: none through the spool: %+v", st)
 			}
 		})
 	}
@@ -129,7 +129,7 @@ func TestPiToolsCatNativeSearch(t *testing.T) {
 // a full pipe holding the answer's first frame) finishes after the wake
 // with the bytes the sandbox's own /usr/bin/cat gives: the rest of its
 // regions are gone with the old spool, so the sandbox's cat finishes it
-// past what was written. After the wake the same cat of a batch is again
+// from the first file whose bytes the client had not written. After the wake the same cat of a batch is again
 // answered outside, through the new spool, with the same bytes. Control:
 // before the checkpoint, the same cat answered outside with the same
 // bytes.
@@ -159,7 +159,7 @@ func TestPiToolsCatNativeSearchAcrossWake(t *testing.T) {
 	if got := woken.output(t, `cat $(cat /tmp/cat-list) | sha256sum`); got != want {
 		t.Errorf("after the wake: cat %q, /usr/bin/cat %q", got, want)
 	}
-	if st := woken.finish().NativeSearch; st == nil || st.Cat != 1 || st.Spooled == 0 || st.Sent != 0 {
+	if st := woken.finish().NativeSearch; st == nil || st.Cat != 1 || st.Spooled == 0 {
 		t.Errorf("after the wake: the new server's counters %+v, want one cat through the spool", st)
 	}
 }

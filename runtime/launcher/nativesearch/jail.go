@@ -3,11 +3,9 @@ package nativesearch
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path"
@@ -133,13 +131,13 @@ func (j Jail) Check() error {
 }
 
 // CheckTools checks that the image under j.Usr holds every tool the
-// server may run (toolSpecs: rg, fd, find, cat), each a regular file at the
+// server may run (toolSpecs: rg, fd, find), each a regular file at the
 // path the jail execs. Without one a request for it would fail in the jail
 // and fall back, per request, to the sandbox's own binary: the launch of a
 // plan that grants the search is refused instead (PP-SEARCH-JAIL), as it
 // is for a kernel that cannot build the jail.
 func (j Jail) CheckTools() error {
-	for _, t := range []Tool{Rg, Fd, Find, Cat} {
+	for _, t := range []Tool{Rg, Fd, Find} {
 		p := path.Join(j.Usr, strings.TrimPrefix(toolSpecs[t].bin, "/usr/"))
 		if fi, err := os.Lstat(p); err != nil || !fi.Mode().IsRegular() {
 			return &ErrJail{Msg: fmt.Sprintf("the image has no %s at %s", t, p)}
@@ -271,7 +269,6 @@ type prepared struct {
 	pid       int      // the jail's, on the host
 	req       *os.File // the request pipe's write end
 	out, errb *capped
-	stream    *os.File // a streaming tool's stdout (read end), instead of out
 	kill      context.CancelFunc
 	killed    context.Context
 	exited    chan struct{} // closed when the jail was reaped
@@ -293,9 +290,6 @@ func (p *prepared) discard() {
 	p.kill()
 	p.req.Close()
 	<-p.exited
-	if p.stream != nil {
-		p.stream.Close()
-	}
 }
 
 // prepare builds a jail for t and waits, up to readyTimeout, until it
@@ -359,23 +353,6 @@ func (j Jail) prepareWith(t Tool, scratch string, fsize uint64) (*prepared, erro
 	cmd.Env = []string{}
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = p.out, p.errb
-	var streamW *os.File
-	if toolSpecs[t].stream {
-		// The tool's stdout is a pipe the server reads as it is written.
-		if p.stream, streamW, err = os.Pipe(); err != nil {
-			kill()
-			reqW.Close()
-			return nil, fmt.Errorf("%w: %v", ErrFallback, err)
-		}
-		defer streamW.Close()
-		cmd.Stdout = streamW
-		// A larger pipe lets the tool get ahead of the server, so a read
-		// takes up to spoolFrameMax at once: fewer frames for the client
-		// to read under gVisor. Best effort: the kernel's default works.
-		if rc, err := p.stream.SyscallConn(); err == nil {
-			rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, spoolFrameMax) })
-		}
-	}
 	// fdWorkspace, fdUsr, fdRequest, fdReady, and fdScratch when made.
 	cmd.ExtraFiles = []*os.File{ws, usr, reqR, readyW}
 	if len(extra) > 2 {
@@ -397,9 +374,6 @@ func (j Jail) prepareWith(t Tool, scratch string, fsize uint64) (*prepared, erro
 	if err != nil {
 		kill()
 		reqW.Close()
-		if p.stream != nil {
-			p.stream.Close()
-		}
 		return nil, fmt.Errorf("%w: %v", ErrFallback, err)
 	}
 	p.pid = cmd.Process.Pid
@@ -411,9 +385,6 @@ func (j Jail) prepareWith(t Tool, scratch string, fsize uint64) (*prepared, erro
 	// dies before it reports.
 	reqR.Close()
 	readyW.Close()
-	if streamW != nil {
-		streamW.Close()
-	}
 	readyR.SetReadDeadline(time.Now().Add(readyTimeout))
 	var b [1]byte
 	if n, _ := readyR.Read(b[:]); n != 1 || b[0] != jailReady {
@@ -441,22 +412,9 @@ func (j Jail) serve(ctx context.Context, p *prepared, cwd string, toolArgv, env 
 	wall := time.AfterFunc(lim.Wall, p.kill)
 	defer wall.Stop()
 	defer context.AfterFunc(ctx, p.kill)()
-	copied := make(chan struct{})
-	if p.stream != nil {
-		// A streaming tool (cat) run for a whole answer (Run): its output
-		// kept up to the same bound as any tool's.
-		go func() {
-			io.Copy(p.out, p.stream)
-			p.stream.Close()
-			close(copied)
-		}()
-	} else {
-		close(copied)
-	}
 	_, werr := p.req.Write(b)
 	p.req.Close()
 	<-p.exited
-	<-copied
 	err = p.err
 	res := Result{Stdout: p.out.bytes(), Stderr: p.errb.bytes()}
 	if p.out.overflow() {
@@ -480,245 +438,6 @@ func (j Jail) serve(ctx context.Context, p *prepared, cwd string, toolArgv, env 
 	default:
 		return Result{}, fmt.Errorf("%w: %v", ErrFallback, err)
 	}
-}
-
-// The frames of a streamed answer (cat's), after the line "paseo-search
-// 1 stream\n": 'D', a length (4 bytes, big-endian) and that many bytes
-// of the tool's stdout, as it writes them; or 'P', an offset (8 bytes)
-// and a length (4 bytes): that many bytes of its stdout are in the spool
-// at that offset (spool.go); then 'E', its exit code and a length (4
-// bytes each) and that much of its stderr: the end. Or 'F': not
-// answered past what was sent (the wall time, the jail failed, the server
-// closed); the client then has the sandbox's own tool answer and skips
-// what it already wrote.
-const (
-	frameData  = 'D'
-	frameSpool = 'P'
-	frameEnd   = 'E'
-	frameFail  = 'F'
-	// frameMax is the most bytes of output one read takes without a
-	// spool (a D frame each), spoolFrameMax with one (a P frame, and a D
-	// frame after it for what the spool had no room for).
-	frameMax      = 64 << 10
-	spoolFrameMax = 1 << 20
-)
-
-// streamed counts an answer's bytes of output by the way they went.
-type streamed struct{ spooled, sent uint64 }
-
-// stream runs r (a streaming tool's request, already checked) in p, a
-// jail made for its tool, or in a new one when p is nil or not fit, and
-// writes the answer's frames to w as the tool writes: nothing is kept, so
-// no output bound applies, only the wall time. With sp, the output goes
-// into the spool where it has room (P frames), else through w (D
-// frames). It reports whether the answer ended with its end frame; err
-// is why not (w failed: the tool is killed and nothing more is sent).
-func (j Jail) stream(ctx context.Context, p *prepared, r Request, w io.Writer, sp *spool) (bool, streamed, error) {
-	var sent streamed
-	fail := func(err error) (bool, streamed, error) {
-		w.Write([]byte{frameFail})
-		return false, sent, err
-	}
-	err := j.Check()
-	if err == nil {
-		err = r.Check(j.Dest)
-	}
-	if err == nil && !toolSpecs[r.tool()].stream {
-		err = fmt.Errorf("%w: %s does not stream", ErrFallback, r.tool())
-	}
-	if err != nil {
-		if p != nil {
-			p.discard()
-		}
-		return fail(err)
-	}
-	if p == nil || p.tool != r.tool() || !p.alive() {
-		if p != nil {
-			p.discard()
-		}
-		if p, err = j.prepare(r.tool()); err != nil {
-			return fail(err)
-		}
-	}
-	defer p.kill()
-	b, err := json.Marshal(jailRequest{Cwd: r.Cwd, Argv: r.Argv()})
-	if err != nil {
-		p.discard()
-		return fail(err)
-	}
-	wall := time.AfterFunc(j.Limits.Wall, p.kill)
-	defer wall.Stop()
-	defer context.AfterFunc(ctx, p.kill)()
-	_, werr := p.req.Write(b)
-	p.req.Close()
-	chunk := frameMax
-	if sp != nil {
-		chunk = spoolFrameMax
-	}
-	buf := make([]byte, 5+chunk)
-	var wfail error
-	for {
-		n, rerr := gather(p.stream, buf[5:])
-		if n > 0 && wfail == nil {
-			// What the spool has room for as a P frame, the rest (all of
-			// it without a spool) as a D frame after it.
-			var frames []byte
-			off, k := sp.put(buf[5 : 5+n])
-			if k > 0 {
-				var h [13]byte
-				h[0] = frameSpool
-				binary.BigEndian.PutUint64(h[1:9], uint64(off))
-				binary.BigEndian.PutUint32(h[9:13], uint32(k))
-				frames = h[:]
-				sent.spooled += uint64(k)
-			}
-			if k < n {
-				buf[k] = frameData
-				binary.BigEndian.PutUint32(buf[k+1:k+5], uint32(n-k))
-				frames = append(frames, buf[k:5+n]...)
-				sent.sent += uint64(n - k)
-			}
-			if _, err := w.Write(frames); err != nil {
-				wfail = err
-				p.kill()
-			}
-		}
-		if rerr != nil {
-			break
-		}
-	}
-	p.stream.Close()
-	<-p.exited
-	var ee *exec.ExitError
-	switch {
-	case wfail != nil:
-		return false, sent, fmt.Errorf("%w: the answer: %v", ErrFallback, wfail)
-	case p.killed.Err() != nil:
-		return fail(fmt.Errorf("%w: past %s, or the server closed", ErrFallback, j.Limits.Wall))
-	case werr != nil:
-		return fail(fmt.Errorf("%w: the request: %v", ErrFallback, werr))
-	case p.err != nil && !(errors.As(p.err, &ee) && ee.Exited() && ee.ExitCode() <= 2):
-		return fail(fmt.Errorf("%w: %v: %s", ErrFallback, p.err, firstLine(p.errb.bytes())))
-	}
-	code := 0
-	if p.err != nil {
-		code = ee.ExitCode()
-	}
-	stderr := p.errb.bytes()
-	end := make([]byte, 9, 9+len(stderr))
-	end[0] = frameEnd
-	binary.BigEndian.PutUint32(end[1:5], uint32(code))
-	binary.BigEndian.PutUint32(end[5:9], uint32(len(stderr)))
-	if _, err := w.Write(append(end, stderr...)); err != nil {
-		return false, sent, fmt.Errorf("%w: the answer: %v", ErrFallback, err)
-	}
-	return true, sent, nil
-}
-
-// gatherWait is how long gather waits for more of the tool's output
-// once some has come: cat writes a file at a time (a few KiB each), and
-// every frame costs the client a few system calls under gVisor (about
-// 0.1 ms), so a batch's 3,000 writes in 3,000 frames cost it more than
-// the bytes did (docs/benchmarks.md, "cat's bytes through the spool").
-const gatherWait = 2 * time.Millisecond
-
-// gather reads the tool's output into b: what one read gives, then more
-// for as long as it keeps coming within gatherWait of the last, until b
-// is full. Its error is the read's (io.EOF at the end), with what came
-// before it.
-func gather(f *os.File, b []byte) (int, error) {
-	n, err := f.Read(b)
-	for err == nil && n < len(b) {
-		if f.SetReadDeadline(time.Now().Add(gatherWait)) != nil {
-			break
-		}
-		var m int
-		m, err = f.Read(b[n:])
-		n += m
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			err = nil
-			break
-		}
-	}
-	f.SetReadDeadline(time.Time{})
-	return n, err
-}
-
-// CatFiles reports whether every file r (a cat's request) names is, now,
-// what the sandbox's cat would read and the jail's cat reads alike: a
-// regular file beneath the workspace with no link on the way, not at or
-// beneath a Covered name, that the jail's uid and gid may read by its
-// mode, in directories they may search from where cat starts (the cwd,
-// or the workspace's top for an absolute name). Anything else (a missing
-// file, a directory, a link, a file only another group may read) is
-// answered "fallback": the sandbox's cat then gives its own answer and
-// messages, in their order. A matter of the same answer: a file changed
-// after this check meets the jail (its cat's message then follows the
-// output instead of sitting between).
-func (j Jail) CatFiles(r Request) bool {
-	ws, err := unix.Open(j.Workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return false
-	}
-	defer unix.Close(ws)
-	stat := func(rel string) (unix.Stat_t, bool) {
-		var st unix.Stat_t
-		fd, err := unix.Openat2(ws, rel, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV})
-		if err != nil {
-			return st, false
-		}
-		defer unix.Close(fd)
-		return st, unix.Fstat(fd, &st) == nil
-	}
-	searchable := map[string]bool{}
-	var dir func(rel, top string) bool
-	dir = func(rel, top string) bool {
-		if ok, seen := searchable[rel]; seen {
-			return ok
-		}
-		st, ok := stat(rel)
-		ok = ok && st.Mode&unix.S_IFMT == unix.S_IFDIR && j.may(st, 0o1)
-		if ok && rel != top && rel != "." {
-			ok = dir(path.Dir(rel), top)
-		}
-		searchable[rel] = ok
-		return ok
-	}
-	for _, p := range r.Paths {
-		top, rel := r.Cwd, path.Join(r.Cwd, p)
-		if strings.HasPrefix(p, "/") {
-			top, rel = ".", pathform.Rel(j.Dest, p)
-		}
-		top = path.Clean(top)
-		for _, c := range j.Covered {
-			if pathform.Beneath("/"+c, "/"+rel) {
-				return false
-			}
-		}
-		if rel == top || !dir(path.Dir(rel), top) {
-			return false
-		}
-		st, ok := stat(rel)
-		if !ok || st.Mode&unix.S_IFMT != unix.S_IFREG || !j.may(st, 0o4) {
-			return false
-		}
-	}
-	return true
-}
-
-// may reports whether the jail's uid and gid (no other group, no
-// capability) have the right bit (4 read, 1 search) on a file of st's
-// owner and mode: the owner's bits for its owner, else the group's for
-// its group, else the others'.
-func (j Jail) may(st unix.Stat_t, bit uint32) bool {
-	switch {
-	case st.Uid == j.UID:
-		return st.Mode&(bit<<6) != 0
-	case st.Gid == j.GID:
-		return st.Mode&(bit<<3) != 0
-	}
-	return st.Mode&bit != 0
 }
 
 // detachedTree is a detached copy of the mount at p (not of what is mounted

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"paseo.dev/paseo-policy/policy/bundle"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,7 +17,13 @@ import (
 
 // The image's fd and find, for the host controls.
 func (f jailFixture) bin(tool Tool) string {
-	return filepath.Join(filepath.Dir(filepath.Dir(f.rg)), strings.TrimPrefix(toolSpecs[tool].bin, "/usr/"))
+	bin := toolSpecs[tool].bin
+	if tool == Cat {
+		// No jail runs cat (the server copies its files); the sandbox's
+		// own cat is the image's, which the client falls back to.
+		bin = bundle.SearchReal["cat"]
+	}
+	return filepath.Join(filepath.Dir(filepath.Dir(f.rg)), strings.TrimPrefix(bin, "/usr/"))
 }
 
 // hostTool runs the image's tool on the host in dir, as root and with no

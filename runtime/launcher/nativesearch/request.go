@@ -14,9 +14,10 @@
 // pid and ipc namespaces, a root that holds only the image's /usr and the
 // workspace read-only, Landlock, seccomp, rlimits, the agent's uid.
 // Anything the list does not cover is answered "fallback", and the
-// sandbox's client runs its own binary: slower, never different. A cat's
-// answer streams (Jail.stream) once the server has checked that every
-// file is one the jail's cat reads as the sandbox's would (Jail.CatFiles).
+// sandbox's client runs its own binary: slower, never different. A cat
+// runs no program: the server copies its files into the spool from a
+// thread with the agent's file-system credentials (catread.go), up to the
+// first file the sandbox's own cat must answer.
 package nativesearch
 
 import (
@@ -42,26 +43,31 @@ const (
 	Rg   Tool = "rg"
 	Fd   Tool = "fd"
 	Find Tool = "find"
-	// Cat reads files: its answer is their bytes, streamed (server.go).
+	// Cat reads files: its answer is their bytes, copied by the server
+	// with the agent's credentials (catread.go), no program run.
 	Cat Tool = "cat"
 )
 
 // toolSpec is how the jail runs a tool: the image's binary (a path in the
 // image and the jail, fixed here, never from a request) and whether it
-// takes rg's and fd's --threads, or streams its output (cat: the
-// answer's bytes are sent as the tool writes them, unbounded but by the
-// wall time, rather than kept up to Limits.Stdout).
+// takes rg's and fd's --threads. cat runs no program: the server copies
+// its files (catread.go).
 type toolSpec struct {
 	bin     string
 	threads bool
-	stream  bool
 }
 
 var toolSpecs = map[Tool]toolSpec{
 	Rg:   {bin: "/usr/bin/rg", threads: true},
 	Fd:   {bin: "/usr/lib/cargo/bin/fd", threads: true}, // /usr/local/bin/fd -> /usr/bin/fdfind -> this
 	Find: {bin: "/usr/bin/find"},
-	Cat:  {bin: "/usr/bin/cat", stream: true},
+}
+
+// answered reports whether t is a tool answered outside: one a jail runs,
+// or cat.
+func answered(t Tool) bool {
+	_, ok := toolSpecs[t]
+	return ok || t == Cat
 }
 
 // Request is one search or listing: the tool's options in the order
@@ -231,7 +237,7 @@ func Decode(b []byte, ws string) (Request, error) {
 			if i != 1 {
 				return Request{}, refuse("the tool after other fields")
 			}
-			if _, ok := toolSpecs[Tool(v)]; !ok {
+			if !answered(Tool(v)) {
 				return Request{}, refuse("tool %q is not answered outside", v)
 			}
 			r.Tool = Tool(v)
@@ -362,7 +368,7 @@ func (r Request) list() OptionList { return Lists[r.tool()] }
 // it). Links are the jail's business: it holds nothing a link could lead
 // to but the workspace and the image.
 func (r Request) Check(ws string) error {
-	if _, ok := toolSpecs[r.tool()]; !ok {
+	if !answered(r.tool()) {
 		return refuse("tool %q is not answered outside", r.Tool)
 	}
 	if !relName(r.Cwd) {

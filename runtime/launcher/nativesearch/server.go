@@ -3,6 +3,7 @@ package nativesearch
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -50,7 +51,8 @@ type Server struct {
 	closed bool
 	making sync.WaitGroup
 
-	// spool carries cat's bytes (spool.go); nil: through the connection.
+	// spool carries cat's bytes (spool.go); nil: every cat is the
+	// sandbox's.
 	spool *spool
 }
 
@@ -59,12 +61,11 @@ type Stats struct {
 	Answered, Fallback, Refused uint64
 	// Warm counts the answers from a jail made before its request.
 	Warm uint64
-	// Cat counts the cats answered (streamed to their end), among
-	// Answered.
-	Cat uint64
-	// Spooled counts the bytes of cat's output sent through the spool,
-	// Sent those sent through the connection.
-	Spooled, Sent uint64
+	// Cat counts the cats answered (some of their files at least), among
+	// Answered; CatResumed those whose rest was the sandbox's cat's.
+	Cat, CatResumed uint64
+	// Spooled counts the bytes of cat's output sent through the spool.
+	Spooled uint64
 }
 
 // Serve answers requests on ln (the launcher's is on the gateway, which
@@ -162,60 +163,79 @@ func (s *Server) slot() error {
 	}
 }
 
-// streamAnswer answers a cat: "fallback" unless every file is one the
-// jail's cat reads as the sandbox's would (Jail.CatFiles) and a place is
-// free; else the line "paseo-search 1 stream" and the frames of the
-// jail's cat as it writes (Jail.stream): the bytes in the spool when the
-// client keeps its side open (open) and the server has one, else through
-// the connection. The next cat jail is made once the answer is sent; an
-// answer that wrote into the spool is done when its client closes.
+// The frames of a cat's answer (catread.go), after the line
+// "paseo-search 1 stream\n": 'P', an offset (8 bytes, big-endian), a
+// length and a count of files (4 bytes each): that many bytes of the
+// answer are in the spool at that offset, and with them the first FILES
+// files are written whole; then 'E' (every file was answered) or 'R' and
+// a file's index (4 bytes): the files from that one on are the sandbox's
+// own cat's. An answer that ends before either (the server closed) is
+// the sandbox's cat's from the last P frame's count.
+const (
+	frameSpool  = 'P'
+	frameEnd    = 'E'
+	frameResume = 'R'
+)
+
+// streamAnswer answers a cat: "fallback" when the client did not keep
+// its side open or the server has no spool (the bytes travel only through
+// the spool) or no place is free; else the line "paseo-search 1 stream"
+// and the frames (above) of the files copied (Jail.catRead). The answer
+// is done when its client closes: its regions of the spool may then be
+// written over.
 func (s *Server) streamAnswer(c net.Conn, r Request, open bool) {
 	defer c.Close()
 	c.SetWriteDeadline(time.Now().Add(readDeadline + s.j.Limits.Wall))
-	if !s.j.CatFiles(r) || s.slot() != nil {
+	if !open || s.spool == nil || s.slot() != nil {
 		s.count(func(st *Stats) { st.Fallback++ })
 		io.WriteString(c, magic+" fallback\n")
 		return
 	}
-	var sp *spool
-	if open && s.spool != nil {
-		sp = s.spool
-		sp.begin()
-		defer sp.done()
+	sp := s.spool
+	sp.begin()
+	defer sp.done()
+	done, err := catCopied{}, error(nil)
+	if _, err = io.WriteString(c, magic+" stream\n"); err == nil {
+		done, err = s.j.catRead(s.ctx, r, sp, s.j.Limits.Wall, func(run catSpan, files int) error {
+			var h [17]byte
+			h[0] = frameSpool
+			binary.BigEndian.PutUint64(h[1:9], uint64(run.off))
+			binary.BigEndian.PutUint32(h[9:13], uint32(run.n))
+			binary.BigEndian.PutUint32(h[13:17], uint32(files))
+			_, err := c.Write(h[:])
+			return err
+		})
 	}
-	p := s.take(Cat)
-	ok, sent := false, streamed{}
-	if _, err := io.WriteString(c, magic+" stream\n"); err != nil {
-		if p != nil {
-			p.discard()
+	if err == nil {
+		end := []byte{frameEnd}
+		if done.files < len(r.Paths) {
+			end = binary.BigEndian.AppendUint32([]byte{frameResume}, uint32(done.files))
 		}
-	} else {
-		ok, sent, _ = s.j.stream(s.ctx, p, r, c, sp)
+		_, err = c.Write(end)
 	}
+	<-s.run
 	s.count(func(st *Stats) {
-		st.Spooled += sent.spooled
-		st.Sent += sent.sent
-		if !ok {
+		st.Spooled += uint64(done.bytes)
+		if err != nil || done.files == 0 {
 			st.Fallback++
 			return
 		}
 		st.Answered++
 		st.Cat++
-		if p != nil {
-			st.Warm++
+		if done.files < len(r.Paths) {
+			st.CatResumed++
 		}
 	})
-	<-s.run
-	s.refill(Cat)
-	if sp != nil {
-		// The client reads the spool until it closes: wait for that (or
-		// the server's end), however long, before the regions may be
-		// written over.
-		c.SetReadDeadline(time.Time{})
-		stop := context.AfterFunc(s.ctx, func() { c.SetReadDeadline(time.Unix(1, 0)) })
-		io.Copy(io.Discard, io.LimitReader(c, 1))
-		stop()
+	if err != nil {
+		return
 	}
+	// The client reads the spool until it closes: wait for that (or the
+	// server's end), however long, before the regions may be written
+	// over.
+	c.SetReadDeadline(time.Time{})
+	stop := context.AfterFunc(s.ctx, func() { c.SetReadDeadline(time.Unix(1, 0)) })
+	io.Copy(io.Discard, io.LimitReader(c, 1))
+	stop()
 }
 
 func (s *Server) count(f func(*Stats)) {

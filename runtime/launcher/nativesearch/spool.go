@@ -1,8 +1,10 @@
 package nativesearch
 
 import (
+	"fmt"
 	"os"
 	"sync"
+	"syscall"
 )
 
 // cat's bytes through the spool (docs/spec.md, "cat's bytes through the
@@ -70,26 +72,28 @@ func (s *spool) done() {
 	}
 }
 
-// put writes as much of b as the spool has room for into a region of its
-// own and returns the region's offset and how many bytes it took: 0 when
-// there is no spool (nil), no room or the write failed (the caller then
-// sends the rest of b through the connection).
-func (s *spool) put(b []byte) (int64, int) {
+// reserve hands out a region of its own of up to n bytes, and at least
+// least, and returns its offset and size: 0 when there is no spool (nil)
+// or no room for least. The caller writes it (through its own
+// description of the file: writer) until done.
+func (s *spool) reserve(n, least int64) (int64, int64) {
 	if s == nil {
 		return 0, 0
 	}
 	s.mu.Lock()
-	k := int(min(int64(len(b)), s.max-s.next))
-	if k <= 0 {
-		s.mu.Unlock()
+	defer s.mu.Unlock()
+	k := min(n, s.max-s.next)
+	if k <= 0 || k < least {
 		return 0, 0
 	}
 	off := s.next
-	s.next += int64(k)
-	s.mu.Unlock()
-	// The region is this answer's until done: no lock for the write.
-	if _, err := s.f.WriteAt(b[:k], off); err != nil {
-		return 0, 0
-	}
+	s.next += k
 	return off, k
+}
+
+// writer opens a description of the spool of the caller's own, for
+// writing: its position is the caller's (a cat's answer seeks to each of
+// its regions and writes there with sendfile).
+func (s *spool) writer() (*os.File, error) {
+	return os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", s.f.Fd()), os.O_WRONLY|syscall.O_CLOEXEC, 0)
 }
