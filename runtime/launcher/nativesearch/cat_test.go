@@ -182,6 +182,19 @@ func TestCatReadAsTheAgent(t *testing.T) {
 	if out, d := catReadAll(t, f, Request{Tool: Cat, Cwd: ".", Paths: []string{"mine", "a.go"}}, SpoolMax, time.Minute); d.files != 2 || !strings.HasPrefix(out, "MINE\n") {
 		t.Errorf("control, the agent's own file: copied %d files: %q", d.files, out)
 	}
+	// A jail of uid 0 (refused by Check; here given to the copy directly)
+	// is no agent to become: the cat is the sandbox's.
+	root := f
+	root.j.UID = 0
+	sf, err := os.Create(filepath.Join(t.TempDir(), "spool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sf.Close()
+	if d, err := root.j.catRead(context.Background(), Request{Tool: Cat, Cwd: ".", Paths: []string{"a.go"}}, newSpool(sf, SpoolMax), time.Minute,
+		func(catSpan, int) error { return nil }); !errors.Is(err, ErrFallback) || d.files != 0 {
+		t.Errorf("as uid 0: copied %d files, %v; want the fallback", d.files, err)
+	}
 	// Every thread of the server (the test's goroutines run on them) still
 	// reads as root.
 	var wg sync.WaitGroup
