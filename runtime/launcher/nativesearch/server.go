@@ -44,9 +44,10 @@ type Server struct {
 	mu    sync.Mutex
 	stats Stats
 	// warm holds, per tool, a jail made before its request (prepared):
-	// the first request for a tool runs in a new jail, and each use of a
-	// tool makes the next one in the background. Every jail serves one
-	// request.
+	// the sandbox's first search runs in a new jail, and each search
+	// makes the next jail of every tool that has none waiting, in the
+	// background (a sandbox that searched once searches again, and an
+	// agent goes from rg to find and fd). Every jail serves one request.
 	warm   map[Tool]*prepared
 	closed bool
 	making sync.WaitGroup
@@ -257,13 +258,15 @@ func (s *Server) answer(c net.Conn) {
 		return
 	}
 	res, used, err := s.search(r, err)
-	// The next jail for the tool is made once the answer is sent and the
-	// connection closed (the client reads to its end): not beside the
-	// answer's copy and the client's print for the CPU.
+	// The next jails are made once the answer is sent and the connection
+	// closed (the client reads to its end): not beside the answer's copy
+	// and the client's print for the CPU.
 	defer func() {
 		c.Close()
 		if used != "" {
-			s.refill(used)
+			for _, t := range []Tool{Rg, Fd, Find} {
+				s.refill(t)
+			}
 		}
 	}()
 	c.SetWriteDeadline(time.Now().Add(readDeadline + s.j.Limits.Wall))
@@ -278,8 +281,8 @@ func (s *Server) answer(c net.Conn) {
 	c.Write(append(append(h.Bytes(), res.Stdout...), res.Stderr...))
 }
 
-// search answers r (decoded with err); used is the tool a jail ran for,
-// whose next jail the server then makes ("" when none ran).
+// search answers r (decoded with err); used is the tool a jail ran for
+// ("" when none ran): the server then makes the next jails.
 func (s *Server) search(r Request, err error) (res Result, used Tool, _ error) {
 	if err != nil {
 		return Result{}, "", err

@@ -97,9 +97,10 @@ func TestJailNotBuiltGetsNoRequest(t *testing.T) {
 	}
 }
 
-// TestServerWarmJails: the server answers a tool's first request in a new
-// jail and makes the next one then; a later request is answered by that
-// warm jail, with the same answer, and every jail serves one request (each
+// TestServerWarmJails: the server answers the first search in a new jail
+// and then makes the next jail of every tool (rg's, and fd's and find's,
+// which no request asked for yet); a later request is answered by a warm
+// jail, with the same answer, and every jail serves one request (each
 // answer from another process; a used jail is gone). Close ends the jails
 // still waiting.
 func TestServerWarmJails(t *testing.T) {
@@ -118,10 +119,18 @@ func TestServerWarmJails(t *testing.T) {
 		b, _ := io.ReadAll(c)
 		return string(b)
 	}
-	waitWarm := func() *prepared {
+	waitWarm := func(tools ...Tool) *prepared {
+		if len(tools) == 0 {
+			tools = []Tool{Rg}
+		}
 		for range 200 {
 			s.mu.Lock()
-			p := s.warm[Rg]
+			p := s.warm[tools[0]]
+			for _, t := range tools[1:] {
+				if s.warm[t] == nil {
+					p = nil
+				}
+			}
 			s.mu.Unlock()
 			if p != nil {
 				return p
@@ -138,6 +147,7 @@ func TestServerWarmJails(t *testing.T) {
 	if st := s.Stats(); st.Answered != 1 || st.Warm != 0 {
 		t.Errorf("after the first: %+v, want one answer from a new jail", st)
 	}
+	waitWarm(Rg, Fd, Find)
 	var pids []int
 	for i := range 3 {
 		p := waitWarm()
