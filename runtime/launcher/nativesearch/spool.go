@@ -17,8 +17,8 @@ import (
 // bytes cost the sandbox a host read (about 10 ms). So the server writes
 // them into the spool, a file of the launcher's run dir bound read-only
 // into the sandbox (bundle.SearchSpoolFile at bundle.SearchSpoolPath), and
-// sends only where they are (a P frame: offset and length); the client
-// reads them there.
+// sends only where they are (a P frame: offset, length and the files
+// whole through it); the client reads them there.
 //
 // Who writes it: the server only (the sandbox's bind is read-only, the run
 // dir root's and 0700). What it holds: this sandbox's own answers, bytes
@@ -26,12 +26,12 @@ import (
 // when no answer that wrote into the spool is still being read, which the
 // server learns from each such client's close of its connection (the
 // client keeps its side open until it is done; a client that never closes
-// keeps the spool from being reused, and the answers then travel in D
-// frames, through the connection, past SpoolMax). So a region is never
-// written over while a client may still read it.
+// keeps the spool from being reused, and past SpoolMax the cats are then
+// the sandbox's own). So a region is never written over while a client
+// may still read it.
 
-// SpoolMax is the most bytes the spool holds at once; the rest of an
-// answer past it travels through the connection (D frames).
+// SpoolMax is the most bytes the spool holds at once; the files of an
+// answer past it are the sandbox's cat's.
 const SpoolMax = 256 << 20
 
 // spool hands out regions of the spool file.
