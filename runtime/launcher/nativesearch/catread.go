@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
 	"runtime"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -30,11 +28,12 @@ import (
 // with its goroutine (locked to it, never unlocked), its credentials
 // with it.
 //
-// Each name is opened beneath the workspace's top (the host's staged
-// bind) with no link followed and no mount crossed (openat2
-// RESOLVE_BENEATH, NO_SYMLINKS, NO_XDEV), first as a path only (O_PATH:
-// nothing of a device or a FIFO is opened), and read only when that
-// object is a regular file (reopened through its descriptor). Anything
+// Each name is opened beneath a detached copy of the workspace's mount
+// (the host's staged bind), read-only and nodev as the jail has it, with
+// no link followed and no mount crossed (openat2 RESOLVE_BENEATH,
+// NO_SYMLINKS, NO_XDEV) and O_NONBLOCK: a device node does not open on a
+// nodev mount, a FIFO opens at once; the bytes are read only when that
+// object, by fstat on the same descriptor, is a regular file. Anything
 // else (a missing file, a directory, a link, a file the agent may not
 // read, a name the sandbox sees through a mount of its own, past the
 // spool's room or the wall time) stops the copy at that file: the answer
@@ -194,10 +193,7 @@ func (c *catCopier) copyAll(r Request) (catCopied, error) {
 // top, or "" when the sandbox would not read the workspace's own file
 // there (beneath a Covered name).
 func (c *catCopier) name(cwd, p string) string {
-	rel := path.Join(cwd, p)
-	if strings.HasPrefix(p, "/") {
-		rel = pathform.Rel(c.j.Dest, p)
-	}
+	rel := c.j.rel(cwd, p)
 	for _, cv := range c.j.Covered {
 		if pathform.Beneath("/"+cv, "/"+rel) {
 			return ""
@@ -217,7 +213,7 @@ func (c *catCopier) copyFile(rel string) (catSpan, error) {
 	// O_NONBLOCK: a FIFO opens at once (and is then not read); the
 	// mount is nodev, so a device node does not open at all.
 	fd, err := unix.Openat2(c.ws, rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV})
+		Resolve: plainResolve})
 	if err != nil {
 		return stop, errCatStop
 	}

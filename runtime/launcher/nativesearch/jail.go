@@ -225,7 +225,7 @@ func (j Jail) PlainPaths(r Request) bool {
 	plain := func(rel string, missingOK bool) bool {
 		// Not O_NOFOLLOW: with it, O_PATH opens a trailing link itself.
 		fd, err := unix.Openat2(ws, rel, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV})
+			Resolve: plainResolve})
 		if err != nil {
 			return missingOK && err == unix.ENOENT
 		}
@@ -236,15 +236,24 @@ func (j Jail) PlainPaths(r Request) bool {
 		return false
 	}
 	for _, p := range r.names() {
-		rel := path.Join(r.Cwd, p)
-		if strings.HasPrefix(p, "/") {
-			rel = pathform.Rel(j.Dest, p)
-		}
-		if !plain(rel, true) {
+		if !plain(j.rel(r.Cwd, p), true) {
 			return false
 		}
 	}
 	return true
+}
+
+// plainResolve resolves a name the agent gave beneath the directory it is
+// opened from, following no link and crossing no mount.
+const plainResolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
+
+// rel is a request's path p (relative to cwd, or absolute beneath
+// j.Dest) relative to the workspace's top.
+func (j Jail) rel(cwd, p string) string {
+	if strings.HasPrefix(p, "/") {
+		return pathform.Rel(j.Dest, p)
+	}
+	return path.Join(cwd, p)
 }
 
 // run runs the image's t with argv and env in cwd (relative to the

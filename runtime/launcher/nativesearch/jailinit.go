@@ -228,7 +228,7 @@ func openBeneath(dir, rel string) (int, error) {
 	}
 	defer unix.Close(d)
 	return unix.Openat2(d, rel, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV})
+		Resolve: plainResolve})
 }
 
 // dropPrivileges clears the ambient capability the init ran with and every
